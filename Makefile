@@ -1,0 +1,42 @@
+# Every target sets up what it needs: a virtual environment in .venv with the
+# CPU build of torch installed first (a looser torch requirement would pull a
+# multi-gigabyte CUDA wheel), then gnnrun in editable mode with its dev extras.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test test-slow lint format bench-partition clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+run: setup
+	$(BIN)/gnnrun partition dataset=synthetic-small partitioner=metis partitioner.num_parts=2
+
+test: setup lint
+	$(BIN)/python -m pytest -q
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
+
+lint: setup
+	$(BIN)/ruff check gnnrun tests scripts
+	$(BIN)/ruff format --check gnnrun tests scripts
+
+format: setup
+	$(BIN)/ruff check --fix gnnrun tests scripts
+	$(BIN)/ruff format gnnrun tests scripts
+
+bench-partition: setup
+	$(BIN)/python scripts/bench_partition.py
+
+clean:
+	rm -rf $(VENV) outputs

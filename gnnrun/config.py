@@ -1,0 +1,301 @@
+"""Structured-config schemas: every YAML under configs/ is checked against one of these.
+
+Each group's YAML files start from a schema stored here in Hydra's ConfigStore
+(`defaults: [/schema/<group>/<kind>@_here_, _self_]`), so a misspelt key or a
+value of the wrong type fails when the config is composed, before any work
+starts. `validate()` then checks what types cannot (ranges, sums, choices).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from gnnrun.errors import GnnrunError
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise GnnrunError(f"invalid config: {message}")
+
+
+@dataclass
+class PathsConfig:
+    # Prepared datasets, partitions and runs live under data_root.
+    data_root: str = "${oc.env:GNNRUN_DATA_ROOT,data}"
+    # Raw source files (Planetoid, OGB, MUSAE, ...) are looked up under raw_root.
+    raw_root: str = "${oc.env:GNNRUN_RAW_ROOT,${paths.data_root}/raw}"
+
+
+# ----------------------------------------------------------------------- datasets
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING  # also the directory name of the prepared dataset
+    source: str = MISSING  # key in gnnrun.data.DATASET_SOURCES
+    seed: int = 0
+    prepared_dir: str = "${paths.data_root}/prepared/${dataset.name}"
+
+    def validate(self) -> None:
+        _check(bool(self.name) and "/" not in self.name, f"dataset.name {self.name!r} must be a plain name")
+
+
+@dataclass
+class SplitFractions:
+    train: float = 0.1
+    val: float = 0.1
+    test: float = 0.8
+
+    def validate(self, where: str) -> None:
+        parts = (self.train, self.val, self.test)
+        _check(all(0 <= p <= 1 for p in parts), f"{where} fractions must lie in [0, 1]")
+        _check(sum(parts) <= 1 + 1e-9, f"{where} fractions sum to {sum(parts):.3f} > 1")
+
+
+@dataclass
+class SyntheticDatasetConfig(DatasetConfig):
+    source: str = "synthetic"
+    num_nodes: int = 2000
+    avg_degree: float = 10.0  # directed edges per vertex after symmetrisation
+    num_classes: int = 8  # one community per class
+    feat_dim: int = 32
+    homophily: float = 0.8  # probability that an edge stays inside its community
+    power_law_exponent: float = 2.5  # of the expected-degree distribution
+    max_degree_fraction: float = 0.01  # caps expected degree at this share of the nodes
+    feature_noise: float = 1.0  # noise std relative to the class-centroid spread
+    split: SplitFractions = field(default_factory=SplitFractions)
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.num_nodes >= 2, "dataset.num_nodes must be at least 2")
+        _check(0 < self.avg_degree < self.num_nodes, "dataset.avg_degree must be in (0, num_nodes)")
+        _check(2 <= self.num_classes <= self.num_nodes, "dataset.num_classes must be in [2, num_nodes]")
+        _check(self.feat_dim >= 1, "dataset.feat_dim must be positive")
+        _check(0 <= self.homophily <= 1, "dataset.homophily must be in [0, 1]")
+        _check(self.power_law_exponent > 2, "dataset.power_law_exponent must exceed 2 (finite mean)")
+        _check(0 < self.max_degree_fraction <= 1, "dataset.max_degree_fraction must be in (0, 1]")
+        _check(self.feature_noise >= 0, "dataset.feature_noise must be >= 0")
+        self.split.validate("dataset.split")
+
+
+@dataclass
+class PlanetoidDatasetConfig(DatasetConfig):
+    source: str = "planetoid"
+    planetoid_name: str = MISSING  # cora | citeseer | pubmed: the ind.<name>.* file prefix
+    raw_dir: str = MISSING
+
+    def validate(self) -> None:
+        super().validate()
+        _check(
+            self.planetoid_name in ("cora", "citeseer", "pubmed"),
+            f"dataset.planetoid_name {self.planetoid_name!r} is not one of cora, citeseer, pubmed",
+        )
+
+
+@dataclass
+class OgbDatasetConfig(DatasetConfig):
+    source: str = "ogb"
+    ogb_name: str = MISSING  # e.g. ogbn-arxiv
+    root: str = "${paths.raw_root}/ogb"  # holds <ogb_name with _ for ->/raw, split/...
+    to_undirected: bool = True  # add reverse edges to directed graphs (arxiv, papers100M)
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.ogb_name.startswith("ogbn-"), f"dataset.ogb_name {self.ogb_name!r} is not an ogbn-* name")
+
+
+@dataclass
+class CustomDatasetConfig(DatasetConfig):
+    source: str = "custom"
+    path: str = MISSING  # a .npz file, layout in the README
+    to_undirected: bool = True
+    split: SplitFractions = field(default_factory=SplitFractions)  # used when the file has no split
+
+    def validate(self) -> None:
+        super().validate()
+        self.split.validate("dataset.split")
+
+
+@dataclass
+class MusaeDatasetConfig(DatasetConfig):
+    source: str = "musae"
+    raw_dir: str = MISSING
+    prefix: str = "facebook"  # <prefix>_edges.csv, <prefix>_features.json, <prefix>_target.csv
+    label_column: str = "page_type"
+    feature_dim: int = 128  # truncated SVD of the sparse bag of feature ids; 0 keeps them dense
+    split: SplitFractions = field(default_factory=lambda: SplitFractions(0.2, 0.2, 0.6))
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.feature_dim >= 0, "dataset.feature_dim must be >= 0")
+        self.split.validate("dataset.split")
+
+
+@dataclass
+class HeterophilousDatasetConfig(DatasetConfig):
+    """The npz layout of Platonov et al.'s heterophilous benchmarks (tolokers, ...)."""
+
+    source: str = "heterophilous"
+    file: str = MISSING
+    split: int = 0  # which of the file's fixed splits
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.split >= 0, "dataset.split must be >= 0")
+
+
+# -------------------------------------------------------------------- partitioners
+
+
+@dataclass
+class PartitionerConfig:
+    name: str = MISSING  # key in gnnrun.partition.PARTITIONERS
+    num_parts: int = 2
+    seed: int = 0
+    output_dir: str = "${paths.data_root}/partitions/${dataset.name}/${partitioner.name}-${partitioner.num_parts}"
+
+    def validate(self) -> None:
+        _check(self.num_parts >= 1, "partitioner.num_parts must be at least 1")
+        _check(self.num_parts <= 64 or self.name != "libra", "libra supports at most 64 parts")
+
+
+@dataclass
+class MetisPartitionerConfig(PartitionerConfig):
+    name: str = "metis"
+    # Balance train/val/test vertex counts and edges per part as extra METIS
+    # constraints, as DistDGL does; off: balance vertices only.
+    balance_splits: bool = True
+    balance_edges: bool = True
+
+
+@dataclass
+class TwoLevelPartitionerConfig(MetisPartitionerConfig):
+    name: str = "two_level"
+    num_machines: int = 1  # first level; num_parts / num_machines trainers per machine
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.num_machines >= 1, "partitioner.num_machines must be at least 1")
+        _check(
+            self.num_parts % self.num_machines == 0,
+            f"partitioner.num_parts ({self.num_parts}) must be a multiple of "
+            f"partitioner.num_machines ({self.num_machines})",
+        )
+
+
+# ------------------------------------------------- model, algorithm, cluster, train
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING  # sage | gcn | gat
+    hidden: int = 256
+    layers: int = 2
+    dropout: float = 0.5
+    activation: str = "relu"
+    aggregator: str = "mean"  # sage: mean | gcn
+    heads: int = 1  # gat
+    fanouts: list[int] = field(default_factory=lambda: [10, 25])  # seeds first (PyG order)
+    batch_size: int = 1000
+    lr: float = 0.003
+    weight_decay: float = 0.0
+
+    def validate(self) -> None:
+        _check(self.layers >= 1, "model.layers must be at least 1")
+        _check(self.hidden >= 1, "model.hidden must be positive")
+        _check(0 <= self.dropout < 1, "model.dropout must be in [0, 1)")
+        _check(len(self.fanouts) == self.layers, "model.fanouts needs one entry per layer")
+        _check(self.batch_size >= 1, "model.batch_size must be positive")
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = MISSING  # key in the algorithm registry
+    partitioner: str = "metis"  # the partition kind the algorithm runs on
+
+    def validate(self) -> None:
+        pass
+
+
+@dataclass
+class ClusterConfig:
+    name: str = MISSING  # local | slurm
+    nprocs: int = 2  # ranks on this node
+    backend: str = "auto"  # auto | gloo | nccl | ccl
+    threads_per_rank: int = 0  # 0: cores of one socket (or all cores / nprocs)
+    comm_cores: int = 0  # cores per rank left to communication
+    timeout_s: int = 300  # collective timeout
+
+    def validate(self) -> None:
+        _check(self.nprocs >= 1, "cluster.nprocs must be at least 1")
+        _check(self.backend in ("auto", "gloo", "nccl", "ccl", "mpi"), f"cluster.backend {self.backend!r} unknown")
+        _check(self.threads_per_rank >= 0 and self.comm_cores >= 0, "cluster thread counts must be >= 0")
+        _check(self.timeout_s > 0, "cluster.timeout_s must be positive")
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    seed: int = 0
+    eval_every: int = 1
+    resume: bool = False
+
+    def validate(self) -> None:
+        _check(self.epochs >= 1, "train.epochs must be at least 1")
+        _check(self.eval_every >= 1, "train.eval_every must be at least 1")
+
+
+@dataclass
+class GnnrunConfig:
+    dataset: Any = MISSING
+    partitioner: Any = MISSING
+    model: Any = MISSING
+    algorithm: Any = MISSING
+    cluster: Any = MISSING
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+SCHEMAS: dict[str, dict[str, type]] = {
+    "dataset": {
+        "synthetic": SyntheticDatasetConfig,
+        "planetoid": PlanetoidDatasetConfig,
+        "ogb": OgbDatasetConfig,
+        "custom": CustomDatasetConfig,
+        "musae": MusaeDatasetConfig,
+        "heterophilous": HeterophilousDatasetConfig,
+    },
+    "partitioner": {
+        "base": PartitionerConfig,
+        "metis": MetisPartitionerConfig,
+        "two_level": TwoLevelPartitionerConfig,
+    },
+    "model": {"base": ModelConfig},
+    "algorithm": {"base": AlgorithmConfig},
+    "cluster": {"base": ClusterConfig},
+}
+
+
+def register_schemas() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="gnnrun_schema", node=GnnrunConfig)
+    for group, kinds in SCHEMAS.items():
+        for kind, schema in kinds.items():
+            cs.store(group=f"schema/{group}", name=kind, node=schema)
+
+
+def to_objects(cfg: DictConfig) -> GnnrunConfig:
+    """Resolve interpolations, build the dataclasses and validate every section."""
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except Exception as exc:  # omegaconf raises a zoo of types; the message is what matters
+        raise GnnrunError(f"invalid config: {exc}") from None
+    for section in ("dataset", "partitioner", "model", "algorithm", "cluster", "train"):
+        value = getattr(obj, section, None)
+        if hasattr(value, "validate"):
+            value.validate()
+    return obj

@@ -1,0 +1,182 @@
+"""The prepared dataset: `meta.json` plus plain `.npy` arrays, memory-mapped on load.
+
+Graph convention, used everywhere in gnnrun: the CSR is over *in*-edges. Row `v`
+(`indices[indptr[v]:indptr[v+1]]`) lists the sources `u` of the edges `u -> v`,
+which is exactly what aggregation into `v` reads. Undirected graphs store both
+directions. Self-loops and duplicate edges are removed when a dataset is
+prepared; models that want self-loops (GCN) add them themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnrun.errors import GnnrunError
+from gnnrun.io import atomic_directory, combined_digest, read_json, save_array, sha256_file, write_json_atomic
+
+FORMAT_VERSION = 1
+ARRAY_NAMES = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
+TASKS = ("multiclass", "binary")
+
+
+@dataclass
+class GraphDataset:
+    """A node-classification graph: in-CSR, features, labels and the split.
+
+    `label` is int64 with -1 for unlabelled vertices. Split arrays hold sorted
+    global vertex ids. Arrays may be in memory or memory-mapped from disk.
+    """
+
+    name: str
+    indptr: np.ndarray
+    indices: np.ndarray
+    feat: np.ndarray
+    label: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    num_classes: int
+    directed: bool = False
+    task: str = "multiclass"
+    info: dict[str, Any] = field(default_factory=dict)  # source, generator settings, notes
+    checksum: str | None = None  # set once written or loaded
+    path: Path | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        """Directed edges stored (an undirected edge counts twice)."""
+        return int(self.indices.shape[0])
+
+    @property
+    def feat_dim(self) -> int:
+        return int(self.feat.shape[1])
+
+    def in_degrees(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in ARRAY_NAMES}
+
+    def validate(self) -> None:
+        """Check the structural invariants; raise GnnrunError naming the first broken one."""
+        n = self.num_nodes
+        problems = []
+        if self.indptr[0] != 0 or self.indptr[-1] != self.indices.shape[0]:
+            problems.append("indptr does not span indices")
+        if n and np.any(np.diff(self.indptr) < 0):
+            problems.append("indptr is not non-decreasing")
+        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= n):
+            problems.append("indices has ids outside [0, num_nodes)")
+        if self.feat.ndim != 2 or self.feat.shape[0] != n:
+            problems.append(f"feat has shape {self.feat.shape}, expected ({n}, dim)")
+        if self.label.shape != (n,):
+            problems.append(f"label has shape {self.label.shape}, expected ({n},)")
+        if self.label.size and self.label.max() >= self.num_classes:
+            problems.append("label has values >= num_classes")
+        for split in ("train_idx", "val_idx", "test_idx"):
+            idx = getattr(self, split)
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                problems.append(f"{split} has ids outside [0, num_nodes)")
+            elif idx.size and np.any(self.label[idx] < 0):
+                problems.append(f"{split} contains unlabelled vertices")
+        if self.task not in TASKS:
+            problems.append(f"task {self.task!r} is not one of {TASKS}")
+        if problems:
+            raise GnnrunError(f"dataset {self.name!r} is invalid: " + "; ".join(problems))
+
+    def statistics(self) -> dict[str, Any]:
+        deg = self.in_degrees()
+        return {
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "directed": self.directed,
+            "feat_dim": self.feat_dim,
+            "num_classes": self.num_classes,
+            "task": self.task,
+            "num_train": int(self.train_idx.size),
+            "num_val": int(self.val_idx.size),
+            "num_test": int(self.test_idx.size),
+            "avg_degree": float(deg.mean()) if deg.size else 0.0,
+            "max_degree": int(deg.max()) if deg.size else 0,
+            "isolated_nodes": int(np.count_nonzero(deg == 0)),
+        }
+
+    def save(self, path: Path) -> str:
+        """Write the prepared format atomically; return the dataset checksum."""
+        self.validate()
+        path = Path(path)
+        with atomic_directory(path) as tmp:
+            files = {name: save_array(tmp, name, array) for name, array in self.arrays().items()}
+            checksum = combined_digest(files)
+            write_json_atomic(tmp / "meta.json", self._meta(files, checksum))
+        self.checksum, self.path = checksum, path
+        return checksum
+
+    def _meta(self, files: dict[str, Any], checksum: str) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "feat_dim": self.feat_dim,
+            "num_classes": self.num_classes,
+            "directed": self.directed,
+            "task": self.task,
+            "info": self.info,
+            "files": files,
+            "checksum": checksum,
+        }
+
+    @classmethod
+    def load(cls, path: Path, mmap: bool = True, verify: bool = False) -> GraphDataset:
+        """Open a prepared dataset; `verify` re-hashes every file against meta.json."""
+        path = Path(path)
+        meta_path = path / "meta.json"
+        if not meta_path.is_file():
+            raise GnnrunError(
+                f"no prepared dataset at {path} (meta.json missing); "
+                "create it with `gnnrun data prepare dataset=NAME`"
+            )
+        meta = read_json(meta_path)
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise GnnrunError(
+                f"{path} has format version {meta.get('format_version')}, this gnnrun reads "
+                f"{FORMAT_VERSION}; prepare it again with `gnnrun data prepare`"
+            )
+        arrays = {}
+        for name in ARRAY_NAMES:
+            arrays[name] = _load_checked(path, name, meta["files"][name], mmap, verify)
+        return cls(
+            name=meta["name"],
+            num_classes=int(meta["num_classes"]),
+            directed=bool(meta["directed"]),
+            task=meta["task"],
+            info=meta.get("info", {}),
+            checksum=meta["checksum"],
+            path=path,
+            **arrays,
+        )
+
+
+def _load_checked(directory: Path, name: str, record: dict[str, Any], mmap: bool, verify: bool):
+    file = directory / f"{name}.npy"
+    fix = f"prepare it again with `gnnrun data prepare` (the directory is {directory})"
+    if not file.is_file():
+        raise GnnrunError(f"{file} is missing: the dataset is incomplete; {fix}")
+    if file.stat().st_size != record["bytes"]:
+        raise GnnrunError(f"{file} has {file.stat().st_size} bytes, expected {record['bytes']}; {fix}")
+    if verify and sha256_file(file) != record["sha256"]:
+        raise GnnrunError(f"{file} does not match its checksum in meta.json; {fix}")
+    array = np.load(file, mmap_mode="r" if mmap else None, allow_pickle=False)
+    if list(array.shape) != record["shape"] or str(array.dtype) != record["dtype"]:
+        raise GnnrunError(f"{file} has shape/dtype {array.shape}/{array.dtype}, expected {record}; {fix}")
+    return array

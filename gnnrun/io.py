@@ -1,0 +1,109 @@
+"""Atomic writes and checksums: an interrupted write never leaves something that loads."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_TMP_MARK = ".tmp-"
+
+
+@contextlib.contextmanager
+def atomic_directory(final: Path, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside `final`; rename it into place on success.
+
+    A rename within one file system is atomic, so readers see either the old
+    directory, the new one, or none: never a half-written one. On any error the
+    temporary directory is removed and an existing `final` is left untouched.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(final)
+    tmp = final.with_name(f"{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        if final.exists():
+            if not overwrite:
+                raise FileExistsError(final)
+            trash = final.with_name(f"{final.name}{_TMP_MARK}old-{uuid.uuid4().hex[:8]}")
+            os.rename(final, trash)
+            os.rename(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def remove_stale_temporaries(final: Path) -> None:
+    """Remove temporaries left beside `final` by writers that died (their pid is gone)."""
+    for leftover in final.parent.glob(f"{final.name}{_TMP_MARK}*"):
+        pid_part = leftover.name[len(final.name) + len(_TMP_MARK) :].split("-")[0]
+        if pid_part.isdigit() and _pid_alive(int(pid_part)):
+            continue
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}{_TMP_MARK}{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_array(directory: Path, name: str, array: np.ndarray) -> dict[str, Any]:
+    """Save `name.npy` and return its record (shape, dtype, bytes, sha256) for a manifest."""
+    path = Path(directory) / f"{name}.npy"
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    return {
+        "shape": list(array.shape),
+        "dtype": str(array.dtype),
+        "bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
+    }
+
+
+def combined_digest(records: dict[str, dict[str, Any]]) -> str:
+    """One checksum for a set of files: the sha256 of their names and sha256s in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(records):
+        digest.update(f"{name}:{records[name]['sha256']}\n".encode())
+    return digest.hexdigest()
