@@ -1,0 +1,241 @@
+"""`gnnrun COMMAND [hydra overrides]`: the entry point.
+
+Commands that take a config (data, partition, train) are Hydra apps: the
+overrides after the command compose `configs/`, and `-m` sweeps them. Before
+Hydra runs, the overrides are checked here, so that a misspelt key or a bad
+value fails at once with the key, the allowed choices and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from gnnrun.errors import GnnrunError
+from gnnrun.progress import console
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+GROUPS = ("dataset", "partitioner", "model", "algorithm", "cluster")
+EXAMPLES = """\
+  gnnrun env
+  gnnrun data info dataset=cora
+  gnnrun data prepare dataset=synthetic-medium
+  gnnrun partition dataset=cora partitioner=metis partitioner.num_parts=4
+  gnnrun partition dataset=synthetic-medium partitioner=libra partitioner.num_parts=8
+  gnnrun partition -m dataset=cora partitioner=metis,random,libra partitioner.num_parts=2,4"""
+
+
+# ------------------------------------------------------------------ commands
+
+
+def cmd_env(args: list[str]) -> int:
+    from gnnrun.launch.environment import print_environment
+
+    if args:
+        raise GnnrunError(f"`gnnrun env` takes no arguments (got {' '.join(args)})")
+    print_environment()
+    return 0
+
+
+def cmd_data(args: list[str]) -> int:
+    actions = {"info": _data_info, "prepare": _data_prepare}
+    if not args or args[0] not in actions:
+        raise GnnrunError("usage: gnnrun data {info,prepare} [--force] dataset=NAME [overrides]")
+    action, rest = args[0], args[1:]
+    force = "--force" in rest
+    rest = [a for a in rest if a != "--force"]
+    return run_hydra(lambda cfg: actions[action](cfg, force), f"data-{action}", rest)
+
+
+def _data_info(cfg: DictConfig, force: bool) -> None:
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+    from gnnrun.report.tables import dataset_table
+
+    dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
+    console.print(dataset_table(dataset))
+
+
+def _data_prepare(cfg: DictConfig, force: bool) -> None:
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+
+    dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
+    console.print(f"prepared [bold]{dataset.name}[/] at {dataset.path} (checksum {dataset.checksum[:12]})")
+
+
+def cmd_partition(args: list[str]) -> int:
+    return run_hydra(_partition, "partition", args)
+
+
+def _partition(cfg: DictConfig) -> None:
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+    from gnnrun.partition import partition_dataset
+    from gnnrun.report.tables import partition_table
+
+    config = to_objects(cfg)
+    dataset = prepare_dataset(config.dataset)
+    book = partition_dataset(dataset, config.partitioner)
+    console.print(partition_table(book))
+    console.print(f"written to {book.path}")
+
+
+def _not_yet(command: str, issue: str) -> Callable[[list[str]], int]:
+    def run(args: list[str]) -> int:
+        console.print(
+            f"`gnnrun {command}` is not yet available: it arrives with {issue}. "
+            "Today gnnrun prepares datasets (`gnnrun data`) and partitions them (`gnnrun partition`)."
+        )
+        return 2
+
+    return run
+
+
+COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "train": (_not_yet("train", "the training-engine work"), "train a model on P ranks (not yet available)"),
+    "partition": (cmd_partition, "partition a dataset and write the parts atomically"),
+    "data": (cmd_data, "`info`: a dataset's statistics; `prepare`: write its prepared format"),
+    "report": (_not_yet("report", "the report work"), "tables and plots of runs (not yet available)"),
+    "env": (cmd_env, "torch, threads, CPU topology, working backends, native kernels"),
+}
+
+
+# -------------------------------------------------------------- hydra glue
+
+
+def run_hydra(task: Callable[[DictConfig], None], job_name: str, overrides: list[str]) -> int:
+    """Run `task` as a Hydra app over configs/ with these command-line overrides."""
+    import hydra
+
+    from gnnrun.config import register_schemas
+
+    register_schemas()
+    check_overrides(overrides)
+
+    @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+    def entry(cfg: DictConfig) -> None:
+        try:
+            task(cfg)
+        except GnnrunError as exc:
+            console.print(f"[bold red]error:[/] {exc}")
+            raise SystemExit(1) from None
+
+    # Keep the working directory and send Hydra's own logging to the console only:
+    # these commands write their results under paths.data_root.
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none", "hydra.output_subdir=null"]
+    if not any(a in ("-m", "--multirun") for a in overrides):
+        quiet.append("hydra.run.dir=.")
+    saved = sys.argv
+    sys.argv = [f"gnnrun {job_name}", *overrides, f"hydra.job.name={job_name}", *quiet]
+    try:
+        entry()
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Fail early, with the allowed choices, on unknown groups/keys and invalid values."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from gnnrun.config import to_objects
+
+    flags = [a for a in overrides if a.startswith("-")]
+    settings = [a for a in overrides if not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(settings)
+    except HydraException as exc:
+        raise GnnrunError(f"cannot parse the overrides: {exc}") from None
+    choices = []
+    for o in parsed:
+        if o.key_or_group in GROUPS:
+            value = next(iter(o.sweep_string_iterator())) if o.is_sweep_override() else o.value()
+            choices.append(f"{o.key_or_group}={value}")
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            base = compose("config", overrides=choices)
+        except HydraException as exc:
+            raise GnnrunError(str(exc).split("\nConfig search path")[0]) from None
+        for o in parsed:
+            key = o.key_or_group
+            if key in GROUPS or key.startswith("hydra") or o.is_add() or o.is_delete():
+                continue
+            if OmegaConf.select(base, key, default=_ABSENT, throw_on_missing=False) is _ABSENT:
+                raise GnnrunError(_unknown_key_message(base, key))
+        if any(o.is_sweep_override() for o in parsed) or flags:
+            return  # each sweep point is validated when it starts
+        try:
+            full = compose("config", overrides=settings)
+        except HydraException as exc:
+            cause = f": {exc.__cause__}" if exc.__cause__ else ""
+            raise GnnrunError(f"{exc}{cause}".replace("\n", " ")) from None
+        to_objects(full)
+
+
+_ABSENT = object()
+
+
+def _unknown_key_message(cfg: DictConfig, key: str) -> str:
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if not isinstance(node, DictConfig):
+        return f"unknown config key '{key}': '{parent}' has no sub-keys"
+    keys = sorted(str(k) for k in node.keys())
+    near = difflib.get_close_matches(leaf, keys, n=1)
+    hint = f" Did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near else ""
+    where = f"'{parent}'" if parent else "the top level"
+    return f"unknown config key '{key}'.{hint} Keys of {where}: {', '.join(keys)}."
+
+
+# ------------------------------------------------------------------- help
+
+
+def print_help() -> None:
+    console.print("[bold]gnnrun[/]: distributed GNN training launcher\n")
+    console.print("usage: gnnrun COMMAND [key=value ...] [-m]   (Hydra overrides; -m sweeps)\n", markup=False)
+    console.print("[bold]commands[/]")
+    for name, (_, text) in COMMANDS.items():
+        console.print(f"  {name:<10} {text}")
+    console.print("\n[bold]config groups[/] (choose with GROUP=OPTION, set fields with GROUP.KEY=VALUE)")
+    for group in GROUPS:
+        options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+        console.print(f"  {group:<12} {', '.join(options)}")
+    console.print("\n[bold]examples[/]")
+    console.print(EXAMPLES, highlight=False)
+    console.print(
+        "\n[bold]environment[/]\n  GNNRUN_DATA_ROOT  prepared datasets and partitions (default ./data)\n"
+        "  GNNRUN_RAW_ROOT   raw dataset files (default $GNNRUN_DATA_ROOT/raw)\n"
+        "\n`gnnrun COMMAND --help` shows the composed config; `--cfg job` prints it."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print_help()
+        return 0
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        near = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f" Did you mean `gnnrun {near[0]}`?" if near else ""
+        console.print(f"[bold red]error:[/] unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}")
+        return 2
+    try:
+        return COMMANDS[command][0](rest)
+    except GnnrunError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

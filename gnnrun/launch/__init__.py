@@ -1,0 +1,1 @@
+"""Launching ranks: CPU topology, communication backends, rendezvous."""

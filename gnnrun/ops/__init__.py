@@ -1,0 +1,1 @@
+"""Graph operations with native kernels and pure-PyTorch/numpy references."""

@@ -1,0 +1,111 @@
+"""Partitioning: one registry of partitioners, one writer, one checked loader.
+
+A partitioner maps (dataset, config) to an Assignment: a part per vertex (edge
+cut) or a part per CSR edge (vertex cut). `partition_dataset` turns that into
+the on-disk format of `gnnrun.partition.book`, written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnrun.config import PartitionerConfig
+from gnnrun.data.dataset import GraphDataset
+from gnnrun.errors import GnnrunError
+from gnnrun.io import atomic_directory, save_array, write_json_atomic
+from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
+from gnnrun.partition.edge_cut import EdgeCutBuilder
+from gnnrun.partition.vertex_cut import VertexCutBuilder
+from gnnrun.registry import Registry
+
+
+@dataclass
+class Assignment:
+    kind: str  # "edge_cut": `parts` has one entry per vertex; "vertex_cut": one per CSR edge
+    parts: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)  # partitioner-specific figures for the manifest
+
+
+PARTITIONERS: Registry[Callable[[GraphDataset, Any], Assignment]] = Registry("partitioner")
+BUILDERS = {"edge_cut": EdgeCutBuilder, "vertex_cut": VertexCutBuilder}
+
+
+def partitioner_identity(cfg: PartitionerConfig) -> dict[str, Any]:
+    """The config fields that determine a partition's content (not where it is written)."""
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k != "output_dir"}
+
+
+def partition_dataset(dataset: GraphDataset, cfg: PartitionerConfig, path: Path | None = None) -> PartitionBook:
+    """Partition `dataset` as `cfg` says and write it atomically to `path` (default cfg.output_dir)."""
+    from gnnrun.progress import stage, track
+
+    path = Path(path or cfg.output_dir)
+    if cfg.num_parts > dataset.num_nodes:
+        raise GnnrunError(
+            f"partitioner.num_parts={cfg.num_parts} exceeds the {dataset.num_nodes} vertices of "
+            f"{dataset.name}: choose at most {dataset.num_nodes} parts"
+        )
+    partitioner = PARTITIONERS.get(cfg.name)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    with stage(f"{cfg.name}: assigning {dataset.num_nodes:,} vertices / {dataset.num_edges:,} edges to {cfg.num_parts} parts"):
+        assignment = partitioner(dataset, cfg)
+    timings["assign_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    builder = BUILDERS[assignment.kind](dataset, assignment.parts, cfg.num_parts)
+    files: dict[str, Any] = {}
+    figures: list[dict[str, Any]] = []
+    with atomic_directory(path) as tmp:
+        files["node_owner.npy"] = save_array(tmp, "node_owner", builder.node_owner)
+        files["node_local.npy"] = save_array(tmp, "node_local", builder.node_local)
+        for part, arrays, part_figures in track(builder.parts(), "writing parts", total=cfg.num_parts):
+            folder = tmp / part_dir_name(part)
+            folder.mkdir()
+            for name, array in arrays.items():
+                files[f"{part_dir_name(part)}/{name}.npy"] = save_array(folder, name, array)
+            figures.append(part_figures)
+        timings["build_write_s"] = time.perf_counter() - start
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "kind": assignment.kind,
+            "method": cfg.name,
+            "num_parts": cfg.num_parts,
+            "config": partitioner_identity(cfg),
+            "dataset": {
+                "name": dataset.name,
+                "checksum": dataset.checksum,
+                "num_nodes": dataset.num_nodes,
+                "num_edges": dataset.num_edges,
+            },
+            "parts": figures,
+            "summary": builder.summary(figures) | assignment.info,
+            "timings": timings,
+            "files": files,
+        }
+        write_json_atomic(tmp / "manifest.json", manifest)
+    return open_partition(path)
+
+
+def find_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> PartitionBook | None:
+    """The partition at cfg.output_dir if it was made from this dataset with this config."""
+    try:
+        book = open_partition(Path(cfg.output_dir), dataset_checksum=dataset.checksum)
+    except GnnrunError:
+        return None
+    return book if book.manifest["config"] == partitioner_identity(cfg) else None
+
+
+def _register_partitioners() -> None:
+    # Importing a partitioner module registers it.
+    from gnnrun.partition import libra, metis, random  # noqa: F401
+
+
+_register_partitioners()

@@ -1,0 +1,190 @@
+"""The partition directory: its manifest, its per-part folders, and the checked loader.
+
+Layout (all arrays are plain .npy, memory-mappable):
+
+    manifest.json            method, kind, parts, dataset checksum, per-part figures,
+                             every file's shape/dtype/bytes/sha256, format version
+    node_owner.npy           [N] part that owns each original vertex (edge cut) or
+                             holds its root clone (vertex cut)
+    node_local.npy           [N] the vertex's partition-local id (VID_p) in that part
+    part-000/ ...            one folder per part
+
+Edge-cut part (`kind = "edge_cut"`): local ids 0..num_solid-1 are the part's own
+(solid) vertices in increasing original id, then the halo vertices (in-neighbours
+owned elsewhere), also in increasing original id.
+
+    nodes.npy       [num_solid + num_halo] original id (VID_o) of every local vertex
+    indptr.npy      [num_solid + 1] in-CSR over the solid vertices
+    indices.npy     local ids of the in-neighbours (solid or halo)
+    halo_owner.npy  [num_halo] owning part of each halo vertex
+    feat.npy, label.npy              rows of the solid vertices
+    train_idx/val_idx/test_idx.npy   local ids of the part's solid split vertices
+
+Vertex-cut part (`kind = "vertex_cut"`): every edge lives in exactly one part;
+a vertex has a clone in every part holding one of its edges (or, if it has no
+edges, in one part). One clone of each vertex is its root.
+
+    nodes.npy        [num_local] original id of every local clone, increasing
+    indptr.npy       [num_local + 1] in-CSR of the part's own edges
+    indices.npy      local ids of the sources
+    root_part.npy    [num_local] part holding the root clone of each local vertex
+    clone_links.npy  [K, 3] (my local id, other part, other local id): a root has one
+                     row per leaf, a leaf one row for its root; rows sorted by
+                     (other part, original id), so both sides list a pair in the
+                     same order and can exchange without sending ids
+    feat.npy, label.npy              rows of every local clone (split vertices carry
+                                     the original features)
+    train_idx/val_idx/test_idx.npy   local ids of split vertices whose root is here
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnrun.errors import GnnrunError
+from gnnrun.io import read_json, sha256_file
+
+FORMAT_VERSION = 1
+KINDS = ("edge_cut", "vertex_cut")
+COMMON_ARRAYS = ("nodes", "indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
+KIND_ARRAYS = {
+    "edge_cut": COMMON_ARRAYS + ("halo_owner",),
+    "vertex_cut": COMMON_ARRAYS + ("root_part", "clone_links"),
+}
+
+
+def part_dir_name(part: int) -> str:
+    return f"part-{part:03d}"
+
+
+@dataclass
+class Part:
+    """One rank's share of a partition, memory-mapped."""
+
+    part_id: int
+    num_parts: int
+    kind: str
+    arrays: dict[str, np.ndarray]
+    manifest: dict[str, Any]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    @property
+    def num_local(self) -> int:
+        return int(self.arrays["nodes"].shape[0])
+
+    @property
+    def num_solid(self) -> int:
+        """Edge cut: the owned vertices (the CSR's rows). Vertex cut: every local clone."""
+        return int(self.arrays["indptr"].shape[0] - 1)
+
+
+@dataclass
+class PartitionBook:
+    """The manifest and the global maps of a written partition."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def num_parts(self) -> int:
+        return int(self.manifest["num_parts"])
+
+    @property
+    def kind(self) -> str:
+        return self.manifest["kind"]
+
+    @property
+    def dataset_checksum(self) -> str:
+        return self.manifest["dataset"]["checksum"]
+
+    def node_owner(self) -> np.ndarray:
+        return _load_record(self.path, "node_owner.npy", self.manifest["files"]["node_owner.npy"])
+
+    def node_local(self) -> np.ndarray:
+        return _load_record(self.path, "node_local.npy", self.manifest["files"]["node_local.npy"])
+
+    def load_part(self, part: int) -> Part:
+        if not 0 <= part < self.num_parts:
+            raise GnnrunError(f"part {part} does not exist: {self.path} has {self.num_parts} parts")
+        folder = part_dir_name(part)
+        arrays = {
+            name: _load_record(self.path, f"{folder}/{name}.npy", self.manifest["files"][f"{folder}/{name}.npy"])
+            for name in KIND_ARRAYS[self.kind]
+        }
+        return Part(part, self.num_parts, self.kind, arrays, self.manifest)
+
+    def verify(self) -> None:
+        """Re-hash every file against the manifest (slow on big partitions; sizes are always checked)."""
+        for rel, record in self.manifest["files"].items():
+            if sha256_file(self.path / rel) != record["sha256"]:
+                raise GnnrunError(f"{self.path / rel} does not match its checksum: {_REDO.format(path=self.path)}")
+
+
+_REDO = "the partition at {path} is corrupt; run `gnnrun partition` again to rewrite it"
+
+
+def open_partition(
+    path: Path,
+    *,
+    dataset_checksum: str | None = None,
+    world_size: int | None = None,
+    kind: str | None = None,
+) -> PartitionBook:
+    """Open a partition directory, refusing one that does not fit the run.
+
+    Checks, each with a message that says how to fix it: the directory and its
+    manifest exist (an interrupted write leaves neither), the format version,
+    every listed file is present with the recorded size, the partition was made
+    from this dataset, it has one part per rank, and it is of the kind the
+    algorithm needs.
+    """
+    path = Path(path)
+    manifest_path = path / "manifest.json"
+    if not manifest_path.is_file():
+        raise GnnrunError(
+            f"no partition at {path} (manifest.json missing; an interrupted write leaves none); "
+            "create it with `gnnrun partition dataset=... partitioner=... partitioner.num_parts=...`"
+        )
+    manifest = read_json(manifest_path)
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise GnnrunError(
+            f"{path} has partition format {manifest.get('format_version')}, this gnnrun reads "
+            f"{FORMAT_VERSION}; run `gnnrun partition` again"
+        )
+    for rel, record in manifest["files"].items():
+        file = path / rel
+        if not file.is_file():
+            raise GnnrunError(f"{file} is missing: {_REDO.format(path=path)}")
+        if file.stat().st_size != record["bytes"]:
+            raise GnnrunError(f"{file} has {file.stat().st_size} bytes, expected {record['bytes']}: {_REDO.format(path=path)}")
+    book = PartitionBook(path, manifest)
+    if dataset_checksum is not None and book.dataset_checksum != dataset_checksum:
+        raise GnnrunError(
+            f"{path} was made from dataset {manifest['dataset']['name']!r} with checksum "
+            f"{book.dataset_checksum[:12]}, but the dataset now has checksum {dataset_checksum[:12]}: "
+            "partition this dataset again with `gnnrun partition dataset=...`"
+        )
+    if world_size is not None and book.num_parts != world_size:
+        raise GnnrunError(
+            f"{path} has {book.num_parts} parts but the run has {world_size} ranks: use "
+            f"cluster.nprocs={book.num_parts}, or partition again with partitioner.num_parts={world_size}"
+        )
+    if kind is not None and book.kind != kind:
+        raise GnnrunError(
+            f"{path} is a {book.kind} partition ({manifest['method']}) but this algorithm needs a "
+            f"{kind} one: choose partitioner={'libra' if kind == 'vertex_cut' else 'metis'}"
+        )
+    return book
+
+
+def _load_record(root: Path, rel: str, record: dict[str, Any]) -> np.ndarray:
+    array = np.load(root / rel, mmap_mode="r", allow_pickle=False)
+    if list(array.shape) != record["shape"] or str(array.dtype) != record["dtype"]:
+        raise GnnrunError(f"{root / rel} has shape/dtype {array.shape}/{array.dtype}, expected {record}: {_REDO.format(path=root)}")
+    return array

@@ -1,0 +1,1 @@
+"""Tables (and, with the training work, plots) of datasets, partitions and runs."""
