@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = Path(os.environ.get("GNNRUN_TEST_DATASETS", REPO.parent / "shared" / "datasets"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_datasets() -> Path:
     """The folder of real small datasets; tests that need it skip when it is absent."""
     if not SHARED_DATASETS.is_dir():

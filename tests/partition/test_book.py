@@ -1,0 +1,112 @@
+"""The partition loader refuses what does not fit, and an interrupted write leaves nothing that loads."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import gnnrun.partition as partition_module
+from gnnrun.config import MetisPartitionerConfig, PartitionerConfig
+from gnnrun.errors import GnnrunError
+from gnnrun.partition import find_partition, partition_dataset
+from gnnrun.partition.book import open_partition
+
+
+@pytest.fixture
+def written(tiny, tmp_path):
+    return partition_dataset(tiny, MetisPartitionerConfig(num_parts=2), tmp_path / "part")
+
+
+def test_open_checks_dataset_world_size_and_kind(tiny, written):
+    book = open_partition(written.path, dataset_checksum=tiny.checksum, world_size=2, kind="edge_cut")
+    assert book.num_parts == 2
+    with pytest.raises(GnnrunError, match="2 parts but the run has 4 ranks.*cluster.nprocs=2"):
+        open_partition(written.path, world_size=4)
+    with pytest.raises(GnnrunError, match="made from dataset 'synthetic-tiny'.*partition this dataset again"):
+        open_partition(written.path, dataset_checksum="0" * 64)
+    with pytest.raises(GnnrunError, match="needs a vertex_cut one: choose partitioner=libra"):
+        open_partition(written.path, kind="vertex_cut")
+
+
+def test_missing_directory_says_how_to_create_it(tmp_path):
+    with pytest.raises(GnnrunError, match="no partition at .*gnnrun partition"):
+        open_partition(tmp_path / "nothing")
+
+
+def test_missing_or_truncated_file_is_refused(written):
+    victim = written.path / "part-001" / "indices.npy"
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    with pytest.raises(GnnrunError, match="part-001/indices.npy has .* bytes, expected"):
+        open_partition(written.path)
+    victim.unlink()
+    with pytest.raises(GnnrunError, match="part-001/indices.npy is missing"):
+        open_partition(written.path)
+
+
+def test_flipped_byte_is_found_by_verify(written):
+    victim = written.path / "part-000" / "feat.npy"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    book = open_partition(written.path)  # sizes still match
+    with pytest.raises(GnnrunError, match="does not match its checksum"):
+        book.verify()
+
+
+def test_interrupted_write_leaves_old_partition_and_no_debris(tiny, written, monkeypatch):
+    before = {p.name for p in written.path.parent.iterdir()}
+    manifest_before = (written.path / "manifest.json").read_text()
+    calls = {"n": 0}
+    real_save = partition_module.save_array
+
+    def dying_save(directory, name, array):
+        calls["n"] += 1
+        if calls["n"] == 6:  # somewhere in the middle of part 0
+            raise KeyboardInterrupt("simulated Ctrl-C mid-write")
+        return real_save(directory, name, array)
+
+    monkeypatch.setattr(partition_module, "save_array", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        partition_dataset(tiny, PartitionerConfig(name="random", num_parts=2), written.path)
+    assert {p.name for p in written.path.parent.iterdir()} == before, "no temporary directory left"
+    assert (written.path / "manifest.json").read_text() == manifest_before, "old partition untouched"
+    assert open_partition(written.path).manifest["method"] == "metis"
+
+
+def test_interrupted_first_write_leaves_nothing_that_loads(tiny, tmp_path, monkeypatch):
+    target = tmp_path / "fresh"
+    monkeypatch.setattr(partition_module, "save_array", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        partition_dataset(tiny, PartitionerConfig(name="random", num_parts=2), target)
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    with pytest.raises(GnnrunError, match="no partition at"):
+        open_partition(target)
+
+
+def test_stale_temporaries_of_dead_writers_are_removed(tiny, written):
+    debris = written.path.with_name(f"{written.path.name}.tmp-999999999-deadbeef")
+    debris.mkdir()
+    (debris / "junk.npy").write_bytes(b"x")
+    partition_dataset(tiny, MetisPartitionerConfig(num_parts=2), written.path)
+    assert not debris.exists()
+
+
+def test_more_parts_than_vertices_is_refused(tiny, tmp_path):
+    with pytest.raises(GnnrunError, match="num_parts=5000 exceeds the 2000 vertices"):
+        partition_dataset(tiny, PartitionerConfig(name="random", num_parts=5000), tmp_path / "p")
+
+
+def test_find_partition_reuses_only_a_matching_one(tiny, written):
+    cfg = MetisPartitionerConfig(num_parts=2, output_dir=str(written.path))
+    assert find_partition(tiny, cfg) is not None
+    assert find_partition(tiny, MetisPartitionerConfig(num_parts=2, seed=1, output_dir=str(written.path))) is None
+    assert os.path.isdir(written.path)
+
+
+def test_part_ids_out_of_range(written):
+    with pytest.raises(GnnrunError, match="part 2 does not exist"):
+        written.load_part(2)
+    assert np.asarray(written.load_part(1)["nodes"]).size > 0
