@@ -65,7 +65,9 @@ def _data_prepare(cfg: DictConfig, force: bool) -> None:
     from gnnrun.data import prepare_dataset
 
     dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
-    console.print(f"prepared [bold]{dataset.name}[/] at {dataset.path} (checksum {dataset.checksum[:12]})")
+    console.print(
+        f"prepared [bold]{dataset.name}[/] at {dataset.path} (checksum {dataset.checksum[:12]})"
+    )
 
 
 def cmd_partition(args: list[str]) -> int:
@@ -97,10 +99,16 @@ def _not_yet(command: str, issue: str) -> Callable[[list[str]], int]:
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
-    "train": (_not_yet("train", "the training-engine work"), "train a model on P ranks (not yet available)"),
+    "train": (
+        _not_yet("train", "the training-engine work"),
+        "train a model on P ranks (not yet available)",
+    ),
     "partition": (cmd_partition, "partition a dataset and write the parts atomically"),
     "data": (cmd_data, "`info`: a dataset's statistics; `prepare`: write its prepared format"),
-    "report": (_not_yet("report", "the report work"), "tables and plots of runs (not yet available)"),
+    "report": (
+        _not_yet("report", "the report work"),
+        "tables and plots of runs (not yet available)",
+    ),
     "env": (cmd_env, "torch, threads, CPU topology, working backends, native kernels"),
 }
 
@@ -187,7 +195,7 @@ def _unknown_key_message(cfg: DictConfig, key: str) -> str:
     node = OmegaConf.select(cfg, parent) if parent else cfg
     if not isinstance(node, DictConfig):
         return f"unknown config key '{key}': '{parent}' has no sub-keys"
-    keys = sorted(str(k) for k in node.keys())
+    keys = sorted(str(k) for k in node)
     near = difflib.get_close_matches(leaf, keys, n=1)
     hint = f" Did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near else ""
     where = f"'{parent}'" if parent else "the top level"
@@ -199,11 +207,15 @@ def _unknown_key_message(cfg: DictConfig, key: str) -> str:
 
 def print_help() -> None:
     console.print("[bold]gnnrun[/]: distributed GNN training launcher\n")
-    console.print("usage: gnnrun COMMAND [key=value ...] [-m]   (Hydra overrides; -m sweeps)\n", markup=False)
+    console.print(
+        "usage: gnnrun COMMAND [key=value ...] [-m]   (Hydra overrides; -m sweeps)\n", markup=False
+    )
     console.print("[bold]commands[/]")
     for name, (_, text) in COMMANDS.items():
         console.print(f"  {name:<10} {text}")
-    console.print("\n[bold]config groups[/] (choose with GROUP=OPTION, set fields with GROUP.KEY=VALUE)")
+    console.print(
+        "\n[bold]config groups[/] (choose with GROUP=OPTION, set fields with GROUP.KEY=VALUE)"
+    )
     for group in GROUPS:
         options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
         console.print(f"  {group:<12} {', '.join(options)}")
@@ -225,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         near = difflib.get_close_matches(command, COMMANDS, n=1)
         hint = f" Did you mean `gnnrun {near[0]}`?" if near else ""
-        console.print(f"[bold red]error:[/] unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}")
+        console.print(
+            f"[bold red]error:[/] unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}"
+        )
         return 2
     try:
         return COMMANDS[command][0](rest)

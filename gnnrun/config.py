@@ -41,7 +41,10 @@ class DatasetConfig:
     prepared_dir: str = "${paths.data_root}/prepared/${dataset.name}"
 
     def validate(self) -> None:
-        _check(bool(self.name) and "/" not in self.name, f"dataset.name {self.name!r} must be a plain name")
+        _check(
+            bool(self.name) and "/" not in self.name,
+            f"dataset.name {self.name!r} must be a plain name",
+        )
 
 
 @dataclass
@@ -73,10 +76,14 @@ class SyntheticDatasetConfig(DatasetConfig):
         super().validate()
         _check(self.num_nodes >= 2, "dataset.num_nodes must be at least 2")
         _check(0 < self.avg_degree < self.num_nodes, "dataset.avg_degree must be in (0, num_nodes)")
-        _check(2 <= self.num_classes <= self.num_nodes, "dataset.num_classes must be in [2, num_nodes]")
+        _check(
+            2 <= self.num_classes <= self.num_nodes, "dataset.num_classes must be in [2, num_nodes]"
+        )
         _check(self.feat_dim >= 1, "dataset.feat_dim must be positive")
         _check(0 <= self.homophily <= 1, "dataset.homophily must be in [0, 1]")
-        _check(self.power_law_exponent > 2, "dataset.power_law_exponent must exceed 2 (finite mean)")
+        _check(
+            self.power_law_exponent > 2, "dataset.power_law_exponent must exceed 2 (finite mean)"
+        )
         _check(0 < self.max_degree_fraction <= 1, "dataset.max_degree_fraction must be in (0, 1]")
         _check(self.feature_noise >= 0, "dataset.feature_noise must be >= 0")
         self.split.validate("dataset.split")
@@ -105,7 +112,10 @@ class OgbDatasetConfig(DatasetConfig):
 
     def validate(self) -> None:
         super().validate()
-        _check(self.ogb_name.startswith("ogbn-"), f"dataset.ogb_name {self.ogb_name!r} is not an ogbn-* name")
+        _check(
+            self.ogb_name.startswith("ogbn-"),
+            f"dataset.ogb_name {self.ogb_name!r} is not an ogbn-* name",
+        )
 
 
 @dataclass
@@ -156,7 +166,9 @@ class PartitionerConfig:
     name: str = MISSING  # key in gnnrun.partition.PARTITIONERS
     num_parts: int = 2
     seed: int = 0
-    output_dir: str = "${paths.data_root}/partitions/${dataset.name}/${partitioner.name}-${partitioner.num_parts}"
+    output_dir: str = (
+        "${paths.data_root}/partitions/${dataset.name}/${partitioner.name}-${partitioner.num_parts}"
+    )
 
     def validate(self) -> None:
         _check(self.num_parts >= 1, "partitioner.num_parts must be at least 1")
@@ -232,8 +244,14 @@ class ClusterConfig:
 
     def validate(self) -> None:
         _check(self.nprocs >= 1, "cluster.nprocs must be at least 1")
-        _check(self.backend in ("auto", "gloo", "nccl", "ccl", "mpi"), f"cluster.backend {self.backend!r} unknown")
-        _check(self.threads_per_rank >= 0 and self.comm_cores >= 0, "cluster thread counts must be >= 0")
+        _check(
+            self.backend in ("auto", "gloo", "nccl", "ccl", "mpi"),
+            f"cluster.backend {self.backend!r} unknown",
+        )
+        _check(
+            self.threads_per_rank >= 0 and self.comm_cores >= 0,
+            "cluster thread counts must be >= 0",
+        )
         _check(self.timeout_s > 0, "cluster.timeout_s must be positive")
 
 

@@ -60,3 +60,26 @@ torch::Tensor libra_assign(torch::Tensor src, torch::Tensor dst, int64_t num_nod
   }
   return out;
 }
+
+// For a symmetric in-CSR (rows sorted by source), the position of every edge's
+// reverse: the edges leaving u, met in CSR order, are u's row in increasing
+// source order, so a running cursor per source is a counting sort in one pass.
+torch::Tensor csr_reverse_edges(torch::Tensor indptr, torch::Tensor indices) {
+  TORCH_CHECK(indptr.dtype() == torch::kInt64 && indptr.is_contiguous(), "indptr: int64");
+  TORCH_CHECK(indices.is_contiguous(), "indices: contiguous");
+  const int64_t n = indptr.numel() - 1;
+  const int64_t m = indices.numel();
+  const int64_t* ptr = indptr.data_ptr<int64_t>();
+  std::vector<int64_t> cursor(ptr, ptr + n);
+  auto out = torch::empty({m}, torch::dtype(torch::kInt64));
+  int64_t* reverse = out.data_ptr<int64_t>();
+  AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "csr_reverse_edges", [&] {
+    const index_t* src = indices.data_ptr<index_t>();
+    for (int64_t e = 0; e < m; ++e) {
+      const int64_t u = src[e];
+      TORCH_CHECK(u >= 0 && u < n && cursor[u] < ptr[u + 1], "csr_reverse_edges: graph is not symmetric");
+      reverse[e] = cursor[u]++;
+    }
+  });
+  return out;
+}

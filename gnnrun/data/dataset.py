@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_directory, combined_digest, read_json, save_array, sha256_file, write_json_atomic
+from gnnrun.io import (
+    atomic_directory,
+    combined_digest,
+    read_json,
+    save_array,
+    sha256_file,
+    write_json_atomic,
+)
 
 FORMAT_VERSION = 1
 ARRAY_NAMES = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
@@ -173,10 +180,14 @@ def _load_checked(directory: Path, name: str, record: dict[str, Any], mmap: bool
     if not file.is_file():
         raise GnnrunError(f"{file} is missing: the dataset is incomplete; {fix}")
     if file.stat().st_size != record["bytes"]:
-        raise GnnrunError(f"{file} has {file.stat().st_size} bytes, expected {record['bytes']}; {fix}")
+        raise GnnrunError(
+            f"{file} has {file.stat().st_size} bytes, expected {record['bytes']}; {fix}"
+        )
     if verify and sha256_file(file) != record["sha256"]:
         raise GnnrunError(f"{file} does not match its checksum in meta.json; {fix}")
     array = np.load(file, mmap_mode="r" if mmap else None, allow_pickle=False)
     if list(array.shape) != record["shape"] or str(array.dtype) != record["dtype"]:
-        raise GnnrunError(f"{file} has shape/dtype {array.shape}/{array.dtype}, expected {record}; {fix}")
+        raise GnnrunError(
+            f"{file} has shape/dtype {array.shape}/{array.dtype}, expected {record}; {fix}"
+        )
     return array

@@ -50,6 +50,13 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     return values[keep]
 
 
+def unique_ids(ids: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Sorted distinct vertex ids by marking a bitmap: O(len + n), no sort."""
+    seen = np.zeros(num_nodes, dtype=bool)
+    seen[ids] = True
+    return np.flatnonzero(seen)
+
+
 def edges_from_csr(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(src, dst) of every stored in-edge, in CSR order."""
     dst = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
@@ -76,4 +83,6 @@ def stratified_split(
         parts[0].append(members[:n_train])
         parts[1].append(members[n_train : n_train + n_val])
         parts[2].append(members[n_train + n_val : n_train + n_val + n_test])
-    return tuple(np.sort(np.concatenate(p)).astype(np.int64) if p else np.zeros(0, np.int64) for p in parts)
+    return tuple(
+        np.sort(np.concatenate(p)).astype(np.int64) if p else np.zeros(0, np.int64) for p in parts
+    )

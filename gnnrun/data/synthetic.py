@@ -37,11 +37,19 @@ def generate(cfg: SyntheticDatasetConfig) -> GraphDataset:
 
     community = rng.integers(0, c, size=n)
     weight = _expected_degree_weights(rng, cfg)
-    src, dst = _draw_edges(rng, community, weight, num_edges=int(round(n * cfg.avg_degree / 2)), homophily=cfg.homophily)
+    src, dst = _draw_edges(
+        rng,
+        community,
+        weight,
+        num_edges=int(round(n * cfg.avg_degree / 2)),
+        homophily=cfg.homophily,
+    )
     indptr, indices = csr_from_edges(src, dst, n, symmetrize=True)
 
     feat = _noisy_centroid_features(rng, community, c, cfg.feat_dim, cfg.feature_noise)
-    train_idx, val_idx, test_idx = _random_split(rng, n, cfg.split.train, cfg.split.val, cfg.split.test)
+    train_idx, val_idx, test_idx = _random_split(
+        rng, n, cfg.split.train, cfg.split.val, cfg.split.test
+    )
     return GraphDataset(
         name=cfg.name,
         indptr=indptr,
@@ -68,7 +76,11 @@ def _expected_degree_weights(rng: np.random.Generator, cfg: SyntheticDatasetConf
 
 
 def _draw_edges(
-    rng: np.random.Generator, community: np.ndarray, weight: np.ndarray, num_edges: int, homophily: float
+    rng: np.random.Generator,
+    community: np.ndarray,
+    weight: np.ndarray,
+    num_edges: int,
+    homophily: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     # Lay the vertices out community by community: then "a vertex of community k
     # with probability proportional to weight" is a search in one cumulative sum,

@@ -33,14 +33,18 @@ def probe_backend(name: str) -> BackendStatus:
         try:
             importlib.import_module("oneccl_bindings_for_pytorch")
         except ImportError:
-            return BackendStatus(name, False, "oneccl_bindings_for_pytorch not installed: " + CCL_INSTALL_HINT)
+            return BackendStatus(
+                name, False, "oneccl_bindings_for_pytorch not installed: " + CCL_INSTALL_HINT
+            )
     if dist.is_initialized():
         return BackendStatus(name, False, "a process group is already running here")
     device = "cuda" if name == "nccl" else "cpu"
     try:
         with tempfile.NamedTemporaryFile() as store_file:
             store = dist.FileStore(store_file.name, 1)
-            dist.init_process_group(name, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
+            dist.init_process_group(
+                name, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=20)
+            )
             try:
                 value = torch.ones(1, device=device)
                 dist.all_reduce(value)
@@ -48,7 +52,9 @@ def probe_backend(name: str) -> BackendStatus:
                 dist.destroy_process_group()
         return BackendStatus(name, True, "1-rank all-reduce ok")
     except Exception as exc:  # each backend fails in its own way; report, don't crash
-        return BackendStatus(name, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return BackendStatus(
+            name, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        )
 
 
 def probe_all() -> list[BackendStatus]:

@@ -21,15 +21,28 @@ def environment_rows() -> list[tuple[str, str]]:
         ("gnnrun", __version__),
         ("python", platform.python_version()),
         ("torch", torch.__version__),
-        ("torch threads", f"{torch.get_num_threads()} (intra-op), {torch.get_num_interop_threads()} (inter-op)"),
+        (
+            "torch threads",
+            f"{torch.get_num_threads()} (intra-op), {torch.get_num_interop_threads()} (inter-op)",
+        ),
         ("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "unset")),
         ("CPUs usable", f"{topo.logical_cpus} logical, {topo.physical_cores} physical cores"),
         ("sockets", ", ".join(f"{s}: {len(c)} CPUs" for s, c in topo.sockets.items())),
         ("NUMA nodes", str(topo.numa_nodes)),
-        ("CUDA", f"{torch.cuda.device_count()} device(s)" if torch.cuda.is_available() else "not available"),
+        (
+            "CUDA",
+            f"{torch.cuda.device_count()} device(s)"
+            if torch.cuda.is_available()
+            else "not available",
+        ),
     ]
     for status in probe_all():
-        rows.append((f"backend {status.name}", ("[green]works[/] " if status.works else "[red]no[/] ") + status.detail))
+        rows.append(
+            (
+                f"backend {status.name}",
+                ("[green]works[/] " if status.works else "[red]no[/] ") + status.detail,
+            )
+        )
     rows.append(("native kernels", native_status()))
     return rows
 

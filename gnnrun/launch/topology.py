@@ -23,7 +23,11 @@ class Topology:
 
 
 def read_topology(cpu_root: Path = _CPU_ROOT) -> Topology:
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    allowed = (
+        sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else list(range(os.cpu_count() or 1))
+    )
     sockets: dict[int, list[int]] = defaultdict(list)
     cores: set[tuple[int, int]] = set()
     for cpu in allowed:

@@ -12,6 +12,9 @@ import os
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
+import torch
+
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 
 
@@ -35,17 +38,28 @@ def native_kernels() -> ModuleType | None:
             verbose=False,
         )
     except Exception as exc:  # a missing compiler shows up as many different errors
-        _warn(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
+        _warn(
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        )
         return None
+
+
+def to_tensor(array: np.ndarray, dtype: np.dtype | type | None = None) -> torch.Tensor:
+    """A tensor over `array` (no copy when it is already contiguous, writable and of `dtype`)."""
+    return torch.from_numpy(np.require(array, dtype=dtype, requirements=["C", "W"]))
 
 
 def _warn(reason: str) -> None:
     from gnnrun.progress import console
 
-    console.print(f"[yellow]gnnrun: native kernels unavailable ({reason}); using the slower reference code[/]")
+    console.print(
+        f"[yellow]gnnrun: native kernels unavailable ({reason}); using the slower reference code[/]"
+    )
 
 
 def native_status() -> str:
     """One line for `gnnrun env`."""
     module = native_kernels()
-    return f"built ({module.__file__})" if module is not None else "not available (reference fallback)"
+    return (
+        f"built ({module.__file__})" if module is not None else "not available (reference fallback)"
+    )

@@ -30,7 +30,9 @@ from gnnrun.registry import Registry
 class Assignment:
     kind: str  # "edge_cut": `parts` has one entry per vertex; "vertex_cut": one per CSR edge
     parts: np.ndarray
-    info: dict[str, Any] = field(default_factory=dict)  # partitioner-specific figures for the manifest
+    info: dict[str, Any] = field(
+        default_factory=dict
+    )  # partitioner-specific figures for the manifest
 
 
 PARTITIONERS: Registry[Callable[[GraphDataset, Any], Assignment]] = Registry("partitioner")
@@ -42,7 +44,9 @@ def partitioner_identity(cfg: PartitionerConfig) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(cfg).items() if k != "output_dir"}
 
 
-def partition_dataset(dataset: GraphDataset, cfg: PartitionerConfig, path: Path | None = None) -> PartitionBook:
+def partition_dataset(
+    dataset: GraphDataset, cfg: PartitionerConfig, path: Path | None = None
+) -> PartitionBook:
     """Partition `dataset` as `cfg` says and write it atomically to `path` (default cfg.output_dir)."""
     from gnnrun.progress import stage, track
 
@@ -55,7 +59,9 @@ def partition_dataset(dataset: GraphDataset, cfg: PartitionerConfig, path: Path 
     partitioner = PARTITIONERS.get(cfg.name)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    with stage(f"{cfg.name}: assigning {dataset.num_nodes:,} vertices / {dataset.num_edges:,} edges to {cfg.num_parts} parts"):
+    with stage(
+        f"{cfg.name}: assigning {dataset.num_nodes:,} vertices / {dataset.num_edges:,} edges to {cfg.num_parts} parts"
+    ):
         assignment = partitioner(dataset, cfg)
     timings["assign_s"] = time.perf_counter() - start
 
@@ -66,7 +72,9 @@ def partition_dataset(dataset: GraphDataset, cfg: PartitionerConfig, path: Path 
     with atomic_directory(path) as tmp:
         files["node_owner.npy"] = save_array(tmp, "node_owner", builder.node_owner)
         files["node_local.npy"] = save_array(tmp, "node_local", builder.node_local)
-        for part, arrays, part_figures in track(builder.parts(), "writing parts", total=cfg.num_parts):
+        for part, arrays, part_figures in track(
+            builder.parts(), "writing parts", total=cfg.num_parts
+        ):
             folder = tmp / part_dir_name(part)
             folder.mkdir()
             for name, array in arrays.items():

@@ -114,7 +114,9 @@ class PartitionBook:
             raise GnnrunError(f"part {part} does not exist: {self.path} has {self.num_parts} parts")
         folder = part_dir_name(part)
         arrays = {
-            name: _load_record(self.path, f"{folder}/{name}.npy", self.manifest["files"][f"{folder}/{name}.npy"])
+            name: _load_record(
+                self.path, f"{folder}/{name}.npy", self.manifest["files"][f"{folder}/{name}.npy"]
+            )
             for name in KIND_ARRAYS[self.kind]
         }
         return Part(part, self.num_parts, self.kind, arrays, self.manifest)
@@ -123,7 +125,9 @@ class PartitionBook:
         """Re-hash every file against the manifest (slow on big partitions; sizes are always checked)."""
         for rel, record in self.manifest["files"].items():
             if sha256_file(self.path / rel) != record["sha256"]:
-                raise GnnrunError(f"{self.path / rel} does not match its checksum: {_REDO.format(path=self.path)}")
+                raise GnnrunError(
+                    f"{self.path / rel} does not match its checksum: {_REDO.format(path=self.path)}"
+                )
 
 
 _REDO = "the partition at {path} is corrupt; run `gnnrun partition` again to rewrite it"
@@ -162,7 +166,9 @@ def open_partition(
         if not file.is_file():
             raise GnnrunError(f"{file} is missing: {_REDO.format(path=path)}")
         if file.stat().st_size != record["bytes"]:
-            raise GnnrunError(f"{file} has {file.stat().st_size} bytes, expected {record['bytes']}: {_REDO.format(path=path)}")
+            raise GnnrunError(
+                f"{file} has {file.stat().st_size} bytes, expected {record['bytes']}: {_REDO.format(path=path)}"
+            )
     book = PartitionBook(path, manifest)
     if dataset_checksum is not None and book.dataset_checksum != dataset_checksum:
         raise GnnrunError(
@@ -186,5 +192,7 @@ def open_partition(
 def _load_record(root: Path, rel: str, record: dict[str, Any]) -> np.ndarray:
     array = np.load(root / rel, mmap_mode="r", allow_pickle=False)
     if list(array.shape) != record["shape"] or str(array.dtype) != record["dtype"]:
-        raise GnnrunError(f"{root / rel} has shape/dtype {array.shape}/{array.dtype}, expected {record}: {_REDO.format(path=root)}")
+        raise GnnrunError(
+            f"{root / rel} has shape/dtype {array.shape}/{array.dtype}, expected {record}: {_REDO.format(path=root)}"
+        )
     return array

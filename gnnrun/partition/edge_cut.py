@@ -8,16 +8,20 @@ from typing import Any
 import numpy as np
 
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.data.graph import sorted_unique
+from gnnrun.data.graph import unique_ids
 
 
-def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gather_rows(
+    indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The sub-CSR of `rows` (in that order): its indptr and the gathered indices."""
     starts = indptr[rows]
     lengths = indptr[rows + 1] - starts
     sub_indptr = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=sub_indptr[1:])
-    positions = np.repeat(starts - sub_indptr[:-1], lengths) + np.arange(sub_indptr[-1], dtype=np.int64)
+    positions = np.repeat(starts - sub_indptr[:-1], lengths) + np.arange(
+        sub_indptr[-1], dtype=np.int64
+    )
     return sub_indptr, np.asarray(indices[positions])
 
 
@@ -51,10 +55,10 @@ class EdgeCutBuilder:
             indptr, neighbours = gather_rows(dataset.indptr, dataset.indices, solid)
             neighbours = neighbours.astype(np.int64)
             remote = node_part[neighbours] != part
-            halo = sorted_unique(neighbours[remote])
-            local_neighbours = np.empty_like(neighbours)
-            local_neighbours[~remote] = node_local[neighbours[~remote]]
-            local_neighbours[remote] = solid.size + np.searchsorted(halo, neighbours[remote])
+            halo = unique_ids(neighbours[remote], dataset.num_nodes)
+            to_local = node_local.copy()  # right for solid vertices; halos get ids after them
+            to_local[halo] = solid.size + np.arange(halo.size)
+            local_neighbours = to_local[neighbours]
             arrays = {
                 "nodes": np.concatenate([solid, halo]).astype(np.int64),
                 "indptr": indptr,

@@ -9,12 +9,11 @@ sorted order would pile whole neighbourhoods onto one part.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import edges_from_csr
-from gnnrun.ops.native import native_kernels
+from gnnrun.ops.native import native_kernels, to_tensor
 from gnnrun.partition import PARTITIONERS, Assignment
 
 # A part may run this far above the average load before an edge goes to the
@@ -22,7 +21,9 @@ from gnnrun.partition import PARTITIONERS, Assignment
 BALANCE_SLACK = 0.05
 
 
-def libra_assign_reference(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, slack: float) -> np.ndarray:
+def libra_assign_reference(
+    src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, slack: float
+) -> np.ndarray:
     """Pure-Python Libra: the test oracle for the native kernel and its fallback."""
     held = [0] * num_nodes
     load = [0] * num_parts
@@ -44,16 +45,14 @@ def libra_assign_reference(src: np.ndarray, dst: np.ndarray, num_nodes: int, num
     return out
 
 
-def libra_assign(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, slack: float = BALANCE_SLACK) -> np.ndarray:
+def libra_assign(
+    src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, slack: float = BALANCE_SLACK
+) -> np.ndarray:
     kernels = native_kernels()
     if kernels is None:
         return libra_assign_reference(src, dst, num_nodes, num_parts, slack)
     return kernels.libra_assign(
-        torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64)),
-        torch.from_numpy(np.ascontiguousarray(dst, dtype=np.int64)),
-        num_nodes,
-        num_parts,
-        slack,
+        to_tensor(src, np.int64), to_tensor(dst, np.int64), num_nodes, num_parts, slack
     ).numpy()
 
 
@@ -66,15 +65,22 @@ def libra_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> Assignment
         edge_part = np.empty(src.size, dtype=np.int8)
         edge_part[stream] = libra_assign(src[stream], dst[stream], n, cfg.num_parts)
         return Assignment("vertex_cut", edge_part)
-    # Undirected: decide once per pair {u, v}. CSR order sorts edges by (dst, src),
-    # so the pairs (src < dst) are sorted by the key dst * n + src.
-    forward = src < dst
-    pair_keys = dst[forward] * n + src[forward]
-    stream = np.random.default_rng(cfg.seed).permutation(pair_keys.size)
-    pair_part = np.empty(pair_keys.size, dtype=np.int8)
-    pair_part[stream] = libra_assign(src[forward][stream], dst[forward][stream], n, cfg.num_parts)
+    # Undirected: decide once per pair {u, v} (the edge with src < dst) and give
+    # the reverse edge the same part.
+    forward = np.flatnonzero(src < dst)
+    stream = forward[np.random.default_rng(cfg.seed).permutation(forward.size)]
     edge_part = np.empty(src.size, dtype=np.int8)
-    edge_part[forward] = pair_part
-    backward = ~forward
-    edge_part[backward] = pair_part[np.searchsorted(pair_keys, src[backward] * n + dst[backward])]
+    edge_part[stream] = libra_assign(src[stream], dst[stream], n, cfg.num_parts)
+    reverse = reverse_edges(dataset.indptr, dataset.indices)
+    edge_part[reverse[forward]] = edge_part[forward]
     return Assignment("vertex_cut", edge_part)
+
+
+def reverse_edges(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Position of each edge's reverse in a symmetric CSR."""
+    kernels = native_kernels()
+    if kernels is None:
+        # Stable by source keeps (src, dst) order, which in a symmetric graph is
+        # the CSR order of the reverse edges.
+        return np.argsort(np.asarray(indices), kind="stable")
+    return kernels.csr_reverse_edges(to_tensor(indptr, np.int64), to_tensor(indices)).numpy()

@@ -37,10 +37,14 @@ def metis_adjacency(dataset: GraphDataset) -> tuple[np.ndarray, np.ndarray]:
         indptr, indices = csr_from_edges(src, dst, dataset.num_nodes, symmetrize=True)
     else:
         indptr, indices = dataset.indptr, dataset.indices
-    return np.ascontiguousarray(indptr, dtype=np.int64), np.ascontiguousarray(indices, dtype=np.int64)
+    return np.ascontiguousarray(indptr, dtype=np.int64), np.ascontiguousarray(
+        indices, dtype=np.int64
+    )
 
 
-def run_metis(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, num_parts: int, seed: int) -> tuple[np.ndarray, int]:
+def run_metis(
+    indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, num_parts: int, seed: int
+) -> tuple[np.ndarray, int]:
     import pymetis
 
     if num_parts == 1:
@@ -60,7 +64,9 @@ def metis_partition(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> Assig
     indptr, indices = metis_adjacency(dataset)
     weights = vertex_weights(dataset, cfg)
     parts, cut = run_metis(indptr, indices, weights, cfg.num_parts, cfg.seed)
-    return Assignment("edge_cut", parts, {"metis_edge_cut": cut, "constraints": int(weights.shape[1])})
+    return Assignment(
+        "edge_cut", parts, {"metis_edge_cut": cut, "constraints": int(weights.shape[1])}
+    )
 
 
 @PARTITIONERS.register("two_level")
@@ -81,17 +87,25 @@ def two_level_partition(dataset: GraphDataset, cfg: TwoLevelPartitionerConfig) -
         local, _ = run_metis(sub_indptr, sub_indices, weights[members], trainers, cfg.seed)
         parts[members] = machine * trainers + local
     machine_of_part = [p // trainers for p in range(cfg.num_parts)]
-    return Assignment("edge_cut", parts, {"num_machines": cfg.num_machines, "machine_of_part": machine_of_part})
+    return Assignment(
+        "edge_cut", parts, {"num_machines": cfg.num_machines, "machine_of_part": machine_of_part}
+    )
 
 
-def _induced_subgraph(indptr: np.ndarray, indices: np.ndarray, members: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _induced_subgraph(
+    indptr: np.ndarray, indices: np.ndarray, members: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     from gnnrun.partition.edge_cut import gather_rows
 
     relabel = np.full(n, -1, dtype=np.int64)
     relabel[members] = np.arange(members.size)
     sub_indptr, neighbours = gather_rows(indptr, indices, members)
     keep = relabel[neighbours] >= 0
-    counts = np.add.reduceat(keep, sub_indptr[:-1]) if neighbours.size else np.zeros(members.size, np.int64)
+    counts = (
+        np.add.reduceat(keep, sub_indptr[:-1])
+        if neighbours.size
+        else np.zeros(members.size, np.int64)
+    )
     counts[np.diff(sub_indptr) == 0] = 0  # reduceat repeats the next value for empty rows
     new_indptr = np.zeros(members.size + 1, dtype=np.int64)
     np.cumsum(counts, out=new_indptr[1:])

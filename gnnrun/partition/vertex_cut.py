@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.data.graph import edges_from_csr, sorted_unique
+from gnnrun.data.graph import edges_from_csr, unique_ids
 from gnnrun.partition.edge_cut import imbalance
 
 
@@ -45,21 +45,26 @@ class VertexCutBuilder:
         n = dataset.num_nodes
         self.src, self.dst = edges_from_csr(dataset.indptr, dataset.indices)
         self.edge_order = np.argsort(edge_part, kind="stable")  # within a part: CSR order
-        self.edge_bounds = np.concatenate([[0], np.cumsum(np.bincount(edge_part, minlength=num_parts))])
+        self.edge_bounds = np.concatenate(
+            [[0], np.cumsum(np.bincount(edge_part, minlength=num_parts))]
+        )
 
         # A vertex lives where its edges are; one with no edge at all lives in part v % P.
         members = []
         touched = np.zeros(n, dtype=bool)
         for part in range(num_parts):
             chosen = self._edges_of(part)
-            members.append(sorted_unique(np.concatenate([self.src[chosen], self.dst[chosen]])))
+            members.append(unique_ids(np.concatenate([self.src[chosen], self.dst[chosen]]), n))
             touched[members[-1]] = True
         lonely = np.flatnonzero(~touched)
         self.members = [
-            np.sort(np.concatenate([m, lonely[lonely % num_parts == p]])) for p, m in enumerate(members)
+            np.sort(np.concatenate([m, lonely[lonely % num_parts == p]]))
+            for p, m in enumerate(members)
         ]
         clone_vertex = np.concatenate(self.members)
-        clone_part = np.concatenate([np.full(m.size, p, dtype=np.int64) for p, m in enumerate(self.members)])
+        clone_part = np.concatenate(
+            [np.full(m.size, p, dtype=np.int64) for p, m in enumerate(self.members)]
+        )
         clone_local = np.concatenate([np.arange(m.size, dtype=np.int64) for m in self.members])
         self.table = CloneTable(clone_vertex, clone_part, n)
         self.clone_local = clone_local[self.table.order]
@@ -73,16 +78,18 @@ class VertexCutBuilder:
     def parts(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, Any]]]:
         """Yield (part, arrays, figures) for each part."""
         dataset, table = self.dataset, self.table
+        to_local = np.full(dataset.num_nodes, -1, dtype=np.int64)
         for part in range(self.num_parts):
             nodes = self.members[part]
+            to_local[nodes] = np.arange(nodes.size)
             chosen = self._edges_of(part)
             indptr = np.zeros(nodes.size + 1, dtype=np.int64)
-            np.cumsum(np.bincount(np.searchsorted(nodes, self.dst[chosen]), minlength=nodes.size), out=indptr[1:])
+            np.cumsum(np.bincount(to_local[self.dst[chosen]], minlength=nodes.size), out=indptr[1:])
             root_part = table.root_part[nodes]
             arrays = {
                 "nodes": nodes.astype(np.int64),
                 "indptr": indptr,
-                "indices": np.searchsorted(nodes, self.src[chosen]).astype(dataset.indices.dtype),
+                "indices": to_local[self.src[chosen]].astype(dataset.indices.dtype),
                 "root_part": root_part,
                 "clone_links": self.links[part],
                 "feat": np.asarray(dataset.feat[nodes]),
@@ -90,7 +97,7 @@ class VertexCutBuilder:
             }
             for split in ("train_idx", "val_idx", "test_idx"):
                 ids = np.asarray(getattr(dataset, split))
-                arrays[split] = np.searchsorted(nodes, ids[table.root_part[ids] == part]).astype(np.int64)
+                arrays[split] = to_local[ids[table.root_part[ids] == part]]
             figures = {
                 "vertices": int(nodes.size),
                 "split_vertices": int(np.count_nonzero(table.count[nodes] > 1)),

@@ -16,7 +16,14 @@ def dataset_table(dataset: GraphDataset) -> Table:
     table.add_column("statistic", style="bold")
     table.add_column("value", justify="right")
     for key, value in dataset.statistics().items():
-        table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value))
+        table.add_row(
+            key,
+            f"{value:,.2f}"
+            if isinstance(value, float)
+            else f"{value:,}"
+            if isinstance(value, int) and not isinstance(value, bool)
+            else str(value),
+        )
     table.add_row("checksum", (dataset.checksum or "")[:16])
     table.add_row("path", str(dataset.path))
     return table

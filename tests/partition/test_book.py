@@ -20,11 +20,15 @@ def written(tiny, tmp_path):
 
 
 def test_open_checks_dataset_world_size_and_kind(tiny, written):
-    book = open_partition(written.path, dataset_checksum=tiny.checksum, world_size=2, kind="edge_cut")
+    book = open_partition(
+        written.path, dataset_checksum=tiny.checksum, world_size=2, kind="edge_cut"
+    )
     assert book.num_parts == 2
     with pytest.raises(GnnrunError, match="2 parts but the run has 4 ranks.*cluster.nprocs=2"):
         open_partition(written.path, world_size=4)
-    with pytest.raises(GnnrunError, match="made from dataset 'synthetic-tiny'.*partition this dataset again"):
+    with pytest.raises(
+        GnnrunError, match="made from dataset 'synthetic-tiny'.*partition this dataset again"
+    ):
         open_partition(written.path, dataset_checksum="0" * 64)
     with pytest.raises(GnnrunError, match="needs a vertex_cut one: choose partitioner=libra"):
         open_partition(written.path, kind="vertex_cut")
@@ -72,13 +76,17 @@ def test_interrupted_write_leaves_old_partition_and_no_debris(tiny, written, mon
     with pytest.raises(KeyboardInterrupt):
         partition_dataset(tiny, PartitionerConfig(name="random", num_parts=2), written.path)
     assert {p.name for p in written.path.parent.iterdir()} == before, "no temporary directory left"
-    assert (written.path / "manifest.json").read_text() == manifest_before, "old partition untouched"
+    assert (written.path / "manifest.json").read_text() == manifest_before, (
+        "old partition untouched"
+    )
     assert open_partition(written.path).manifest["method"] == "metis"
 
 
 def test_interrupted_first_write_leaves_nothing_that_loads(tiny, tmp_path, monkeypatch):
     target = tmp_path / "fresh"
-    monkeypatch.setattr(partition_module, "save_array", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(
+        partition_module, "save_array", lambda *a: (_ for _ in ()).throw(OSError("disk full"))
+    )
     with pytest.raises(OSError):
         partition_dataset(tiny, PartitionerConfig(name="random", num_parts=2), target)
     assert not target.exists() and list(tmp_path.iterdir()) == []
@@ -102,7 +110,12 @@ def test_more_parts_than_vertices_is_refused(tiny, tmp_path):
 def test_find_partition_reuses_only_a_matching_one(tiny, written):
     cfg = MetisPartitionerConfig(num_parts=2, output_dir=str(written.path))
     assert find_partition(tiny, cfg) is not None
-    assert find_partition(tiny, MetisPartitionerConfig(num_parts=2, seed=1, output_dir=str(written.path))) is None
+    assert (
+        find_partition(
+            tiny, MetisPartitionerConfig(num_parts=2, seed=1, output_dir=str(written.path))
+        )
+        is None
+    )
     assert os.path.isdir(written.path)
 
 

@@ -14,7 +14,9 @@ def make_config(name: str, num_parts: int) -> PartitionerConfig:
     if name == "metis":
         return MetisPartitionerConfig(num_parts=num_parts)
     if name == "two_level":
-        return TwoLevelPartitionerConfig(num_parts=num_parts, num_machines=2 if num_parts % 2 == 0 else 1)
+        return TwoLevelPartitionerConfig(
+            num_parts=num_parts, num_machines=2 if num_parts % 2 == 0 else 1
+        )
     return PartitionerConfig(name=name, num_parts=num_parts)
 
 
@@ -63,7 +65,9 @@ def test_edge_cut_invariants(dataset, method, num_parts, tmp_path):
     for split in ("train_idx", "val_idx", "test_idx"):
         got = np.sort(np.concatenate([split_ids(part, split) for part in parts]))
         assert np.array_equal(got, np.sort(getattr(dataset, split)))
-    assert book.manifest["summary"]["cut_edges"] == sum(f["cut_edges"] for f in book.manifest["parts"])
+    assert book.manifest["summary"]["cut_edges"] == sum(
+        f["cut_edges"] for f in book.manifest["parts"]
+    )
 
 
 @pytest.mark.parametrize("num_parts", [1, 2, 3, 4])
@@ -74,11 +78,13 @@ def test_vertex_cut_invariants(dataset, num_parts, tmp_path):
     root, root_local = book.node_owner(), book.node_local()
 
     # Every edge is in exactly one part.
-    assert np.array_equal(np.sort(np.concatenate([part_edge_keys(p, n) for p in parts])), global_edge_keys(dataset))
+    assert np.array_equal(
+        np.sort(np.concatenate([part_edge_keys(p, n) for p in parts])), global_edge_keys(dataset)
+    )
     # Every vertex has a clone somewhere; every clone carries the original features.
     clones = np.concatenate([p["nodes"] for p in parts])
     assert np.array_equal(np.unique(clones), np.arange(n))
-    for p, part in enumerate(parts):
+    for part in parts:
         assert np.array_equal(part["feat"], dataset.feat[part["nodes"]])
         assert np.array_equal(part["label"], dataset.label[part["nodes"]])
         assert np.array_equal(part["root_part"], root[part["nodes"]])
@@ -123,7 +129,9 @@ def test_metis_cuts_fewer_edges_than_random(tiny, tmp_path):
 
 
 def test_two_level_groups_parts_by_machine(tiny, tmp_path):
-    book = partition_dataset(tiny, TwoLevelPartitionerConfig(num_parts=4, num_machines=2), tmp_path / "p")
+    book = partition_dataset(
+        tiny, TwoLevelPartitionerConfig(num_parts=4, num_machines=2), tmp_path / "p"
+    )
     assert book.manifest["summary"]["machine_of_part"] == [0, 0, 1, 1]
     # Trainers of one machine together hold about half of the training vertices.
     train = [f["train"] for f in book.manifest["parts"]]

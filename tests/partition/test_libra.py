@@ -8,7 +8,12 @@ import pytest
 from gnnrun.config import PartitionerConfig
 from gnnrun.ops.native import native_kernels
 from gnnrun.partition import partition_dataset
-from gnnrun.partition.libra import BALANCE_SLACK, libra_assign, libra_assign_reference
+from gnnrun.partition.libra import (
+    BALANCE_SLACK,
+    libra_assign,
+    libra_assign_reference,
+    reverse_edges,
+)
 
 
 @pytest.mark.parametrize("num_parts", [1, 2, 5, 64])
@@ -37,3 +42,17 @@ def test_libra_replicates_less_than_random_edge_assignment(tiny, tmp_path):
     pairs = np.unique(np.concatenate([src * 4 + part, dst * 4 + part]))
     random_factor = pairs.size / tiny.num_nodes  # distinct (vertex, part) clones per vertex
     assert book.manifest["summary"]["replication_factor"] < 0.75 * random_factor
+
+
+def test_reverse_edges_native_matches_reference(tiny, monkeypatch):
+    native = reverse_edges(tiny.indptr, tiny.indices)
+    monkeypatch.setenv("GNNRUN_NO_NATIVE", "1")
+    native_kernels.cache_clear()
+    try:
+        reference = reverse_edges(tiny.indptr, tiny.indices)
+    finally:
+        native_kernels.cache_clear()
+    assert np.array_equal(native, reference)
+    src = np.asarray(tiny.indices)
+    dst = np.repeat(np.arange(tiny.num_nodes), np.diff(tiny.indptr))
+    assert np.array_equal(src[native], dst) and np.array_equal(dst[native], src)
