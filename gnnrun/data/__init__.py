@@ -69,7 +69,7 @@ def load_prepared(cfg: DatasetConfig) -> GraphDataset:
 
 def _register_sources() -> None:
     # Importing a source module registers it.
-    from gnnrun.data import synthetic  # noqa: F401
+    from gnnrun.data import custom, heterophilous, musae, ogb, planetoid, synthetic  # noqa: F401
 
 
 _register_sources()

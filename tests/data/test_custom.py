@@ -1,0 +1,219 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gnnrun.config import CustomDatasetConfig, SplitFractions
+from gnnrun.data import build_dataset
+from gnnrun.data.graph import csr_from_edges, is_symmetric
+from gnnrun.errors import GnnrunError
+
+N = 10
+# a directed path 0->1->...->9, one duplicate (0->1 twice) and a self-loop (4->4)
+SRC = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 4])
+DST = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 4])
+LABEL = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, -1])
+FEAT = np.arange(N * 3, dtype=np.float64).reshape(N, 3)
+
+
+def _cfg(path, to_undirected=True, **kwargs):
+    return CustomDatasetConfig(name="mine", path=str(path), to_undirected=to_undirected, **kwargs)
+
+
+def _in_csr(src, dst):
+    """The in-CSR of (src, dst): row v lists the sources of v's in-edges."""
+    return csr_from_edges(src, dst, N, symmetrize=False)
+
+
+def _encodings():
+    indptr, indices = _in_csr(SRC, DST)
+    return {
+        "edge_index": {"edge_index": np.stack([SRC, DST])},
+        "edges": {"edges": np.stack([SRC, DST], axis=1)},
+        "csr": {"indptr": indptr, "indices": indices},
+    }
+
+
+def _save(tmp_path, graph, **extra):
+    path = tmp_path / "graph.npz"
+    arrays = {**graph, "feat": FEAT, "label": LABEL, **extra}
+    np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+    return path
+
+
+@pytest.mark.parametrize("encoding", ["edge_index", "edges", "csr"])
+def test_each_encoding_directed_and_undirected(tmp_path, encoding):
+    path = _save(tmp_path, _encodings()[encoding])
+    directed = build_dataset(_cfg(path, to_undirected=False))
+    assert directed.directed and directed.num_edges == 9  # duplicate and self-loop dropped
+    # in-CSR: row v lists the sources of v's in-edges, here the single predecessor v-1
+    assert directed.indptr.tolist() == [0] + list(range(10))
+    assert directed.indices.tolist() == list(range(9))
+    assert directed.feat.dtype == np.float32 and np.array_equal(directed.feat, FEAT)
+    assert directed.num_classes == 3 and directed.task == "multiclass"
+    assert directed.info["graph_encoding"] == encoding
+
+    undirected = build_dataset(_cfg(path))
+    assert not undirected.directed and undirected.num_edges == 18
+    assert is_symmetric(undirected.indptr, undirected.indices)
+
+
+def test_without_split_stratified_and_seeded(tmp_path):
+    path = _save(tmp_path, _encodings()["edges"])
+    cfg = _cfg(path, split=SplitFractions(1 / 3, 1 / 3, 1 / 3), seed=5)
+    ds = build_dataset(cfg)
+    assert not ds.info["split_from_file"]
+    for part in (ds.train_idx, ds.val_idx, ds.test_idx):
+        assert sorted(LABEL[part].tolist()) == [0, 1, 2]  # one per class each
+    assert 9 not in np.concatenate([ds.train_idx, ds.val_idx, ds.test_idx])  # unlabelled
+    again = build_dataset(cfg)
+    assert np.array_equal(ds.train_idx, again.train_idx)
+
+
+def test_split_as_ids_and_masks(tmp_path):
+    graph = _encodings()["edge_index"]
+    path = _save(
+        tmp_path,
+        graph,
+        train_idx=np.array([3, 0, 1]),
+        val_idx=np.array([4]),
+        test_idx=np.array([8, 7]),
+    )
+    ds = build_dataset(_cfg(path))
+    assert ds.info["split_from_file"]
+    assert (
+        ds.train_idx.tolist() == [0, 1, 3]
+        and ds.val_idx.tolist() == [4]
+        and ds.test_idx.tolist() == [7, 8]
+    )
+    masks = {name: np.zeros(N, bool) for name in ("train_mask", "val_mask", "test_mask")}
+    masks["train_mask"][[0, 2]] = True
+    masks["val_mask"][5] = True
+    masks["test_mask"][[6, 8]] = True
+    ds = build_dataset(_cfg(_save(tmp_path, graph, **masks)))
+    assert (
+        ds.train_idx.tolist() == [0, 2]
+        and ds.val_idx.tolist() == [5]
+        and ds.test_idx.tolist() == [6, 8]
+    )
+
+
+def test_binary_task_and_num_nodes(tmp_path):
+    label = np.array([0, 1] * 5)
+    path = _save(tmp_path, _encodings()["edges"], label=label, num_nodes=np.array(N))
+    ds = build_dataset(_cfg(path))
+    assert ds.task == "binary" and ds.num_classes == 2
+
+
+def _error(tmp_path, match, graph=None, **extra):
+    graph = _encodings()["edge_index"] if graph is None else graph
+    path = _save(tmp_path, graph, **extra)
+    with pytest.raises(GnnrunError, match=match):
+        build_dataset(_cfg(path))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(GnnrunError, match="nope.npz not found; set dataset.path"):
+        build_dataset(_cfg(tmp_path / "nope.npz"))
+
+
+def test_missing_keys(tmp_path):
+    _error(
+        tmp_path, r"no graph found \(keys present: feat, label\).*edge_index \(2 x E\)", graph={}
+    )
+    _error(tmp_path, r"label missing \(keys present: edge_index, feat\)", label=None)
+    _error(
+        tmp_path,
+        "a CSR needs both indptr and indices, indices is missing",
+        graph={"indptr": np.zeros(N + 1, int)},
+    )
+    _error(
+        tmp_path,
+        "several graph encodings",
+        graph={**_encodings()["edges"], **_encodings()["edge_index"]},
+    )
+    _error(
+        tmp_path,
+        "split is incomplete: test_idx missing",
+        train_idx=np.array([0]),
+        val_idx=np.array([1]),
+    )
+    _error(tmp_path, "mixes split ids", train_idx=np.array([0]), val_mask=np.ones(N, bool))
+
+
+def test_wrong_shapes(tmp_path):
+    _error(
+        tmp_path,
+        r"edge_index has shape \(11, 2\), expected \(2, E\)",
+        graph={"edge_index": np.stack([SRC, DST], 1)},
+    )
+    _error(
+        tmp_path,
+        r"edges has shape \(2, 11\), expected \(E, 2\)",
+        graph={"edges": np.stack([SRC, DST])},
+    )
+    _error(tmp_path, r"feat has shape \(10,\), expected \(N, F\)", feat=np.zeros(N))
+    _error(tmp_path, r"label has shape \(9,\), expected \(10,\)", label=LABEL[:9])
+    _error(tmp_path, "label has dtype float64, expected integers", label=LABEL.astype(float))
+    _error(
+        tmp_path,
+        "indptr describes 9 vertices but feat has 10 rows",
+        graph={"indptr": np.zeros(N, int), "indices": np.zeros(0, int)},
+    )
+    _error(
+        tmp_path,
+        "indptr must start at 0",
+        graph={"indptr": np.full(N + 1, 1), "indices": np.zeros(0, int)},
+    )
+    _error(tmp_path, r"num_nodes is 12 but feat has 10 rows", num_nodes=np.array(12))
+    _error(
+        tmp_path,
+        r"train_mask has shape \(9,\)",
+        train_mask=np.ones(9, bool),
+        val_mask=np.ones(N, bool),
+        test_mask=np.ones(N, bool),
+    )
+
+
+def test_out_of_range(tmp_path):
+    _error(tmp_path, "label has values below -1", label=np.full(N, -2))
+    _error(tmp_path, "no vertex has a label", label=np.full(N, -1))
+    _error(
+        tmp_path, r"edges has vertex ids outside \[0, 10\)", graph={"edges": np.array([[0, 10]])}
+    )
+    _error(
+        tmp_path, r"edge_index has vertex ids outside", graph={"edge_index": np.array([[-1], [0]])}
+    )
+    _error(
+        tmp_path,
+        r"indices|csr has vertex ids outside",
+        graph={"indptr": np.r_[0, np.ones(N, int)], "indices": np.array([99])},
+    )
+    split = {"val_idx": np.array([1]), "test_idx": np.array([2])}
+    _error(
+        tmp_path,
+        r"train_idx has vertex ids outside \[0, 10\) \(min 0, max 10\)",
+        train_idx=np.array([0, 10]),
+        **split,
+    )
+    _error(tmp_path, r"train_idx has vertex ids outside", train_idx=np.array([-1]), **split)
+    _error(tmp_path, "train_idx holds 1 unlabelled vertices", train_idx=np.array([9]), **split)
+    _error(
+        tmp_path,
+        "train_idx and test_idx share 1 vertices",
+        train_idx=np.array([2]),
+        val_idx=np.array([1]),
+        test_idx=np.array([2]),
+    )
+
+
+def test_object_arrays_refused(tmp_path):
+    path = tmp_path / "graph.npz"
+    np.savez(
+        path,
+        edges=np.array([[0, 1]]),
+        feat=np.array([{"a": 1}], dtype=object),
+        label=np.zeros(1, int),
+    )
+    with pytest.raises(GnnrunError, match="no object arrays"):
+        build_dataset(_cfg(path))

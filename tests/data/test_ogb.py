@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+import builtins
+import socket
+import sys
+import threading
+import urllib.request
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gnnrun.config import OgbDatasetConfig
+from gnnrun.data import build_dataset
+from gnnrun.data.graph import is_symmetric
+from gnnrun.data.ogb import dataset_meta
+from gnnrun.errors import GnnrunError
+
+N, F, C = 20, 5, 4
+RNG = np.random.default_rng(0)
+EDGES = np.array([[v, (v + 1) % N] for v in range(N)] + [[0, 5], [5, 0], [3, 3], [7, 2]]).T  # 2 x E
+FEAT = RNG.standard_normal((N, F)).astype(np.float32)
+LABEL = np.arange(N) % C
+TRAIN, VALID, TEST = np.arange(0, 10), np.arange(10, 15), np.arange(15, 20)
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Every way out to the network (and ogb's update prompt) records the attempt and fails."""
+    attempts: list[str] = []
+
+    def refuse(what):
+        def blocked(*args, **kwargs):
+            attempts.append(f"{what}{args[:2]}")
+            raise OSError(f"network access attempted: {what}")
+
+        return blocked
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse("urlopen"))
+    monkeypatch.setattr(socket, "create_connection", refuse("create_connection"))
+    monkeypatch.setattr(socket, "getaddrinfo", refuse("getaddrinfo"))
+    monkeypatch.setattr(socket.socket, "connect", refuse("connect"))
+    monkeypatch.setattr(builtins, "input", refuse("input"))
+    threads_before = set(threading.enumerate())
+    yield attempts
+    for thread in set(threading.enumerate()) - threads_before:
+        if (
+            not thread.daemon
+        ):  # e.g. the version check `import ogb` starts (tqdm's monitor is a daemon)
+            thread.join(timeout=10)
+    assert attempts == []
+
+
+def _csv(path, array):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(np.asarray(array)).to_csv(path, compression="gzip", header=False, index=False)
+
+
+def _write_csv_dataset(root, name="ogbn-arxiv", labels=LABEL):
+    meta = dataset_meta(name)
+    d = root / name.replace("-", "_")
+    d.mkdir(parents=True)
+    (d / f"RELEASE_v{meta['version']}.txt").write_text("offline test copy\n")
+    _csv(d / "raw" / "edge.csv.gz", EDGES.T)
+    _csv(d / "raw" / "num-node-list.csv.gz", [N])
+    _csv(d / "raw" / "num-edge-list.csv.gz", [EDGES.shape[1]])
+    _csv(d / "raw" / "node-feat.csv.gz", FEAT)
+    _csv(d / "raw" / "node-label.csv.gz", np.asarray(labels).reshape(-1, 1))
+    _csv(d / "raw" / "node_year.csv.gz", np.full((N, 1), 2020))
+    for part, idx in (("train", TRAIN), ("valid", VALID), ("test", TEST)):
+        _csv(d / "split" / meta["split"] / f"{part}.csv.gz", idx.reshape(-1, 1))
+    return d
+
+
+def _cfg(root, name="ogbn-arxiv", to_undirected=True):
+    return OgbDatasetConfig(name=name, ogb_name=name, root=str(root), to_undirected=to_undirected)
+
+
+def _pairs(directed: bool) -> set[tuple[int, int]]:
+    """(src, dst) pairs expected after dropping the self-loop and duplicates."""
+    edges = {(int(s), int(d)) for s, d in EDGES.T if s != d}
+    return edges | {(d, s) for s, d in edges} if not directed else edges
+
+
+def _stored_pairs(ds) -> set[tuple[int, int]]:
+    dst = np.repeat(np.arange(ds.num_nodes), np.diff(ds.indptr))
+    return set(zip(ds.indices.tolist(), dst.tolist(), strict=True))
+
+
+def test_arxiv_layout_loads_offline(tmp_path, offline):
+    ogb_was_imported = "ogb" in sys.modules
+    outdated_was_imported = "outdated" in sys.modules
+    d = _write_csv_dataset(tmp_path)
+    ds = build_dataset(_cfg(tmp_path))
+    assert ds.num_nodes == N and ds.num_classes == 40 and ds.task == "multiclass"
+    assert np.array_equal(ds.feat, FEAT) and ds.feat.dtype == np.float32
+    assert np.array_equal(ds.label, LABEL) and ds.label.dtype == np.int64
+    assert np.array_equal(ds.train_idx, TRAIN) and np.array_equal(ds.val_idx, VALID)
+    assert np.array_equal(ds.test_idx, TEST)
+    assert not ds.directed and is_symmetric(ds.indptr, ds.indices)
+    assert _stored_pairs(ds) == _pairs(directed=False)
+    assert not (d / "processed").exists()
+    if not ogb_was_imported and not outdated_was_imported:
+        assert "outdated" not in sys.modules  # ogb's PyPI version check was not started
+
+
+def test_arxiv_directed_when_not_to_undirected(tmp_path, offline):
+    _write_csv_dataset(tmp_path)
+    ds = build_dataset(_cfg(tmp_path, to_undirected=False))
+    assert ds.directed
+    assert _stored_pairs(ds) == _pairs(directed=True)
+    assert ds.num_edges == len(_pairs(directed=True))
+
+
+def test_products_raw_edges_are_undirected_always_symmetrised(tmp_path, offline):
+    _write_csv_dataset(tmp_path, name="ogbn-products")
+    ds = build_dataset(_cfg(tmp_path, name="ogbn-products", to_undirected=False))
+    assert not ds.directed and _stored_pairs(ds) == _pairs(directed=False)
+    assert ds.num_classes == 47
+
+
+def test_binary_layout_with_nan_labels(tmp_path, offline):
+    name = "ogbn-papers100M"
+    meta = dataset_meta(name)
+    d = tmp_path / "ogbn_papers100M"
+    (d / "raw").mkdir(parents=True)
+    np.savez(
+        d / "raw" / "data.npz",
+        edge_index=EDGES,
+        num_nodes_list=np.array([N]),
+        num_edges_list=np.array([EDGES.shape[1]]),
+        node_feat=FEAT.astype(np.float16),
+        node_year=np.full((N, 1), 2020),
+    )
+    labels = LABEL.astype(np.float64).reshape(-1, 1)
+    labels[[12, 19]] = np.nan  # unlabelled papers
+    np.savez(d / "raw" / "node-label.npz", node_label=labels)
+    for part, idx in (("train", TRAIN), ("valid", VALID[VALID != 12]), ("test", TEST[TEST != 19])):
+        _csv(d / "split" / meta["split"] / f"{part}.csv.gz", idx.reshape(-1, 1))
+    ds = build_dataset(_cfg(tmp_path, name=name, to_undirected=False))
+    assert ds.directed and _stored_pairs(ds) == _pairs(directed=True)
+    assert ds.label[12] == -1 and ds.label[19] == -1 and ds.info["unlabelled_nodes"] == 2
+    assert ds.feat.dtype == np.float32 and ds.num_classes == 172
+    assert 12 not in ds.val_idx and 19 not in ds.test_idx
+
+
+def test_missing_files_are_named(tmp_path, offline):
+    d = _write_csv_dataset(tmp_path)
+    (d / "raw" / "node-feat.csv.gz").unlink()
+    (d / "split" / "time" / "valid.csv.gz").unlink()
+    with pytest.raises(GnnrunError) as err:
+        build_dataset(_cfg(tmp_path))
+    message = str(err.value)
+    assert str(d / "raw" / "node-feat.csv.gz") in message
+    assert str(d / "split" / "time" / "valid.csv.gz") in message
+    assert str(d / "raw" / "edge.csv.gz") not in message.split("must hold")[0]
+    assert dataset_meta("ogbn-arxiv")["url"] in message
+    assert "unzip it into" in message and str(tmp_path) in message
+
+
+def test_absent_dataset_directory(tmp_path, offline):
+    with pytest.raises(GnnrunError, match="ogbn_products"):
+        build_dataset(_cfg(tmp_path, name="ogbn-products"))
+    _write_csv_dataset(tmp_path).rename(tmp_path / "arxiv")  # unzipped but not renamed
+    with pytest.raises(GnnrunError, match="arxiv exists: rename it to .*ogbn_arxiv"):
+        build_dataset(_cfg(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "name,match",
+    [
+        ("ogbn-mag", "heterogeneous"),
+        ("ogbn-proteins", "multi-label"),
+        ("ogbn-nothing", "choose one of"),
+    ],
+)
+def test_unsupported_datasets(tmp_path, offline, name, match):
+    with pytest.raises(GnnrunError, match=match):
+        build_dataset(_cfg(tmp_path, name=name))
+
+
+def test_damaged_labels(tmp_path, offline):
+    _write_csv_dataset(tmp_path, labels=np.full(N, 40))
+    with pytest.raises(GnnrunError, match=r"labels outside \[0, 40\)"):
+        build_dataset(_cfg(tmp_path))
