@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from gnnrun.errors import GnnrunError
-from gnnrun.progress import console
+from gnnrun.progress import console, out
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 GROUPS = ("dataset", "partitioner", "model", "algorithm", "cluster")
@@ -57,7 +57,7 @@ def _data_info(cfg: DictConfig, force: bool) -> None:
     from gnnrun.report.tables import dataset_table
 
     dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
-    console.print(dataset_table(dataset))
+    out.print(dataset_table(dataset))
 
 
 def _data_prepare(cfg: DictConfig, force: bool) -> None:
@@ -65,7 +65,7 @@ def _data_prepare(cfg: DictConfig, force: bool) -> None:
     from gnnrun.data import prepare_dataset
 
     dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
-    console.print(
+    out.print(
         f"prepared [bold]{dataset.name}[/] at {dataset.path} (checksum {dataset.checksum[:12]})"
     )
 
@@ -83,8 +83,8 @@ def _partition(cfg: DictConfig) -> None:
     config = to_objects(cfg)
     dataset = prepare_dataset(config.dataset)
     book = partition_dataset(dataset, config.partitioner)
-    console.print(partition_table(book))
-    console.print(f"written to {book.path}")
+    out.print(partition_table(book))
+    out.print(f"written to {book.path}")
 
 
 def _not_yet(command: str, issue: str) -> Callable[[list[str]], int]:
@@ -142,6 +142,8 @@ def run_hydra(task: Callable[[DictConfig], None], job_name: str, overrides: list
     sys.argv = [f"gnnrun {job_name}", *overrides, f"hydra.job.name={job_name}", *quiet]
     try:
         entry()
+    except SystemExit as exc:  # Hydra and the task exit this way on errors and --help
+        return exc.code if isinstance(exc.code, int) else 1
     finally:
         sys.argv = saved
     return 0
@@ -206,22 +208,22 @@ def _unknown_key_message(cfg: DictConfig, key: str) -> str:
 
 
 def print_help() -> None:
-    console.print("[bold]gnnrun[/]: distributed GNN training launcher\n")
-    console.print(
+    out.print("[bold]gnnrun[/]: distributed GNN training launcher\n")
+    out.print(
         "usage: gnnrun COMMAND [key=value ...] [-m]   (Hydra overrides; -m sweeps)\n", markup=False
     )
-    console.print("[bold]commands[/]")
+    out.print("[bold]commands[/]")
     for name, (_, text) in COMMANDS.items():
-        console.print(f"  {name:<10} {text}")
-    console.print(
+        out.print(f"  {name:<10} {text}")
+    out.print(
         "\n[bold]config groups[/] (choose with GROUP=OPTION, set fields with GROUP.KEY=VALUE)"
     )
     for group in GROUPS:
         options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
-        console.print(f"  {group:<12} {', '.join(options)}")
-    console.print("\n[bold]examples[/]")
-    console.print(EXAMPLES, highlight=False)
-    console.print(
+        out.print(f"  {group:<12} {', '.join(options)}")
+    out.print("\n[bold]examples[/]")
+    out.print(EXAMPLES, highlight=False)
+    out.print(
         "\n[bold]environment[/]\n  GNNRUN_DATA_ROOT  prepared datasets and partitions (default ./data)\n"
         "  GNNRUN_RAW_ROOT   raw dataset files (default $GNNRUN_DATA_ROOT/raw)\n"
         "\n`gnnrun COMMAND --help` shows the composed config; `--cfg job` prints it."

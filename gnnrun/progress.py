@@ -19,14 +19,24 @@ from rich.progress import (
 
 T = TypeVar("T")
 
+# Progress, warnings and errors go to stderr; results (tables) to stdout, so they can be piped.
 console = Console(stderr=True)
+out = Console()
+
+# Live displays draw on stderr and leave stdout alone (rich would otherwise
+# redirect it through the display while one is active).
+_LIVE = {"console": console, "transient": True, "redirect_stdout": False, "redirect_stderr": False}
 
 
 @contextlib.contextmanager
 def stage(description: str) -> Iterator[None]:
     """Show a spinner while a step runs, then one line with how long it took."""
     start = time.perf_counter()
-    with console.status(f"{description} ..."):
+    spinner = Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), **_LIVE
+    )
+    with spinner:
+        spinner.add_task(f"{description} ...", total=None)
         yield
     console.print(f"[green]✓[/] {description} [dim]({time.perf_counter() - start:.1f} s)[/]")
 
@@ -40,5 +50,5 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console, transient=True) as progress:
+    with Progress(*columns, **_LIVE) as progress:
         yield from progress.track(items, total=total, description=description)

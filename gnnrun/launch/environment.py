@@ -12,7 +12,7 @@ from gnnrun import __version__
 from gnnrun.launch.backends import probe_all
 from gnnrun.launch.topology import read_topology
 from gnnrun.ops.native import native_status
-from gnnrun.progress import console
+from gnnrun.progress import out
 
 
 def environment_rows() -> list[tuple[str, str]]:
@@ -53,4 +53,4 @@ def print_environment() -> None:
     table.add_column("value")
     for key, value in environment_rows():
         table.add_row(key, value)
-    console.print(table)
+    out.print(table)

@@ -1,0 +1,124 @@
+"""The prepared format: round trip, memory mapping, refusals, stale configs, atomic writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import gnnrun.io
+from gnnrun.config import SyntheticDatasetConfig
+from gnnrun.data import load_prepared, prepare_dataset
+from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.graph import csr_from_edges, sorted_unique, stratified_split
+from gnnrun.errors import GnnrunError
+
+
+def tiny_cfg(tmp_path, **changes) -> SyntheticDatasetConfig:
+    fields = {"name": "t", "num_nodes": 500, "avg_degree": 6, "num_classes": 4, "feat_dim": 8}
+    return SyntheticDatasetConfig(**(fields | changes), prepared_dir=str(tmp_path / "t"))
+
+
+def test_round_trip_is_memory_mapped_and_checked(tmp_path):
+    ds = prepare_dataset(tiny_cfg(tmp_path))
+    assert isinstance(ds.feat, np.memmap)
+    meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+    assert (
+        meta["num_nodes"] == 500 and meta["format_version"] == 1 and meta["checksum"] == ds.checksum
+    )
+    again = GraphDataset.load(tmp_path / "t", verify=True)
+    for name, array in ds.arrays().items():
+        assert np.array_equal(array, again.arrays()[name]), name
+
+
+def test_missing_truncated_and_corrupt_files_are_refused(tmp_path):
+    prepare_dataset(tiny_cfg(tmp_path))
+    feat = tmp_path / "t" / "feat.npy"
+    data = bytearray(feat.read_bytes())
+    data[-1] ^= 1
+    feat.write_bytes(bytes(data))
+    GraphDataset.load(tmp_path / "t")  # same size: only verify notices
+    with pytest.raises(GnnrunError, match="does not match its checksum"):
+        GraphDataset.load(tmp_path / "t", verify=True)
+    feat.write_bytes(bytes(data[:100]))
+    with pytest.raises(GnnrunError, match="feat.npy has 100 bytes"):
+        GraphDataset.load(tmp_path / "t")
+    feat.unlink()
+    with pytest.raises(GnnrunError, match="feat.npy is missing.*gnnrun data prepare"):
+        GraphDataset.load(tmp_path / "t")
+    with pytest.raises(GnnrunError, match="no prepared dataset.*gnnrun data prepare"):
+        GraphDataset.load(tmp_path / "nowhere")
+
+
+def test_changed_config_rebuilds_and_load_prepared_refuses_stale(tmp_path):
+    first = prepare_dataset(tiny_cfg(tmp_path))
+    changed = tiny_cfg(tmp_path, num_nodes=600)
+    with pytest.raises(GnnrunError, match="different config"):
+        load_prepared(changed)
+    second = prepare_dataset(changed)
+    assert second.num_nodes == 600 and second.checksum != first.checksum
+    # Moving the files is not a change of content.
+    assert prepare_dataset(tiny_cfg(tmp_path, num_nodes=600)).checksum == second.checksum
+
+
+def test_interrupted_prepare_keeps_the_old_dataset(tmp_path, monkeypatch):
+    first = prepare_dataset(tiny_cfg(tmp_path))
+    real = gnnrun.io.np.save
+    calls = {"n": 0}
+
+    def dying_save(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gnnrun.io.np, "save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_dataset(tiny_cfg(tmp_path, seed=5))
+    monkeypatch.undo()
+    assert GraphDataset.load(tmp_path / "t", verify=True).checksum == first.checksum
+    assert [p.name for p in tmp_path.iterdir()] == ["t"]
+
+
+def test_validate_names_the_broken_invariant():
+    good = dict(
+        name="x",
+        indptr=np.array([0, 1, 2]),
+        indices=np.array([1, 0], dtype=np.int32),
+        feat=np.zeros((2, 3), np.float32),
+        label=np.array([0, 1]),
+        train_idx=np.array([0]),
+        val_idx=np.array([1]),
+        test_idx=np.zeros(0, np.int64),
+        num_classes=2,
+    )
+    GraphDataset(**good).validate()
+    with pytest.raises(GnnrunError, match="indices has ids outside"):
+        GraphDataset(**(good | {"indices": np.array([1, 5], dtype=np.int32)})).validate()
+    with pytest.raises(GnnrunError, match="label has values >= num_classes"):
+        GraphDataset(**(good | {"label": np.array([0, 2])})).validate()
+    with pytest.raises(GnnrunError, match="train_idx contains unlabelled"):
+        GraphDataset(**(good | {"label": np.array([-1, 1])})).validate()
+
+
+def test_csr_from_edges_drops_loops_and_duplicates_and_symmetrises():
+    indptr, indices = csr_from_edges(
+        np.array([0, 0, 1, 2, 2]), np.array([1, 1, 2, 2, 0]), 3, symmetrize=True
+    )
+    rows = {v: sorted(indices[indptr[v] : indptr[v + 1]].tolist()) for v in range(3)}
+    assert rows == {0: [1, 2], 1: [0, 2], 2: [0, 1]}
+    indptr, indices = csr_from_edges(np.array([0, 1]), np.array([1, 2]), 3, symmetrize=False)
+    assert indptr.tolist() == [0, 0, 1, 2] and indices.tolist() == [0, 1]
+    with pytest.raises(ValueError, match="outside"):
+        csr_from_edges(np.array([0]), np.array([3]), 3, symmetrize=False)
+
+
+def test_sorted_unique_and_stratified_split():
+    values = np.random.default_rng(0).integers(0, 50, 1000)
+    assert np.array_equal(sorted_unique(values), np.unique(values))
+    label = np.repeat(np.arange(3), [100, 50, 10])
+    train, val, test = stratified_split(label, (0.5, 0.2, 0.3), seed=0)
+    assert np.bincount(label[train]).tolist() == [50, 25, 5]
+    assert len(np.intersect1d(train, test)) == 0 and len(np.intersect1d(val, test)) == 0
+    assert np.array_equal(train, stratified_split(label, (0.5, 0.2, 0.3), seed=0)[0])
