@@ -9,12 +9,13 @@ from gnnrun.config import SyntheticDatasetConfig
 from gnnrun.data import build_dataset, prepare_dataset
 from gnnrun.data.graph import is_symmetric
 
-TINY = {
+TINY = {  # as configs/dataset/synthetic-tiny.yaml
     "name": "synthetic-tiny",
     "num_nodes": 2000,
     "avg_degree": 10,
     "num_classes": 8,
     "feat_dim": 32,
+    "max_degree_fraction": 0.05,
 }
 
 
