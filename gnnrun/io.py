@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from gnnrun.errors import GnnrunError
+
 _TMP_MARK = ".tmp-"
 
 
@@ -107,3 +109,28 @@ def combined_digest(records: dict[str, dict[str, Any]]) -> str:
     for name in sorted(records):
         digest.update(f"{name}:{records[name]['sha256']}\n".encode())
     return digest.hexdigest()
+
+
+def check_recorded_file(file: Path, record: dict[str, Any], fix: str, verify: bool = False) -> None:
+    """Refuse a file that is missing, of another size, or (with `verify`) of another sha256."""
+    if not file.is_file():
+        raise GnnrunError(f"{file} is missing: {fix}")
+    size = file.stat().st_size
+    if size != record["bytes"]:
+        raise GnnrunError(f"{file} has {size} bytes, expected {record['bytes']}: {fix}")
+    if verify and sha256_file(file) != record["sha256"]:
+        raise GnnrunError(f"{file} does not match its checksum: {fix}")
+
+
+def load_recorded_array(
+    file: Path, record: dict[str, Any], fix: str, mmap: bool = True, verify: bool = False
+) -> np.ndarray:
+    """Load a .npy written by `save_array`, checked against its record; memory-mapped by default."""
+    check_recorded_file(file, record, fix, verify)
+    array = np.load(file, mmap_mode="r" if mmap else None, allow_pickle=False)
+    if list(array.shape) != record["shape"] or str(array.dtype) != record["dtype"]:
+        raise GnnrunError(
+            f"{file} holds {array.dtype}{list(array.shape)}, expected "
+            f"{record['dtype']}{record['shape']}: {fix}"
+        )
+    return array

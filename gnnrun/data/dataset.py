@@ -19,9 +19,9 @@ from gnnrun.errors import GnnrunError
 from gnnrun.io import (
     atomic_directory,
     combined_digest,
+    load_recorded_array,
     read_json,
     save_array,
-    sha256_file,
     write_json_atomic,
 )
 
@@ -159,9 +159,11 @@ class GraphDataset:
                 f"{path} has format version {meta.get('format_version')}, this gnnrun reads "
                 f"{FORMAT_VERSION}; prepare it again with `gnnrun data prepare`"
             )
-        arrays = {}
-        for name in ARRAY_NAMES:
-            arrays[name] = _load_checked(path, name, meta["files"][name], mmap, verify)
+        fix = f"prepare it again with `gnnrun data prepare` (the directory is {path})"
+        arrays = {
+            name: load_recorded_array(path / f"{name}.npy", meta["files"][name], fix, mmap, verify)
+            for name in ARRAY_NAMES
+        }
         return cls(
             name=meta["name"],
             num_classes=int(meta["num_classes"]),
@@ -172,22 +174,3 @@ class GraphDataset:
             path=path,
             **arrays,
         )
-
-
-def _load_checked(directory: Path, name: str, record: dict[str, Any], mmap: bool, verify: bool):
-    file = directory / f"{name}.npy"
-    fix = f"prepare it again with `gnnrun data prepare` (the directory is {directory})"
-    if not file.is_file():
-        raise GnnrunError(f"{file} is missing: the dataset is incomplete; {fix}")
-    if file.stat().st_size != record["bytes"]:
-        raise GnnrunError(
-            f"{file} has {file.stat().st_size} bytes, expected {record['bytes']}; {fix}"
-        )
-    if verify and sha256_file(file) != record["sha256"]:
-        raise GnnrunError(f"{file} does not match its checksum in meta.json; {fix}")
-    array = np.load(file, mmap_mode="r" if mmap else None, allow_pickle=False)
-    if list(array.shape) != record["shape"] or str(array.dtype) != record["dtype"]:
-        raise GnnrunError(
-            f"{file} has shape/dtype {array.shape}/{array.dtype}, expected {record}; {fix}"
-        )
-    return array

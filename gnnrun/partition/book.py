@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import read_json, sha256_file
+from gnnrun.io import check_recorded_file, load_recorded_array, read_json
 
 FORMAT_VERSION = 1
 KINDS = ("edge_cut", "vertex_cut")
@@ -124,10 +124,7 @@ class PartitionBook:
     def verify(self) -> None:
         """Re-hash every file against the manifest (slow on big partitions; sizes are always checked)."""
         for rel, record in self.manifest["files"].items():
-            if sha256_file(self.path / rel) != record["sha256"]:
-                raise GnnrunError(
-                    f"{self.path / rel} does not match its checksum: {_REDO.format(path=self.path)}"
-                )
+            check_recorded_file(self.path / rel, record, _REDO.format(path=self.path), verify=True)
 
 
 _REDO = "the partition at {path} is corrupt; run `gnnrun partition` again to rewrite it"
@@ -162,13 +159,7 @@ def open_partition(
             f"{FORMAT_VERSION}; run `gnnrun partition` again"
         )
     for rel, record in manifest["files"].items():
-        file = path / rel
-        if not file.is_file():
-            raise GnnrunError(f"{file} is missing: {_REDO.format(path=path)}")
-        if file.stat().st_size != record["bytes"]:
-            raise GnnrunError(
-                f"{file} has {file.stat().st_size} bytes, expected {record['bytes']}: {_REDO.format(path=path)}"
-            )
+        check_recorded_file(path / rel, record, _REDO.format(path=path))
     book = PartitionBook(path, manifest)
     if dataset_checksum is not None and book.dataset_checksum != dataset_checksum:
         raise GnnrunError(
@@ -190,9 +181,4 @@ def open_partition(
 
 
 def _load_record(root: Path, rel: str, record: dict[str, Any]) -> np.ndarray:
-    array = np.load(root / rel, mmap_mode="r", allow_pickle=False)
-    if list(array.shape) != record["shape"] or str(array.dtype) != record["dtype"]:
-        raise GnnrunError(
-            f"{root / rel} has shape/dtype {array.shape}/{array.dtype}, expected {record}: {_REDO.format(path=root)}"
-        )
-    return array
+    return load_recorded_array(root / rel, record, _REDO.format(path=root))
