@@ -9,6 +9,7 @@ import numpy as np
 
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import unique_ids
+from gnnrun.ops.rows import take_rows
 
 
 def gather_rows(
@@ -64,7 +65,7 @@ class EdgeCutBuilder:
                 "indptr": indptr,
                 "indices": local_neighbours.astype(dataset.indices.dtype),
                 "halo_owner": node_part[halo].astype(np.int32),
-                "feat": np.asarray(dataset.feat[solid]),
+                "feat": take_rows(dataset.feat, solid),
                 "label": np.asarray(dataset.label[solid]),
             }
             for split in ("train_idx", "val_idx", "test_idx"):

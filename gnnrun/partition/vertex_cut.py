@@ -9,6 +9,7 @@ import numpy as np
 
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import edges_from_csr, unique_ids
+from gnnrun.ops.rows import take_rows
 from gnnrun.partition.edge_cut import imbalance
 
 
@@ -92,7 +93,7 @@ class VertexCutBuilder:
                 "indices": to_local[self.src[chosen]].astype(dataset.indices.dtype),
                 "root_part": root_part,
                 "clone_links": self.links[part],
-                "feat": np.asarray(dataset.feat[nodes]),
+                "feat": take_rows(dataset.feat, nodes),
                 "label": np.asarray(dataset.label[nodes]),
             }
             for split in ("train_idx", "val_idx", "test_idx"):
