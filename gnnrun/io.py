@@ -83,6 +83,24 @@ def read_json(path: Path) -> Any:
         return json.load(f)
 
 
+def read_manifest(directory: Path, name: str, version: int, what: str, fix: str) -> dict[str, Any]:
+    """Read `directory/name` (meta.json, manifest.json), refusing a missing one or another version.
+
+    An interrupted atomic write leaves no directory, hence no manifest: "missing"
+    covers that case too.
+    """
+    path = Path(directory) / name
+    if not path.is_file():
+        raise GnnrunError(f"no {what} at {directory} ({name} missing); {fix}")
+    manifest = read_json(path)
+    if manifest.get("format_version") != version:
+        raise GnnrunError(
+            f"{directory} holds {what} format {manifest.get('format_version')}, "
+            f"this gnnrun reads {version}; {fix}"
+        )
+    return manifest
+
+
 def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -20,7 +20,7 @@ from gnnrun.io import (
     atomic_directory,
     combined_digest,
     load_recorded_array,
-    read_json,
+    read_manifest,
     save_array,
     write_json_atomic,
 )
@@ -147,18 +147,13 @@ class GraphDataset:
     def load(cls, path: Path, mmap: bool = True, verify: bool = False) -> GraphDataset:
         """Open a prepared dataset; `verify` re-hashes every file against meta.json."""
         path = Path(path)
-        meta_path = path / "meta.json"
-        if not meta_path.is_file():
-            raise GnnrunError(
-                f"no prepared dataset at {path} (meta.json missing); "
-                "create it with `gnnrun data prepare dataset=NAME`"
-            )
-        meta = read_json(meta_path)
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise GnnrunError(
-                f"{path} has format version {meta.get('format_version')}, this gnnrun reads "
-                f"{FORMAT_VERSION}; prepare it again with `gnnrun data prepare`"
-            )
+        meta = read_manifest(
+            path,
+            "meta.json",
+            FORMAT_VERSION,
+            "prepared dataset",
+            "create it with `gnnrun data prepare dataset=NAME`",
+        )
         fix = f"prepare it again with `gnnrun data prepare` (the directory is {path})"
         arrays = {
             name: load_recorded_array(path / f"{name}.npy", meta["files"][name], fix, mmap, verify)

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import check_recorded_file, load_recorded_array, read_json
+from gnnrun.io import check_recorded_file, load_recorded_array, read_manifest
 
 FORMAT_VERSION = 1
 KINDS = ("edge_cut", "vertex_cut")
@@ -146,18 +146,13 @@ def open_partition(
     algorithm needs.
     """
     path = Path(path)
-    manifest_path = path / "manifest.json"
-    if not manifest_path.is_file():
-        raise GnnrunError(
-            f"no partition at {path} (manifest.json missing; an interrupted write leaves none); "
-            "create it with `gnnrun partition dataset=... partitioner=... partitioner.num_parts=...`"
-        )
-    manifest = read_json(manifest_path)
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise GnnrunError(
-            f"{path} has partition format {manifest.get('format_version')}, this gnnrun reads "
-            f"{FORMAT_VERSION}; run `gnnrun partition` again"
-        )
+    manifest = read_manifest(
+        path,
+        "manifest.json",
+        FORMAT_VERSION,
+        "partition",
+        "create it with `gnnrun partition dataset=... partitioner=... partitioner.num_parts=...`",
+    )
     for rel, record in manifest["files"].items():
         check_recorded_file(path / rel, record, _REDO.format(path=path))
     book = PartitionBook(path, manifest)
