@@ -40,7 +40,7 @@ import numpy as np
 
 from gnnrun.config import CustomDatasetConfig
 from gnnrun.data import DATASET_SOURCES
-from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, edges_from_csr, sorted_unique, stratified_split
 from gnnrun.errors import GnnrunError
 
@@ -232,6 +232,6 @@ def load(cfg: CustomDatasetConfig) -> GraphDataset:
         test_idx=split[2],
         num_classes=num_classes,
         directed=not cfg.to_undirected,
-        task="binary" if num_classes == 2 else "multiclass",
+        task=task_for(num_classes),
         info={"source": "custom", "graph_encoding": kind, "split_from_file": from_file},
     )

@@ -30,6 +30,11 @@ ARRAY_NAMES = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "te
 TASKS = ("multiclass", "binary")
 
 
+def task_for(num_classes: int) -> str:
+    """Two classes are a binary task (reported with ROC-AUC), more are multiclass."""
+    return "binary" if num_classes == 2 else "multiclass"
+
+
 @dataclass
 class GraphDataset:
     """A node-classification graph: in-CSR, features, labels and the split.

@@ -22,7 +22,7 @@ import numpy as np
 
 from gnnrun.config import HeterophilousDatasetConfig
 from gnnrun.data import DATASET_SOURCES
-from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges
 from gnnrun.errors import GnnrunError
 
@@ -97,6 +97,6 @@ def load(cfg: HeterophilousDatasetConfig) -> GraphDataset:
         test_idx=test_idx,
         num_classes=num_classes,
         directed=False,
-        task="binary" if num_classes == 2 else "multiclass",
+        task=task_for(num_classes),
         info={"source": "heterophilous", "split": cfg.split, "num_splits": num_splits},
     )

@@ -33,7 +33,7 @@ from scipy.sparse.linalg import svds
 
 from gnnrun.config import MusaeDatasetConfig
 from gnnrun.data import DATASET_SOURCES
-from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, stratified_split
 from gnnrun.errors import GnnrunError
 
@@ -169,7 +169,7 @@ def load(cfg: MusaeDatasetConfig) -> GraphDataset:
         test_idx=test_idx,
         num_classes=len(classes),
         directed=False,
-        task="binary" if len(classes) == 2 else "multiclass",
+        task=task_for(len(classes)),
         info={
             "source": "musae",
             "classes": classes,
