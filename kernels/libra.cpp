@@ -83,3 +83,9 @@ torch::Tensor csr_reverse_edges(torch::Tensor indptr, torch::Tensor indices) {
   });
   return out;
 }
+
+TORCH_LIBRARY_FRAGMENT(gnnrun, m) {
+  m.def("libra_assign(Tensor src, Tensor dst, int num_nodes, int num_parts, float slack) -> Tensor",
+        &libra_assign);
+  m.def("csr_reverse_edges(Tensor indptr, Tensor indices) -> Tensor", &csr_reverse_edges);
+}
