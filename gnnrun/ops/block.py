@@ -1,0 +1,58 @@
+"""The unit every GNN layer runs on: a bipartite in-CSR from source to destination vertices.
+
+A Block maps `num_src` source vertices to `num_dst` destination vertices. Row
+`v` of the CSR (`indices[indptr[v]:indptr[v+1]]`) lists the *local* source ids
+of v's in-neighbours. As in DGL, the destinations are the first `num_dst`
+sources (`x_dst = x_src[:num_dst]`), which is what SAGE's self term and GAT's
+destination attention need. A full graph is a Block with num_src == num_dst.
+
+`src_ids` holds the id of every source vertex in the id space of the graph the
+block was taken from (global ids, or a partition's local ids); its first
+`num_dst` entries are the destination ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Block:
+    indptr: torch.Tensor  # int64 [num_dst + 1]
+    indices: torch.Tensor  # int64 [num_edges], local source ids in [0, num_src)
+    num_src: int
+    src_ids: torch.Tensor | None = None  # int64 [num_src]
+
+    @property
+    def num_dst(self) -> int:
+        return int(self.indptr.numel() - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.numel())
+
+    def in_degrees(self) -> torch.Tensor:
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def dst_of_edges(self) -> torch.Tensor:
+        """The destination of every edge, in CSR order."""
+        return torch.repeat_interleave(torch.arange(self.num_dst), self.in_degrees())
+
+    @classmethod
+    def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, num_src: int | None = None) -> Block:
+        """A full-graph block over a CSR (destinations = all rows)."""
+        indptr_t = torch.from_numpy(np.asarray(indptr, dtype=np.int64).copy())
+        indices_t = torch.from_numpy(np.asarray(indices, dtype=np.int64).copy())
+        n = indptr_t.numel() - 1
+        return cls(indptr_t, indices_t, n if num_src is None else num_src)
+
+    def validate(self) -> None:
+        if self.indptr[0] != 0 or self.indptr[-1] != self.indices.numel():
+            raise ValueError("block indptr does not span indices")
+        if self.num_dst > self.num_src:
+            raise ValueError("a block has at most as many destinations as sources")
+        if self.indices.numel() and (self.indices.min() < 0 or self.indices.max() >= self.num_src):
+            raise ValueError("block indices outside [0, num_src)")
