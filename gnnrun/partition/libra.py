@@ -13,7 +13,7 @@ import numpy as np
 from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import edges_from_csr
-from gnnrun.ops.native import native_kernels, to_tensor
+from gnnrun.ops.native import native_op, to_tensor
 from gnnrun.partition import PARTITIONERS, Assignment
 
 # A part may run this far above the average load before an edge goes to the
@@ -48,10 +48,10 @@ def libra_assign_reference(
 def libra_assign(
     src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, slack: float = BALANCE_SLACK
 ) -> np.ndarray:
-    kernels = native_kernels()
-    if kernels is None:
+    op = native_op("libra_assign", "libra")
+    if op is None:
         return libra_assign_reference(src, dst, num_nodes, num_parts, slack)
-    return kernels.libra_assign(
+    return op(
         to_tensor(src, np.int64), to_tensor(dst, np.int64), num_nodes, num_parts, slack
     ).numpy()
 
@@ -78,9 +78,9 @@ def libra_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> Assignment
 
 def reverse_edges(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """Position of each edge's reverse in a symmetric CSR."""
-    kernels = native_kernels()
-    if kernels is None:
+    op = native_op("csr_reverse_edges", "libra")
+    if op is None:
         # Stable by source keeps (src, dst) order, which in a symmetric graph is
         # the CSR order of the reverse edges.
         return np.argsort(np.asarray(indices), kind="stable")
-    return kernels.csr_reverse_edges(to_tensor(indptr, np.int64), to_tensor(indices)).numpy()
+    return op(to_tensor(indptr, np.int64), to_tensor(indices)).numpy()
