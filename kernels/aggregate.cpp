@@ -1,0 +1,373 @@
+// Sum / mean aggregation over a bipartite in-CSR (DistGNN section 4), and its transpose.
+//
+// out[v] = sum over e in row v of x[indices[e]] (mean: divided by the row's
+// length; an empty row gives 0). Destination rows are shared among the threads
+// with a dynamic schedule (power-law rows differ in length by orders of
+// magnitude); each thread owns its output rows, so there are no write races.
+//
+// Cache blocking (section 4.2): when the source rows that the graph gathers do
+// not fit in the last-level cache and rows are long enough to reuse them, the
+// sources are cut into blocks of `block_rows` vertices and the CSR is swept once
+// per block, so that every x row a block touches is fetched from memory once
+// and then served from cache to all threads. Instead of building one CSR per
+// block, a per-row cursor remembers where the previous sweep stopped: with rows
+// sorted by source id (as gnnrun's datasets store them), the edges of a row that
+// fall into block b are the run starting at the cursor. The last sweep takes
+// everything left, so the result is exact for unsorted rows too (they only lose
+// locality). Without blocking, the x rows of the next few edges are prefetched.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <tuple>
+#include <vector>
+
+namespace gnnrun {
+namespace {
+
+constexpr int64_t kRowChunk = 64;         // destination rows per dynamic-schedule chunk
+constexpr int64_t kPrefetchDistance = 8;  // edges ahead whose x rows are prefetched
+constexpr int64_t kMaxPrefetchLines = 8;  // per row; the hardware streams the rest
+// Blocking pays when a sweep does at least this many edges per destination row
+// on average (each sweep re-reads and re-writes the partial output rows).
+constexpr double kMinEdgesPerRowPerSweep = 12.0;
+
+int64_t cache_bytes(int level, int64_t fallback) {
+  for (int index = 0; index < 8; ++index) {
+    char path[96];
+    std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", index);
+    FILE* f = std::fopen(path, "r");
+    if (!f) break;
+    int found = 0;
+    const bool ok = std::fscanf(f, "%d", &found) == 1;
+    std::fclose(f);
+    if (!ok || found != level) continue;
+    std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+    f = std::fopen(path, "r");
+    if (!f) break;
+    long long size = 0;
+    char unit = 'K';
+    const int got = std::fscanf(f, "%lld%c", &size, &unit);
+    std::fclose(f);
+    if (got >= 1 && size > 0) {
+      if (unit == 'M') return size << 20;
+      if (unit == 'K') return size << 10;
+      return size;
+    }
+  }
+  return fallback;
+}
+
+int64_t last_level_cache_bytes() {
+  static const int64_t bytes = std::max(cache_bytes(3, 0), cache_bytes(2, 1 << 20));
+  return bytes;
+}
+
+template <typename scalar_t>
+inline void prefetch_row(const scalar_t* row, int64_t row_bytes) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const int64_t lines = std::min<int64_t>((row_bytes + 63) / 64, kMaxPrefetchLines);
+  for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(p + 64 * l, 0, 3);
+}
+
+// acc[0:F] += sum over e in [e, end) of scale[u] * x[u], u = idx[e] (scale may be null).
+// Edges go four at a time so each accumulator element is loaded and stored once
+// per four rows. Prefetches reach up to `prefetch_end` (past the row's end: the
+// next rows of this thread's chunk start where this row stops).
+template <typename scalar_t, typename index_t, bool kScaled>
+inline void accumulate(scalar_t* __restrict acc, const index_t* __restrict idx, int64_t e,
+                       const int64_t end, const scalar_t* __restrict x,
+                       const scalar_t* __restrict scale, const int64_t F,
+                       const int64_t prefetch_end) {
+  const int64_t row_bytes = F * static_cast<int64_t>(sizeof(scalar_t));
+  for (; e + 4 <= end; e += 4) {
+    if (e + kPrefetchDistance + 4 <= prefetch_end) {
+      for (int64_t k = 0; k < 4; ++k)
+        prefetch_row(x + static_cast<int64_t>(idx[e + kPrefetchDistance + k]) * F, row_bytes);
+    }
+    const int64_t u0 = idx[e], u1 = idx[e + 1], u2 = idx[e + 2], u3 = idx[e + 3];
+    const scalar_t* __restrict a = x + u0 * F;
+    const scalar_t* __restrict b = x + u1 * F;
+    const scalar_t* __restrict c = x + u2 * F;
+    const scalar_t* __restrict d = x + u3 * F;
+    if constexpr (kScaled) {
+      const scalar_t sa = scale[u0], sb = scale[u1], sc = scale[u2], sd = scale[u3];
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) acc[f] += (sa * a[f] + sb * b[f]) + (sc * c[f] + sd * d[f]);
+    } else {
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) acc[f] += (a[f] + b[f]) + (c[f] + d[f]);
+    }
+  }
+  for (; e < end; ++e) {
+    if (e + kPrefetchDistance < prefetch_end)
+      prefetch_row(x + static_cast<int64_t>(idx[e + kPrefetchDistance]) * F, row_bytes);
+    const int64_t u = idx[e];
+    const scalar_t* __restrict a = x + u * F;
+    if constexpr (kScaled) {
+      const scalar_t s = scale[u];
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) acc[f] += s * a[f];
+    } else {
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) acc[f] += a[f];
+    }
+  }
+}
+
+template <typename scalar_t>
+inline void finish_row(scalar_t* __restrict o, const int64_t F, const bool mean,
+                       const int64_t degree) {
+  if (mean && degree > 1) {
+    const scalar_t inv = scalar_t(1) / static_cast<scalar_t>(degree);
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) o[f] *= inv;
+  }
+}
+
+template <typename scalar_t, typename index_t, bool kScaled>
+void aggregate_kernel(const int64_t* __restrict ptr, const index_t* __restrict idx,
+                      const scalar_t* __restrict x, const scalar_t* __restrict scale,
+                      scalar_t* __restrict out, const int64_t n_dst, const int64_t n_src,
+                      const int64_t F, const bool mean, const int64_t block_rows,
+                      const int num_threads) {
+  const int64_t num_edges = ptr[n_dst];
+  const int64_t num_blocks = block_rows >= n_src ? 1 : (n_src + block_rows - 1) / block_rows;
+  if (num_blocks <= 1) {
+#pragma omp parallel for schedule(dynamic, kRowChunk) num_threads(num_threads)
+    for (int64_t v = 0; v < n_dst; ++v) {
+      scalar_t* __restrict o = out + v * F;
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) o[f] = scalar_t(0);
+      accumulate<scalar_t, index_t, kScaled>(o, idx, ptr[v], ptr[v + 1], x, scale, F, num_edges);
+      finish_row(o, F, mean, ptr[v + 1] - ptr[v]);
+    }
+    return;
+  }
+  std::vector<int64_t> cursor(n_dst);
+  int64_t* __restrict cur = cursor.data();
+#pragma omp parallel num_threads(num_threads)
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const bool first = b == 0, last = b == num_blocks - 1;
+    const int64_t hi = (b + 1) * block_rows;
+#pragma omp for schedule(dynamic, kRowChunk)
+    for (int64_t v = 0; v < n_dst; ++v) {
+      scalar_t* __restrict o = out + v * F;
+      const int64_t end = ptr[v + 1];
+      int64_t e = first ? ptr[v] : cur[v];
+      if (first) {
+#pragma omp simd
+        for (int64_t f = 0; f < F; ++f) o[f] = scalar_t(0);
+      }
+      int64_t stop = end;
+      if (!last) {
+        stop = e;
+        while (stop < end && static_cast<int64_t>(idx[stop]) < hi) ++stop;
+        cur[v] = stop;
+      }
+      if (stop > e) accumulate<scalar_t, index_t, kScaled>(o, idx, e, stop, x, scale, F, stop);
+      if (last) finish_row(o, F, mean, end - ptr[v]);
+    }  // implicit barrier: a block is finished by all threads before the next starts
+  }
+}
+
+template <typename index_t>
+void transpose_kernel(const int64_t* __restrict ptr, const index_t* __restrict idx,
+                      index_t* __restrict out_idx, int64_t* __restrict out_ptr,
+                      int64_t* __restrict perm_p, int64_t* __restrict counts,
+                      const int64_t* __restrict row_lo, const int64_t num_src, const int T) {
+#pragma omp parallel num_threads(T)
+  {
+#pragma omp for schedule(static, 1)
+    for (int t = 0; t < T; ++t) {
+      int64_t* c = counts + static_cast<size_t>(t) * num_src;
+      for (int64_t e = ptr[row_lo[t]]; e < ptr[row_lo[t + 1]]; ++e) ++c[idx[e]];
+    }
+    // Exclusive offsets: row u of the output starts after all counts of rows
+    // < u; thread t's share of row u follows those of threads < t.
+#pragma omp single
+    {
+      int64_t running = 0;
+      for (int64_t u = 0; u < num_src; ++u) {
+        out_ptr[u] = running;
+        for (int t = 0; t < T; ++t) {
+          int64_t& c = counts[static_cast<size_t>(t) * num_src + u];
+          const int64_t n = c;
+          c = running;
+          running += n;
+        }
+      }
+      out_ptr[num_src] = running;
+    }
+#pragma omp for schedule(static, 1)
+    for (int t = 0; t < T; ++t) {
+      int64_t* c = counts + static_cast<size_t>(t) * num_src;
+      for (int64_t v = row_lo[t]; v < row_lo[t + 1]; ++v) {
+        for (int64_t e = ptr[v]; e < ptr[v + 1]; ++e) {
+          const int64_t p = c[idx[e]]++;
+          out_idx[p] = static_cast<index_t>(v);
+          perm_p[p] = e;
+        }
+      }
+    }
+  }
+}
+
+void check_csr(const torch::Tensor& indptr, const torch::Tensor& indices) {
+  TORCH_CHECK(indptr.dim() == 1 && indptr.numel() >= 1, "indptr: 1-d with at least one entry");
+  TORCH_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.is_contiguous() && indptr.is_cpu(),
+              "indptr: contiguous int64 CPU tensor");
+  TORCH_CHECK(indices.dim() == 1 && indices.is_contiguous() && indices.is_cpu(),
+              "indices: contiguous 1-d CPU tensor");
+  TORCH_CHECK(indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32,
+              "indices: int32 or int64");
+  const int64_t* ptr = indptr.data_ptr<int64_t>();
+  TORCH_CHECK(ptr[0] == 0 && ptr[indptr.numel() - 1] == indices.numel(),
+              "indptr does not span indices");
+}
+
+torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& indices,
+                             const torch::Tensor& x, const c10::optional<torch::Tensor>& scale,
+                             bool mean, int64_t block_rows);
+
+}  // namespace
+
+// The default number of source vertices per cache block; num_src means no blocking.
+int64_t csr_aggregate_block_rows(int64_t num_dst, int64_t num_src, int64_t num_edges,
+                                 int64_t width, int64_t elem_size) {
+  const int64_t row_bytes = std::max<int64_t>(1, width * elem_size);
+  // Half the last-level cache for the x rows of a block: the rest holds the
+  // streamed indices, cursors and partial output rows.
+  const int64_t budget = last_level_cache_bytes() / 2;
+  const int64_t footprint = num_src * row_bytes;
+  if (num_dst <= 0 || num_src <= 0 || footprint <= budget) return std::max<int64_t>(num_src, 1);
+  const int64_t num_blocks = (footprint + budget - 1) / budget;
+  const double edges_per_row_per_sweep =
+      static_cast<double>(num_edges) / static_cast<double>(num_dst) / num_blocks;
+  if (edges_per_row_per_sweep < kMinEdgesPerRowPerSweep) return num_src;
+  return (num_src + num_blocks - 1) / num_blocks;
+}
+
+namespace {
+
+torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& indices,
+                             const torch::Tensor& x_in, const c10::optional<torch::Tensor>& scale,
+                             bool mean, int64_t block_rows) {
+  check_csr(indptr, indices);
+  TORCH_CHECK(x_in.dim() == 2 && x_in.is_cpu(), "x: 2-d CPU tensor [num_src, F]");
+  TORCH_CHECK(x_in.scalar_type() == torch::kFloat || x_in.scalar_type() == torch::kDouble,
+              "x: float32 or float64");
+  const torch::Tensor x = x_in.contiguous();
+  const int64_t n_dst = indptr.numel() - 1;
+  const int64_t n_src = x.size(0);
+  const int64_t F = x.size(1);
+  const int64_t num_edges = indices.numel();
+  torch::Tensor s;
+  if (scale.has_value()) {
+    s = scale->to(x.scalar_type()).contiguous();
+    TORCH_CHECK(s.dim() == 1 && s.numel() == n_src, "scale: one value per source row");
+  }
+  if (num_edges > 0) {
+    const auto [lo, hi] = torch::aminmax(indices);
+    TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < n_src,
+                "indices outside [0, num_src) = [0, ", n_src, ")");
+  }
+  auto out = torch::empty({n_dst, F}, x.options());
+  if (n_dst == 0 || F == 0) return out;
+  if (block_rows <= 0)
+    block_rows =
+        csr_aggregate_block_rows(n_dst, n_src, num_edges, F, static_cast<int64_t>(x.element_size()));
+  const int num_threads = std::max(1, at::get_num_threads());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "csr_aggregate", [&] {
+    AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "csr_aggregate", [&] {
+      const int64_t* ptr = indptr.data_ptr<int64_t>();
+      const index_t* idx = indices.data_ptr<index_t>();
+      const scalar_t* xp = x.data_ptr<scalar_t>();
+      scalar_t* op = out.data_ptr<scalar_t>();
+      if (s.defined())
+        aggregate_kernel<scalar_t, index_t, true>(ptr, idx, xp, s.data_ptr<scalar_t>(), op, n_dst,
+                                                  n_src, F, mean, block_rows, num_threads);
+      else
+        aggregate_kernel<scalar_t, index_t, false>(ptr, idx, xp, nullptr, op, n_dst, n_src, F,
+                                                   mean, block_rows, num_threads);
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor csr_aggregate(torch::Tensor indptr, torch::Tensor indices, torch::Tensor x, bool mean,
+                            int64_t block_rows) {
+  return aggregate_impl(indptr, indices, x, c10::nullopt, mean, block_rows);
+}
+
+// out[v] = sum over e in row v of scale[u] * x[u], u = indices[e]: the backward
+// of mean aggregation over the transposed CSR, with scale = 1 / in-degree.
+torch::Tensor csr_aggregate_scaled(torch::Tensor indptr, torch::Tensor indices, torch::Tensor x,
+                                   torch::Tensor scale, int64_t block_rows) {
+  return aggregate_impl(indptr, indices, x, scale, false, block_rows);
+}
+
+// The transposed CSR: row u lists the destinations v of the edges u -> v in
+// increasing v (a stable counting sort), `perm[p]` is the position in the input
+// CSR of the edge at position p of the output. Threads take contiguous ranges of
+// destination rows with their own counts, which keeps the sort stable.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> csr_transpose(torch::Tensor indptr,
+                                                                       torch::Tensor indices,
+                                                                       int64_t num_src) {
+  check_csr(indptr, indices);
+  TORCH_CHECK(num_src >= 0, "num_src must be non-negative");
+  const int64_t n_dst = indptr.numel() - 1;
+  const int64_t m = indices.numel();
+  const int64_t* ptr = indptr.data_ptr<int64_t>();
+  auto indptr_t = torch::zeros({num_src + 1}, torch::dtype(torch::kInt64));
+  auto indices_t = torch::empty({m}, indices.options());
+  auto perm = torch::empty({m}, torch::dtype(torch::kInt64));
+  if (m == 0) return {indptr_t, indices_t, perm};
+  if (num_src > 0) {
+    const auto [lo, hi] = torch::aminmax(indices);
+    TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < num_src,
+                "indices outside [0, num_src)");
+  } else {
+    TORCH_CHECK(false, "edges but no source vertices");
+  }
+  // Per-thread count arrays cost num_src entries each: use no more threads than
+  // the edges pay for.
+  const int64_t max_threads = std::max<int64_t>(1, m / std::max<int64_t>(num_src, 1));
+  const int T = static_cast<int>(std::min<int64_t>(std::max(1, at::get_num_threads()), max_threads));
+  // Thread t takes destination rows [row_lo[t], row_lo[t+1]), about m / T edges each.
+  std::vector<int64_t> row_lo(T + 1, n_dst);
+  row_lo[0] = 0;
+  for (int t = 1; t < T; ++t)
+    row_lo[t] = std::upper_bound(ptr, ptr + n_dst + 1, (m * t) / T) - ptr - 1;
+  for (int t = 1; t <= T; ++t) row_lo[t] = std::max(row_lo[t], row_lo[t - 1]);
+  std::vector<int64_t> counts(static_cast<size_t>(T) * num_src, 0);
+  int64_t* out_ptr = indptr_t.data_ptr<int64_t>();
+  int64_t* perm_p = perm.data_ptr<int64_t>();
+  AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "csr_transpose", [&] {
+    transpose_kernel<index_t>(ptr, indices.data_ptr<index_t>(), indices_t.data_ptr<index_t>(),
+                              out_ptr, perm_p, counts.data(), row_lo.data(), num_src, T);
+  });
+  return {indptr_t, indices_t, perm};
+}
+
+}  // namespace gnnrun
+
+TORCH_LIBRARY_FRAGMENT(gnnrun, m) {
+  m.def("csr_aggregate(Tensor indptr, Tensor indices, Tensor x, bool mean, int block_rows=0) -> Tensor",
+        &gnnrun::csr_aggregate);
+  m.def(
+      "csr_aggregate_scaled(Tensor indptr, Tensor indices, Tensor x, Tensor scale, "
+      "int block_rows=0) -> Tensor",
+      &gnnrun::csr_aggregate_scaled);
+  m.def("csr_transpose(Tensor indptr, Tensor indices, int num_src) -> (Tensor, Tensor, Tensor)",
+        &gnnrun::csr_transpose);
+  m.def(
+      "csr_aggregate_block_rows(int num_dst, int num_src, int num_edges, int width, "
+      "int elem_size) -> int",
+      &gnnrun::csr_aggregate_block_rows);
+}

@@ -1,0 +1,166 @@
+"""Native sum/mean aggregation equals the index_add_ reference, forward and backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gnnrun.ops import aggregate as agg
+from gnnrun.ops.block import Block
+from gnnrun.ops.native import load_kernel_file, native_op
+
+NATIVE = native_op("csr_aggregate", "aggregate") is not None
+needs_native = pytest.mark.skipif(not NATIVE, reason="kernels/aggregate.cpp cannot be built here")
+
+
+def random_block(
+    num_dst: int,
+    num_src: int,
+    seed: int = 0,
+    index_dtype: torch.dtype = torch.int64,
+    sort_rows: bool = True,
+) -> Block:
+    """Rows of 0 to 12 edges (many empty), one row of very high degree, self-loops, duplicates."""
+    g = torch.Generator().manual_seed(seed)
+    degree = torch.randint(0, 13, (num_dst,), generator=g)
+    degree[torch.rand(num_dst, generator=g) < 0.2] = 0  # plenty of empty rows
+    degree[num_dst // 3] = 40 * num_src  # a hub: every source many times over
+    indptr = torch.zeros(num_dst + 1, dtype=torch.int64)
+    torch.cumsum(degree, 0, out=indptr[1:])
+    indices = torch.randint(0, num_src, (int(indptr[-1]),), generator=g)
+    # Self-loops (destination v is source v) and duplicates of a row's first edge.
+    for v in range(0, num_dst, 5):
+        lo, hi = int(indptr[v]), int(indptr[v + 1])
+        if hi - lo >= 3:
+            indices[lo] = v
+            indices[lo + 1] = indices[lo + 2]
+    if sort_rows:
+        for v in range(num_dst):
+            lo, hi = int(indptr[v]), int(indptr[v + 1])
+            indices[lo:hi] = torch.sort(indices[lo:hi]).values
+    block = Block(indptr, indices.to(index_dtype), num_src)
+    block.validate()
+    return block
+
+
+def features(block: Block, width: int, dtype=torch.float32, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(block.num_src, width, generator=g, dtype=dtype)
+
+
+def close(a: torch.Tensor, b: torch.Tensor, terms: int = 1) -> None:
+    """Compare with a float64 result: a float32 sum of `terms` values is off by ~sqrt(terms) ulps."""
+    atol = 1e-4 * max(1.0, terms**0.5)
+    torch.testing.assert_close(a.double(), b.double(), rtol=1e-5, atol=atol)
+
+
+def longest_row(block: Block) -> int:
+    return int(block.in_degrees().max())
+
+
+def reference(block: Block, x: torch.Tensor, reduce: str) -> torch.Tensor:
+    return agg.aggregate_reference(block, x.double(), reduce)
+
+
+@needs_native
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("width", [1, 16, 127, 256, 1024])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_native_matches_reference(reduce, width, index_dtype):
+    block = random_block(60, 90, seed=width, index_dtype=index_dtype)  # bipartite
+    x = features(block, width).requires_grad_()
+    x_ref = x.detach().double().requires_grad_()
+    out = agg.aggregate(block, x, reduce)
+    ref = agg.aggregate_reference(block, x_ref, reduce)
+    close(out, ref, longest_row(block))
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref.backward(grad.double())
+    close(x.grad, x_ref.grad, int(torch.bincount(block.indices.long()).max()))
+
+
+@needs_native
+@pytest.mark.parametrize("sort_rows", [True, False])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_cache_blocks_give_the_same_result(sort_rows, index_dtype):
+    op = native_op("csr_aggregate", "aggregate")
+    block = random_block(200, 333, seed=3, index_dtype=index_dtype, sort_rows=sort_rows)
+    x = features(block, 37)
+    for mean in (False, True):
+        ref = reference(block, x, "mean" if mean else "sum")
+        for block_rows in (7, 64, 332, 333, 10_000):
+            close(op(block.indptr, block.indices, x, mean, block_rows), ref, longest_row(block))
+
+
+@needs_native
+def test_scaled_aggregation():
+    op = native_op("csr_aggregate_scaled", "aggregate")
+    block = random_block(50, 80, seed=4)
+    x = features(block, 19)
+    scale = torch.rand(block.num_src)
+    for block_rows in (0, 9):
+        close(
+            op(block.indptr, block.indices, x, scale, block_rows),
+            reference(block, x * scale[:, None], "sum"),
+            longest_row(block),
+        )
+
+
+@needs_native
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_transpose_is_a_stable_counting_sort(index_dtype):
+    block = random_block(70, 100, seed=5, index_dtype=index_dtype)
+    indptr_t, indices_t, perm = agg.transposed_csr(block)
+    src = block.indices.long()
+    expected_perm = torch.sort(src, stable=True).indices
+    assert torch.equal(perm, expected_perm)
+    assert torch.equal(indices_t.long(), block.dst_of_edges()[expected_perm])
+    assert indices_t.dtype == index_dtype
+    assert torch.equal(indptr_t[1:] - indptr_t[:-1], torch.bincount(src, minlength=100))
+    assert agg.transposed_csr(block)[0] is indptr_t  # cached on the block
+
+
+@needs_native
+def test_odd_shapes():
+    empty = Block(torch.zeros(4, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 5)
+    x = torch.randn(5, 3, requires_grad=True)
+    for reduce in ("sum", "mean"):
+        out = agg.aggregate(empty, x, reduce)
+        assert torch.equal(out, torch.zeros(3, 3))
+        out.sum().backward()
+        assert torch.equal(x.grad, torch.zeros(5, 3))
+        x.grad = None
+    block = random_block(10, 12, seed=6)
+    x3 = torch.randn(12, 2, 3)  # trailing dims are flattened and restored
+    close(agg.aggregate(block, x3, "mean"), agg.aggregate_reference(block, x3, "mean"))
+    with pytest.raises(ValueError):
+        agg.aggregate(block, torch.randn(11, 2))
+    with pytest.raises(ValueError):
+        agg.aggregate(block, torch.randn(12, 2), "max")
+
+
+@needs_native
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_gradcheck(reduce):
+    block = random_block(9, 13, seed=7)
+    x = torch.randn(block.num_src, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: agg.aggregate(block, t, reduce), (x,))
+
+
+def test_reference_fallback(monkeypatch):
+    block = random_block(30, 40, seed=8)
+    x = features(block, 8).requires_grad_()
+    expected = {r: agg.aggregate_reference(block, x, r).detach() for r in ("sum", "mean")}
+    monkeypatch.setenv("GNNRUN_NO_NATIVE", "1")
+    load_kernel_file.cache_clear()
+    try:
+        assert native_op("csr_aggregate", "aggregate") is None
+        for reduce, ref in expected.items():
+            out = agg.aggregate(block, x, reduce)
+            close(out, ref)
+            out.sum().backward()
+        indptr_t, indices_t, perm = agg.transposed_csr(Block(block.indptr, block.indices, 40))
+        assert torch.equal(indices_t, block.dst_of_edges()[perm])
+    finally:
+        monkeypatch.delenv("GNNRUN_NO_NATIVE")
+        load_kernel_file.cache_clear()
