@@ -87,6 +87,43 @@ def _partition(cfg: DictConfig) -> None:
     out.print(f"written to {book.path}")
 
 
+def cmd_train(args: list[str]) -> int:
+    return run_hydra(_train, "train", args, keep_run_dir=True)
+
+
+def _train(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from gnnrun.algorithms import ALGORITHMS
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+    from gnnrun.launch.local import run_ranks
+    from gnnrun.partition import find_partition, partition_dataset
+    from gnnrun.partition.book import open_partition
+    from gnnrun.report.tables import summary_table
+    from gnnrun.train.display import EpochTable
+    from gnnrun.train.trainer import train
+
+    config = to_objects(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    dataset = prepare_dataset(config.dataset)
+    kind = ALGORITHMS.get(config.algorithm.name).partition_kind
+    if kind is None:  # one process on the whole dataset
+        summary = train(config, run_dir, on_epoch=EpochTable(config))
+    else:
+        if find_partition(dataset, config.partitioner) is None:
+            partition_dataset(dataset, config.partitioner)
+        open_partition(
+            Path(config.partitioner.output_dir),
+            dataset_checksum=dataset.checksum,
+            world_size=config.cluster.nprocs,
+            kind=kind,
+        )
+        summary = run_ranks(config, run_dir)
+    out.print(summary_table(summary))
+    out.print(f"run directory: {run_dir}")
+
+
 def _not_yet(command: str, issue: str) -> Callable[[list[str]], int]:
     def run(args: list[str]) -> int:
         console.print(
@@ -99,10 +136,7 @@ def _not_yet(command: str, issue: str) -> Callable[[list[str]], int]:
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
-    "train": (
-        _not_yet("train", "the training-engine work"),
-        "train a model on P ranks (not yet available)",
-    ),
+    "train": (cmd_train, "train a model on cluster.nprocs ranks (partitions first when needed)"),
     "partition": (cmd_partition, "partition a dataset and write the parts atomically"),
     "data": (cmd_data, "`info`: a dataset's statistics; `prepare`: write its prepared format"),
     "report": (
@@ -116,7 +150,12 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 # -------------------------------------------------------------- hydra glue
 
 
-def run_hydra(task: Callable[[DictConfig], None], job_name: str, overrides: list[str]) -> int:
+def run_hydra(
+    task: Callable[[DictConfig], None],
+    job_name: str,
+    overrides: list[str],
+    keep_run_dir: bool = False,
+) -> int:
     """Run `task` as a Hydra app over configs/ with these command-line overrides."""
     import hydra
 
@@ -133,11 +172,13 @@ def run_hydra(task: Callable[[DictConfig], None], job_name: str, overrides: list
             console.print(f"[bold red]error:[/] {exc}")
             raise SystemExit(1) from None
 
-    # Keep the working directory and send Hydra's own logging to the console only:
-    # these commands write their results under paths.data_root.
-    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none", "hydra.output_subdir=null"]
-    if not any(a in ("-m", "--multirun") for a in overrides):
-        quiet.append("hydra.run.dir=.")
+    # Hydra's own logging goes to the console only. Commands other than train
+    # write their results under paths.data_root and need no run directory.
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+    if not keep_run_dir:
+        quiet.append("hydra.output_subdir=null")
+        if not any(a in ("-m", "--multirun") for a in overrides):
+            quiet.append("hydra.run.dir=.")
     saved = sys.argv
     sys.argv = [f"gnnrun {job_name}", *overrides, f"hydra.job.name={job_name}", *quiet]
     try:

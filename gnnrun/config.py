@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import II, MISSING, DictConfig, OmegaConf
 
 from gnnrun.errors import GnnrunError
 
@@ -38,6 +38,9 @@ class DatasetConfig:
     name: str = MISSING  # also the directory name of the prepared dataset
     source: str = MISSING  # key in gnnrun.data.DATASET_SOURCES
     seed: int = 0
+    row_normalize: bool = (
+        False  # divide each feature row by its sum (Kipf & Welling's preprocessing)
+    )
     prepared_dir: str = "${paths.data_root}/prepared/${dataset.name}"
 
     def validate(self) -> None:
@@ -164,7 +167,7 @@ class HeterophilousDatasetConfig(DatasetConfig):
 @dataclass
 class PartitionerConfig:
     name: str = MISSING  # key in gnnrun.partition.PARTITIONERS
-    num_parts: int = 2
+    num_parts: int = II("cluster.nprocs")  # one part per rank unless told otherwise
     seed: int = 0
     output_dir: str = (
         "${paths.data_root}/partitions/${dataset.name}/${partitioner.name}-${partitioner.num_parts}"
@@ -226,11 +229,14 @@ class ModelConfig:
 
 @dataclass
 class AlgorithmConfig:
-    name: str = MISSING  # key in the algorithm registry
-    partitioner: str = "metis"  # the partition kind the algorithm runs on
+    name: str = MISSING  # key in gnnrun.algorithms.ALGORITHMS
+    mode: str = "minibatch"  # single: full | minibatch
 
     def validate(self) -> None:
-        pass
+        _check(
+            self.mode in ("full", "minibatch"),
+            f"algorithm.mode {self.mode!r}: choose full or minibatch",
+        )
 
 
 @dataclass
@@ -260,7 +266,13 @@ class TrainConfig:
     epochs: int = 10
     seed: int = 0
     eval_every: int = 1
+    # Resume from the checkpoint in checkpoint_dir when there is one.
     resume: bool = False
+    checkpoint_dir: str = (
+        "${paths.data_root}/checkpoints/${dataset.name}/"
+        "${algorithm.name}-${model.name}-p${cluster.nprocs}-s${train.seed}"
+    )
+    stop_after: int = 0  # stop after this many epochs of this invocation (0: run to the end)
 
     def validate(self) -> None:
         _check(self.epochs >= 1, "train.epochs must be at least 1")

@@ -128,7 +128,7 @@ def test_unknown_command_suggests(capsys):
 
 
 def test_not_yet_available_commands_say_so(capsys):
-    code, out, err = run(capsys, "train")
+    code, out, err = run(capsys, "report")
     assert code == 2 and "not yet available" in out + err
 
 

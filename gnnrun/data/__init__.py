@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gnnrun.config import DatasetConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
@@ -32,6 +34,10 @@ def dataset_identity(cfg: DatasetConfig) -> dict[str, Any]:
 def build_dataset(cfg: DatasetConfig) -> GraphDataset:
     """Run the dataset's source (no cache); the result is validated and tagged with its config."""
     dataset = DATASET_SOURCES.get(cfg.source)(cfg)
+    if cfg.row_normalize:
+        feat = np.asarray(dataset.feat, dtype=np.float32)
+        sums = feat.sum(axis=1, keepdims=True)
+        dataset.feat = feat / np.where(sums == 0, 1, sums)
     dataset.info["config"] = dataset_identity(cfg)
     dataset.validate()
     return dataset

@@ -55,3 +55,26 @@ def _caption(kind: str, summary: dict) -> str:
             f"split vertices {summary['split_vertices']:,} ({summary['split_fraction']:.1%})"
         )
     return f"{head}; imbalance (max/mean): {balance}"
+
+
+def summary_table(summary: dict) -> Table:
+    """The end-of-run table: accuracies, epoch time and its split, bytes."""
+    table = Table(
+        title=f"{summary['algorithm']} / {summary['model']} on {summary['dataset']}, {summary['ranks']} rank(s)",
+        show_header=False,
+    )
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    for key, value in summary["final"].items():
+        table.add_row(f"final {key}", f"{value:.4f}")
+    for key, value in summary["best"].items():
+        if key != "epoch":
+            table.add_row(f"best {key} (epoch {summary['best']['epoch'] + 1})", f"{value:.4f}")
+    table.add_row("epochs", f"{summary['epochs']}")
+    table.add_row("epoch time (median)", f"{summary['epoch_s_median']:.3f} s")
+    for phase, seconds in summary["time_median"].items():
+        table.add_row(f"  {phase}", f"{seconds:.3f} s")
+    table.add_row(
+        "bytes sent per epoch (rank 0)", f"{summary['bytes_per_epoch_rank0'] / 1e6:,.2f} MB"
+    )
+    return table

@@ -1,0 +1,71 @@
+"""`single`: one process, full-batch or minibatch: the reference for every distributed algorithm."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gnnrun.algorithms import ALGORITHMS
+from gnnrun.algorithms.minibatch import SampledTraining
+from gnnrun.algorithms.sources import LocalGraphSource
+from gnnrun.data import load_prepared
+from gnnrun.ops.block import Block
+
+
+@ALGORITHMS.register("single")
+class Single(SampledTraining):
+    """`algorithm.mode=full`: the whole graph every layer, one step per epoch.
+    `algorithm.mode=minibatch`: sampled blocks from the whole graph, as `minibatch` samples."""
+
+    def __init__(self, cfg, comm, timer) -> None:
+        super().__init__(cfg, comm, timer)
+        if comm.world_size != 1:
+            raise ValueError("algorithm=single runs in one process (cluster.nprocs=1)")
+        dataset = load_prepared(cfg.dataset)
+        self.in_dim, self.num_classes, self.task = (
+            dataset.feat_dim,
+            dataset.num_classes,
+            dataset.task,
+        )
+        self.label = torch.from_numpy(np.asarray(dataset.label, dtype=np.int64))
+        self.train_ids = torch.from_numpy(np.asarray(dataset.train_idx, dtype=np.int64))
+        self.eval_ids = {
+            "val": torch.from_numpy(np.asarray(dataset.val_idx, dtype=np.int64)),
+            "test": torch.from_numpy(np.asarray(dataset.test_idx, dtype=np.int64)),
+        }
+        self.full = cfg.algorithm.mode == "full"
+        if self.full:
+            self.graph = Block.from_csr(dataset.indptr, dataset.indices)
+            self.x = torch.from_numpy(np.array(dataset.feat, dtype=np.float32))
+        else:
+            self.source = LocalGraphSource(dataset)
+
+    def labels_of(self, ids):
+        return self.label[ids]
+
+    def full_logits(self, model: torch.nn.Module) -> torch.Tensor:
+        return model([self.graph] * len(model.layers), self.x)
+
+    def train_epoch(self, model, optimizer, epoch):
+        if not self.full:
+            return super().train_epoch(model, optimizer, epoch)
+        model.train()
+        with self.timer.phase("fwd"):
+            logits = self.full_logits(model)
+            loss = torch.nn.functional.cross_entropy(
+                logits[self.train_ids], self.label[self.train_ids]
+            )
+        with self.timer.phase("bwd"):
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+        with self.timer.phase("opt"):
+            optimizer.step()
+        return {"loss": float(loss.detach()), "steps": 1}
+
+    @torch.no_grad()
+    def evaluate(self, model):
+        if not self.full:
+            return super().evaluate(model)
+        model.eval()
+        logits = self.full_logits(model)
+        return {split: (logits[ids], self.label[ids]) for split, ids in self.eval_ids.items()}

@@ -1,0 +1,89 @@
+"""Collectives the algorithms use, with a count of the bytes each rank sends.
+
+gloo's list-form all_to_all rejects uneven sizes, so every variable-size
+exchange goes through `all_to_all_single` with split sizes, the sizes being
+exchanged first (see NOTES.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class ByteCounter:
+    sent: dict[str, int] = field(default_factory=dict)  # by purpose, e.g. "features", "allreduce"
+
+    def add(self, purpose: str, nbytes: int) -> None:
+        self.sent[purpose] = self.sent.get(purpose, 0) + int(nbytes)
+
+    def total(self) -> int:
+        return sum(self.sent.values())
+
+    def reset(self) -> dict[str, int]:
+        sent, self.sent = self.sent, {}
+        return sent
+
+
+class Communicator:
+    """This rank's view of the process group (a 1-rank stand-in when not distributed)."""
+
+    def __init__(self) -> None:
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world_size = dist.get_world_size() if self.distributed else 1
+        self.bytes = ByteCounter()
+
+    def exchange(self, outgoing: list[torch.Tensor], purpose: str) -> list[torch.Tensor]:
+        """All-to-all-v: send outgoing[r] to rank r, receive one tensor from every rank.
+
+        All tensors share dtype and trailing shape; only the first dimension
+        varies. The tensor a rank sends to itself is passed through.
+        """
+        if not self.distributed:
+            return [outgoing[0]]
+        trailing = outgoing[0].shape[1:]
+        counts = torch.tensor([t.shape[0] for t in outgoing], dtype=torch.int64)
+        incoming_counts = torch.empty_like(counts)
+        dist.all_to_all_single(incoming_counts, counts)
+        row = int(torch.tensor(trailing).prod()) if len(trailing) else 1
+        send = torch.cat([t.reshape(-1) for t in outgoing])
+        recv = torch.empty(int(incoming_counts.sum()) * row, dtype=send.dtype)
+        dist.all_to_all_single(
+            recv, send, (incoming_counts * row).tolist(), (counts * row).tolist()
+        )
+        remote = int(counts.sum() - counts[self.rank]) * row * send.element_size()
+        self.bytes.add(purpose, remote + counts.numel() * 8)
+        return [part.view(-1, *trailing) for part in recv.split((incoming_counts * row).tolist())]
+
+    def all_reduce_mean(self, tensors: list[torch.Tensor], purpose: str = "allreduce") -> None:
+        """Average tensors across ranks in place, as one flat bucket."""
+        if not self.distributed or not tensors:
+            return
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        # A ring all-reduce sends about 2 (P-1)/P of the bucket per rank.
+        self.bytes.add(
+            purpose,
+            2 * (self.world_size - 1) * flat.numel() * flat.element_size() // self.world_size,
+        )
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+    def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        if self.distributed:
+            dist.all_reduce(values)
+        return values
+
+    def max_int(self, value: int) -> int:
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())

@@ -1,0 +1,106 @@
+"""`cluster=local`: N ranks on this machine through PyTorch's elastic launcher (torchrun's machinery).
+
+Rendezvous, failure propagation and teardown are PyTorch's: when one rank
+raises or dies, the agent stops the others and `elastic_launch` raises
+ChildFailedError naming the failed rank, which gnnrun reports.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gnnrun.errors import GnnrunError
+from gnnrun.launch.backends import CCL_INSTALL_HINT
+from gnnrun.launch.topology import read_topology
+
+
+def choose_backend(requested: str) -> str:
+    """auto: NCCL for GPU ranks, else gloo. ccl only when asked for and importable."""
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested == "ccl":
+        try:
+            import oneccl_bindings_for_pytorch  # noqa: F401
+        except ImportError:
+            raise GnnrunError(
+                f"cluster.backend=ccl: oneCCL bindings are not installed; {CCL_INSTALL_HINT}"
+            ) from None
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise GnnrunError(
+            "cluster.backend=nccl needs CUDA devices; use cluster.backend=gloo on CPU"
+        )
+    return requested
+
+
+def rank_cpus(
+    rank: int, nprocs: int, threads_per_rank: int, comm_cores: int
+) -> tuple[list[int], int]:
+    """The CPUs rank `rank` is pinned to and its compute thread count.
+
+    CPUs are handed out socket by socket, so with one rank per socket each rank
+    gets its socket. `comm_cores` of each rank's CPUs are left out of the compute
+    threads for the communication library, as DistGNN does.
+    """
+    cpus = [c for socket_cpus in read_topology().sockets.values() for c in socket_cpus]
+    share = max(1, len(cpus) // nprocs)
+    mine = [cpus[(rank * share + i) % len(cpus)] for i in range(share)]
+    threads = threads_per_rank or max(1, share - comm_cores)
+    return mine, threads
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(cfg, run_dir: Path) -> Any:
+    """Start cluster.nprocs ranks running `gnnrun.launch.worker.rank_main`; return rank 0's result."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from gnnrun.launch.worker import rank_main
+
+    backend = choose_backend(cfg.cluster.backend)
+    launch = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=cfg.cluster.nprocs,
+        run_id=uuid.uuid4().hex[:12],
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{_free_port()}",
+        rdzv_configs={"timeout": cfg.cluster.timeout_s},
+        max_restarts=0,
+        monitor_interval=0.2,
+        start_method="spawn",
+    )
+    os.environ.setdefault("TORCHELASTIC_ERROR_FILE", str(run_dir / "error.json"))
+    try:
+        results = elastic_launch(launch, rank_main)(cfg, str(run_dir), backend)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        raise GnnrunError(f"rank {rank} failed: {_failure_message(failure)}") from None
+    return results[0]
+
+
+def _failure_message(failure) -> str:
+    """The failed rank's exception message (from its error file), or how it died."""
+    data = failure.error_file_data or {}
+    message = data.get("message")
+    if isinstance(message, dict):
+        text = message.get("message", "")
+        return text.split("\n")[0] if text else str(message)
+    if failure.exitcode and failure.exitcode < 0:
+        return f"killed by signal {-failure.exitcode}"
+    return message or f"exit code {failure.exitcode}"
+
+
+def collective_timeout(cfg) -> timedelta:
+    return timedelta(seconds=cfg.cluster.timeout_s)

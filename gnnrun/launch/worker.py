@@ -1,0 +1,37 @@
+"""What each rank runs: pin CPUs and threads, join the process group, train, leave."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from gnnrun.launch.local import collective_timeout, rank_cpus
+
+
+@record  # writes the exception to the error file the launcher reads, for its message
+def rank_main(cfg, run_dir: str, backend: str):
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cpus, threads = rank_cpus(rank, world, cfg.cluster.threads_per_rank, cfg.cluster.comm_cores)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+    torch.set_num_threads(threads)
+    dist.init_process_group(backend, timeout=collective_timeout(cfg))
+    try:
+        from gnnrun.train.trainer import train
+
+        on_epoch = _live_display(cfg) if rank == 0 else None
+        summary = train(cfg, Path(run_dir), on_epoch=on_epoch)
+        dist.barrier()
+        return summary
+    finally:
+        dist.destroy_process_group()
+
+
+def _live_display(cfg):
+    from gnnrun.train.display import EpochTable
+
+    return EpochTable(cfg)

@@ -1,0 +1,61 @@
+"""GNN models on gnnrun's own aggregation ops: GraphSAGE, GCN, GAT.
+
+Every model runs on a list of Blocks, one per layer, from the input layer to
+the output layer. Full-batch training passes the whole graph as every block;
+minibatch training passes sampled blocks. The same weights work for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gnnrun.config import ModelConfig
+from gnnrun.ops.block import Block
+from gnnrun.registry import Registry
+
+# A layer builder: (in_dim, out_dim, cfg, is_last) -> module with forward(block, x_src) -> x_dst
+LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry("model")
+ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch.nn.functional.gelu}
+
+
+class GNN(torch.nn.Module):
+    """A stack of message-passing layers with activation and dropout between them."""
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int) -> None:
+        super().__init__()
+        build = LAYERS.get(cfg.name)
+        dims = [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
+        self.layers = torch.nn.ModuleList(
+            build(dims[i], dims[i + 1], cfg, i == cfg.layers - 1) for i in range(cfg.layers)
+        )
+        if cfg.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"model.activation {cfg.activation!r}: choose one of {sorted(ACTIVATIONS)}"
+            )
+        self.activation = ACTIVATIONS[cfg.activation]
+        self.dropout = torch.nn.Dropout(cfg.dropout)
+
+    def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
+        if len(blocks) != len(self.layers):
+            raise ValueError(
+                f"{len(self.layers)} layers need {len(self.layers)} blocks, got {len(blocks)}"
+            )
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
+            h = layer(block, self.dropout(h))
+            if i < len(self.layers) - 1:
+                h = self.activation(h)
+        return h
+
+
+def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> GNN:
+    return GNN(cfg, in_dim, num_classes)
+
+
+def _register_layers() -> None:
+    from gnnrun.models import gat, gcn, sage  # noqa: F401
+
+
+_register_layers()

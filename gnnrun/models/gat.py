@@ -1,0 +1,67 @@
+"""GAT (Velickovic et al.): multi-head attention with edge softmax over in-neighbours."""
+
+from __future__ import annotations
+
+import torch
+
+from gnnrun.config import ModelConfig
+from gnnrun.models import LAYERS
+from gnnrun.ops.attention import gat_aggregate
+from gnnrun.ops.block import Block
+
+
+class GATConv(torch.nn.Module):
+    """Hidden layers concatenate their heads; the output layer averages them.
+
+    Each vertex also attends to itself (a self-loop), as in the original GAT,
+    so a vertex without in-neighbours keeps its own features.
+    """
+
+    def __init__(
+        self, in_dim: int, out_dim: int, heads: int, concat: bool, negative_slope: float = 0.2
+    ) -> None:
+        super().__init__()
+        self.heads, self.concat, self.negative_slope = heads, concat, negative_slope
+        self.head_dim = out_dim // heads if concat else out_dim
+        if concat and out_dim % heads:
+            raise ValueError(
+                f"model.hidden ({out_dim}) must be a multiple of model.heads ({heads})"
+            )
+        self.linear = torch.nn.Linear(in_dim, heads * self.head_dim, bias=False)
+        self.attn_src = torch.nn.Parameter(torch.empty(heads, self.head_dim))
+        self.attn_dst = torch.nn.Parameter(torch.empty(heads, self.head_dim))
+        self.bias = torch.nn.Parameter(torch.zeros(heads * self.head_dim if concat else out_dim))
+        torch.nn.init.xavier_uniform_(self.attn_src)
+        torch.nn.init.xavier_uniform_(self.attn_dst)
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear(x).view(-1, self.heads, self.head_dim)
+        el = (h * self.attn_src).sum(-1)
+        er = (h[: block.num_dst] * self.attn_dst).sum(-1)
+        out = gat_aggregate(with_self_loops(block), h, el, er, self.negative_slope)
+        out = out.reshape(block.num_dst, -1) if self.concat else out.mean(1)
+        return out + self.bias
+
+
+def with_self_loops(block: Block) -> Block:
+    """The block plus an edge v -> v for every destination (cached on the block)."""
+    cached = getattr(block, "_with_self_loops", None)
+    if cached is not None:
+        return cached
+    degrees = block.in_degrees()
+    indptr = torch.zeros_like(block.indptr)
+    indptr[1:] = torch.cumsum(degrees + 1, 0)
+    indices = torch.empty(block.num_edges + block.num_dst, dtype=block.indices.dtype)
+    loop_positions = indptr[1:] - 1
+    mask = torch.ones(indices.numel(), dtype=torch.bool)
+    mask[loop_positions] = False
+    indices[mask] = block.indices
+    indices[loop_positions] = torch.arange(block.num_dst, dtype=indices.dtype)
+    looped = Block(indptr, indices, block.num_src, block.src_ids)
+    object.__setattr__(block, "_with_self_loops", looped)
+    return looped
+
+
+@LAYERS.register("gat")
+def gat_layer(in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool) -> torch.nn.Module:
+    return GATConv(in_dim, out_dim, cfg.heads, concat=not is_last)

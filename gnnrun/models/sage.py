@@ -1,0 +1,49 @@
+"""GraphSAGE (Hamilton et al.) with the `mean` and `gcn` aggregators."""
+
+from __future__ import annotations
+
+import torch
+
+from gnnrun.config import ModelConfig
+from gnnrun.models import LAYERS
+from gnnrun.ops.aggregate import aggregate
+from gnnrun.ops.block import Block
+
+
+class SAGEConv(torch.nn.Module):
+    """mean: W_self x_v + W_neigh mean_u x_u.  gcn: W (x_v + sum_u x_u) / (deg(v) + 1).
+
+    The `gcn` form is DistGNN's "GraphSAGE with the GCN aggregator". When the
+    output is narrower than the input the linear map goes first, so the
+    aggregation moves fewer bytes; the result is the same (both are linear).
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, aggregator: str) -> None:
+        super().__init__()
+        if aggregator not in ("mean", "gcn"):
+            raise ValueError(f"model.aggregator {aggregator!r}: choose mean or gcn")
+        self.aggregator = aggregator
+        self.neigh = torch.nn.Linear(in_dim, out_dim, bias=aggregator == "gcn")
+        self.self_loop = torch.nn.Linear(in_dim, out_dim) if aggregator == "mean" else None
+        self.project_first = out_dim < in_dim
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        x_dst = x[: block.num_dst]
+        if self.aggregator == "mean":
+            if self.project_first:
+                neigh = aggregate(block, self.neigh(x), "mean")
+            else:
+                neigh = self.neigh(aggregate(block, x, "mean"))
+            return self.self_loop(x_dst) + neigh
+        scale = 1.0 / (block.in_degrees().to(x.dtype) + 1.0)
+        if self.project_first:
+            projected = x @ self.neigh.weight.T
+            total = aggregate(block, projected, "sum") + projected[: block.num_dst]
+            return total * scale[:, None] + self.neigh.bias
+        total = aggregate(block, x, "sum") + x_dst
+        return self.neigh(total * scale[:, None])
+
+
+@LAYERS.register("sage")
+def sage_layer(in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool) -> torch.nn.Module:
+    return SAGEConv(in_dim, out_dim, cfg.aggregator)

@@ -1,0 +1,1 @@
+"""The per-rank training loop, its timers, metrics and checkpoints."""

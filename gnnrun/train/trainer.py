@@ -1,0 +1,122 @@
+"""The loop every rank runs: epochs, evaluation, metrics files, checkpoints, NaN guard."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnrun.algorithms import ALGORITHMS
+from gnnrun.comm import Communicator
+from gnnrun.errors import GnnrunError
+from gnnrun.models import build_model
+from gnnrun.train.checkpoint import load_checkpoint, save_checkpoint
+from gnnrun.train.metrics import evaluate_outputs
+from gnnrun.train.timers import PhaseTimer
+
+
+def train(cfg, run_dir: Path, on_epoch=None) -> dict[str, Any] | None:
+    """Train on this rank; rank 0 returns the run summary (also written to summary.json).
+
+    `on_epoch(record)` is called on rank 0 after every epoch (the live display).
+    """
+    run_dir = Path(run_dir)
+    comm, timer = Communicator(), PhaseTimer()
+    algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, timer)
+    torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
+    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=cfg.model.lr, weight_decay=cfg.model.weight_decay
+    )
+
+    history: list[dict[str, Any]] = []
+    start_epoch = 0
+    checkpoint_dir = Path(cfg.train.checkpoint_dir)
+    if cfg.train.resume and (state := load_checkpoint(checkpoint_dir)) is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch, history = state["epoch"], state["history"]
+
+    metrics_file = run_dir / f"metrics.rank{comm.rank}.jsonl"
+    end_epoch = cfg.train.epochs
+    if cfg.train.stop_after:
+        end_epoch = min(end_epoch, start_epoch + cfg.train.stop_after)
+    for epoch in range(start_epoch, end_epoch):
+        # Reseeding per epoch makes dropout independent of where a run resumed.
+        torch.manual_seed(cfg.train.seed * 1_000_003 + epoch * 101 + comm.rank)
+        comm.bytes.reset()
+        start = time.perf_counter()
+        stats = algorithm.train_epoch(model, optimizer, epoch)
+        epoch_seconds = time.perf_counter() - start
+        if not math.isfinite(stats["loss"]):
+            raise GnnrunError(
+                f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch}; "
+                f"the run stopped before writing a bad checkpoint. Lower model.lr (now {cfg.model.lr}) "
+                "or check the features for NaN/inf"
+            )
+        record: dict[str, Any] = {
+            "epoch": epoch,
+            "rank": comm.rank,
+            "epoch_s": epoch_seconds,
+            **stats,
+        }
+        if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
+            with timer.phase("eval"):
+                record.update(evaluate_outputs(algorithm.evaluate(model), algorithm.task, comm))
+        record["time"] = timer.reset()
+        record["bytes"] = comm.bytes.reset()
+        with open(metrics_file, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if comm.rank == 0:
+            history.append(record)
+            save_checkpoint(
+                checkpoint_dir,
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "epoch": epoch + 1,
+                    "history": history,
+                },
+            )
+            if on_epoch is not None:
+                on_epoch(record)
+    if comm.rank != 0:
+        return None
+    summary = summarize(history, cfg, comm.world_size)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
+    """Final and best accuracies, median epoch time and its split, bytes per epoch (rank 0)."""
+    evaluated = [r for r in history if "val_acc" in r]
+    best = max(evaluated, key=lambda r: r["val_acc"], default={})
+    last = evaluated[-1] if evaluated else {}
+    phases = (
+        {k: float(np.median([r["time"][k] for r in history])) for k in history[0]["time"]}
+        if history
+        else {}
+    )
+    return {
+        "dataset": cfg.dataset.name,
+        "model": cfg.model.name,
+        "algorithm": cfg.algorithm.name,
+        "ranks": ranks,
+        "epochs": len(history),
+        "complete": len(history) == cfg.train.epochs,
+        "final": {k: v for k, v in last.items() if k.endswith(("_acc", "_auc"))},
+        "best": {
+            "epoch": best.get("epoch"),
+            **{k: v for k, v in best.items() if k.endswith(("_acc", "_auc"))},
+        },
+        "epoch_s_median": float(np.median([r["epoch_s"] for r in history])) if history else None,
+        "time_median": phases,
+        "bytes_per_epoch_rank0": float(np.median([sum(r["bytes"].values()) for r in history]))
+        if history
+        else 0,
+    }
