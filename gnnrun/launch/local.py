@@ -7,9 +7,9 @@ ChildFailedError naming the failed rank, which gnnrun reports.
 
 from __future__ import annotations
 
-import os
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -61,32 +61,41 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(cfg, run_dir: Path) -> Any:
-    """Start cluster.nprocs ranks running `gnnrun.launch.worker.rank_main`; return rank 0's result."""
+def launch_local(entrypoint: Callable[..., Any], args: tuple, nprocs: int, timeout_s: int) -> list[Any]:
+    """Run entrypoint(*args) on `nprocs` local ranks; return every rank's result, rank order.
+
+    A rank that raises or dies makes the agent stop all others; the error
+    then names the first failed rank and its message.
+    """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from gnnrun.launch.worker import rank_main
-
-    backend = choose_backend(cfg.cluster.backend)
     launch = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
-        nproc_per_node=cfg.cluster.nprocs,
+        nproc_per_node=nprocs,
         run_id=uuid.uuid4().hex[:12],
         rdzv_backend="c10d",
         rdzv_endpoint=f"127.0.0.1:{_free_port()}",
-        rdzv_configs={"timeout": cfg.cluster.timeout_s},
+        rdzv_configs={"timeout": timeout_s},
         max_restarts=0,
         monitor_interval=0.2,
         start_method="spawn",
     )
-    os.environ.setdefault("TORCHELASTIC_ERROR_FILE", str(run_dir / "error.json"))
     try:
-        results = elastic_launch(launch, rank_main)(cfg, str(run_dir), backend)
+        results = elastic_launch(launch, entrypoint)(*args)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         raise GnnrunError(f"rank {rank} failed: {_failure_message(failure)}") from None
+    return [results[rank] for rank in range(nprocs)]
+
+
+def run_ranks(cfg, run_dir: Path) -> Any:
+    """Train on cluster.nprocs local ranks; return rank 0's summary."""
+    from gnnrun.launch.worker import rank_main
+
+    backend = choose_backend(cfg.cluster.backend)
+    results = launch_local(rank_main, (cfg, str(run_dir), backend), cfg.cluster.nprocs, cfg.cluster.timeout_s)
     return results[0]
 
 

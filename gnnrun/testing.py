@@ -1,0 +1,45 @@
+"""Run a function on several real local ranks (for tests), PyG `testing/distributed.py` style.
+
+Each rank is a separate process started by PyTorch's elastic launcher, joined
+in a gloo process group; the function's return values come back in rank order,
+and a failing rank raises GnnrunError quoting its rank and error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from gnnrun.launch.local import launch_local
+
+
+def _rank_entry(fn: Callable[..., Any], timeout_s: int, args: tuple) -> Any:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def body() -> Any:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        try:
+            return fn(dist.get_rank(), dist.get_world_size(), *args)
+        finally:
+            dist.destroy_process_group()
+
+    return body()
+
+
+def run_on_ranks(fn: Callable[..., Any], nprocs: int, *args: Any, timeout_s: int = 120) -> list[Any]:
+    """fn(rank, world_size, *args) on `nprocs` ranks; fn must be a module-level function."""
+    # Spawned ranks import fn by module name: make its folder importable there.
+    folder = str(Path(inspect.getfile(fn)).resolve().parent)
+    paths = [folder, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return launch_local(_rank_entry, (fn, timeout_s, args), nprocs, timeout_s)
