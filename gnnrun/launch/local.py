@@ -7,7 +7,10 @@ ChildFailedError naming the failed rank, which gnnrun reports.
 
 from __future__ import annotations
 
+import json
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -61,15 +64,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_local(entrypoint: Callable[..., Any], args: tuple, nprocs: int, timeout_s: int) -> list[Any]:
+def launch_local(
+    entrypoint: Callable[..., Any], args: tuple, nprocs: int, timeout_s: int
+) -> list[Any]:
     """Run entrypoint(*args) on `nprocs` local ranks; return every rank's result, rank order.
 
     A rank that raises or dies makes the agent stop all others; the error
     then names the first failed rank and its message.
     """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    # Each rank's error file lands here, so that the root cause can be found
+    # even when the agent noticed a rank that only failed because of another.
+    log_dir = Path(tempfile.mkdtemp(prefix="gnnrun-launch-"))
     launch = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -81,22 +90,54 @@ def launch_local(entrypoint: Callable[..., Any], args: tuple, nprocs: int, timeo
         max_restarts=0,
         monitor_interval=0.2,
         start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
     )
     try:
         results = elastic_launch(launch, entrypoint)(*args)
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        raise GnnrunError(f"rank {rank} failed: {_failure_message(failure)}") from None
+        raise GnnrunError(_describe_failures(exc.failures, log_dir)) from None
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
     return [results[rank] for rank in range(nprocs)]
 
 
-def run_ranks(cfg, run_dir: Path) -> Any:
-    """Train on cluster.nprocs local ranks; return rank 0's summary."""
-    from gnnrun.launch.worker import rank_main
+# Messages of ranks that failed only because another rank went away first.
+_SECONDARY = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Socket Timeout",
+)
 
-    backend = choose_backend(cfg.cluster.backend)
-    results = launch_local(rank_main, (cfg, str(run_dir), backend), cfg.cluster.nprocs, cfg.cluster.timeout_s)
-    return results[0]
+
+def _describe_failures(failures: dict, log_dir: Path) -> str:
+    """Name the rank that failed first for its own reasons, then the ones it took down."""
+    messages = {rank: _failure_message(failure) for rank, failure in failures.items()}
+    times = {rank: failure.timestamp for rank, failure in failures.items()}
+    for error_file in log_dir.glob("**/error.json"):  # ranks the agent did not report
+        rank = int(error_file.parent.name)
+        if rank not in messages:
+            data = json.loads(error_file.read_text()).get("message", {})
+            messages[rank] = _first_line(
+                data.get("message", "") if isinstance(data, dict) else str(data)
+            )
+            times[rank] = (
+                int(data.get("extraInfo", {}).get("timestamp", 0)) if isinstance(data, dict) else 0
+            )
+
+    def cause_order(rank: int) -> tuple[bool, int, int]:
+        secondary = any(marker in messages[rank] for marker in _SECONDARY)
+        return secondary, times[rank], rank
+
+    first, *others = sorted(messages, key=cause_order)
+    text = f"rank {first} failed: {messages[first]}"
+    if others:
+        text += f" (ranks {', '.join(map(str, others))} failed too)"
+    return text
+
+
+def _first_line(text: str) -> str:
+    return text.strip().split("\n")[0] if text else ""
 
 
 def _failure_message(failure) -> str:
@@ -104,8 +145,7 @@ def _failure_message(failure) -> str:
     data = failure.error_file_data or {}
     message = data.get("message")
     if isinstance(message, dict):
-        text = message.get("message", "")
-        return text.split("\n")[0] if text else str(message)
+        return _first_line(message.get("message", "")) or str(message)
     if failure.exitcode and failure.exitcode < 0:
         return f"killed by signal {-failure.exitcode}"
     return message or f"exit code {failure.exitcode}"
