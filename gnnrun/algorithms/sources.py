@@ -45,9 +45,9 @@ def make_minibatch(
     frontier = seeds
     for hop, fanout in enumerate(fanouts):
         offsets, neighbours = source.sample(frontier, fanout, key, hop)
-        block = compact(frontier, offsets, neighbours)
-        blocks.insert(0, block)
-        frontier = block.src_ids
+        indptr, indices, src_ids = compact(frontier, offsets, neighbours)
+        blocks.insert(0, Block(indptr, indices, int(src_ids.numel()), src_ids))
+        frontier = src_ids
     return blocks, source.features(frontier)
 
 
@@ -78,8 +78,8 @@ class PartitionGraphSource(GraphSource):
     def __init__(self, book: PartitionBook, comm: Communicator) -> None:
         part = book.load_part(comm.rank)
         self.comm = comm
-        self.owner = torch.from_numpy(np.asarray(book.node_owner(), dtype=np.int64))
-        self.local = torch.from_numpy(np.asarray(book.node_local(), dtype=np.int64))
+        self.owner = torch.from_numpy(np.array(book.node_owner(), dtype=np.int64))
+        self.local = torch.from_numpy(np.array(book.node_local(), dtype=np.int64))
         self.nodes = torch.from_numpy(np.asarray(part["nodes"], dtype=np.int64))
         n = self.owner.numel()
         solid = self.nodes[: part.num_solid]

@@ -151,5 +151,14 @@ def _failure_message(failure) -> str:
     return message or f"exit code {failure.exitcode}"
 
 
+def run_ranks(cfg, run_dir: Path) -> Any:
+    """Train on cluster.nprocs local ranks; return rank 0's summary."""
+    from gnnrun.launch.worker import rank_main
+
+    backend = choose_backend(cfg.cluster.backend)
+    args = (cfg, str(run_dir), backend)
+    return launch_local(rank_main, args, cfg.cluster.nprocs, cfg.cluster.timeout_s)[0]
+
+
 def collective_timeout(cfg) -> timedelta:
     return timedelta(seconds=cfg.cluster.timeout_s)
