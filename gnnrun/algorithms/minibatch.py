@@ -47,51 +47,54 @@ class SampledTraining(Algorithm):
     def train_epoch(self, model, optimizer, epoch):
         cfg, timer = self.cfg, self.timer
         batch = cfg.model.batch_size
-        generator = torch.Generator().manual_seed(
-            cfg.train.seed * 1_000_003 + epoch * 7919 + self.comm.rank
-        )
+        seed = cfg.train.seed * 1_000_003 + epoch * 7919 + self.comm.rank
+        generator = torch.Generator().manual_seed(seed)
         order = self.train_ids[torch.randperm(self.train_ids.numel(), generator=generator)]
         steps = self._steps(order.numel())
-        if (
-            order.numel() and steps * batch > order.numel()
-        ):  # fewer vertices than the busiest rank: cycle
+        if order.numel() and steps * batch > order.numel():
+            # Fewer training vertices than the busiest rank: go round again.
             order = order.repeat(math.ceil(steps * batch / order.numel()))
         model.train()
         losses = []
         for step in range(steps):
             seeds = order[step * batch : (step + 1) * batch]
+            key = step_key(cfg.train.seed, epoch, step)
             with timer.phase("mbc"):
-                blocks, x = make_minibatch(
-                    self.source, seeds, cfg.model.fanouts, step_key(cfg.train.seed, epoch, step)
-                )
+                blocks, x = make_minibatch(self.source, seeds, cfg.model.fanouts, key)
                 y = self.labels_of(seeds)
-            with timer.phase("fwd"):
-                loss = torch.nn.functional.cross_entropy(model(blocks, x), y)
-            with timer.phase("bwd"):
-                optimizer.zero_grad(set_to_none=False)
-                loss.backward()
+            optimizer.zero_grad(set_to_none=False)
+            # A rank without training vertices still joins every collective,
+            # contributing zero gradients.
+            if seeds.numel():
+                with timer.phase("fwd"):
+                    loss = torch.nn.functional.cross_entropy(model(blocks, x), y)
+                with timer.phase("bwd"):
+                    loss.backward()
+                losses.append(float(loss.detach()))
             with timer.phase("ared"):
                 self.comm.all_reduce_mean([p.grad for p in model.parameters()])
             with timer.phase("opt"):
                 optimizer.step()
-            losses.append(float(loss.detach()))
-        return {"loss": float(np.mean(losses)) if losses else float("nan"), "steps": steps}
+        return {"loss": float(np.mean(losses)) if losses else 0.0, "steps": steps}
 
     @torch.no_grad()
     def evaluate(self, model):
-        cfg = self.cfg
+        batch = self.cfg.model.batch_size
         model.eval()
         out = {}
         for split, ids in self.eval_ids.items():
             logits, labels = [], []
             for step in range(self._steps(ids.numel())):
-                seeds = ids[step * cfg.model.batch_size : (step + 1) * cfg.model.batch_size]
-                blocks, x = make_minibatch(
-                    self.source, seeds, cfg.model.fanouts, step_key(EVAL_STREAM, 0, step)
-                )
-                logits.append(model(blocks, x))
-                labels.append(self.labels_of(seeds))
-            out[split] = (torch.cat(logits), torch.cat(labels))
+                seeds = ids[step * batch : (step + 1) * batch]
+                key = step_key(EVAL_STREAM, 0, step)
+                blocks, x = make_minibatch(self.source, seeds, self.cfg.model.fanouts, key)
+                if seeds.numel():  # ranks with fewer vertices still join the collectives
+                    logits.append(model(blocks, x))
+                    labels.append(self.labels_of(seeds))
+            if logits:
+                out[split] = (torch.cat(logits), torch.cat(labels))
+            else:
+                out[split] = (torch.zeros(0, self.num_classes), torch.zeros(0, dtype=torch.int64))
         return out
 
 
