@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -98,27 +99,56 @@ void floyd(uint64_t key, int64_t d, int64_t k, int64_t* out, std::vector<int64_t
   std::sort(out, out + k);
 }
 
-// Fill every row of the result (the offsets are known): copy short rows, sample the others.
+// Fill every row of the result (offsets, row starts and degrees are known):
+// copy short rows, sample the others. Rows go in blocks of kBlock: first the
+// positions of every row of the block are drawn and their entries of
+// `indices` prefetched (rows are scattered over a large array, and a sampled
+// row's picks over many cache lines), then the block is gathered.
+constexpr int64_t kAhead = 8;
+constexpr int64_t kBlock = 32;
+
 template <typename index_t>
-void fill_rows(const index_t* idx, const int64_t* ptr, const int64_t* node, int64_t n,
-               const int64_t* off, uint64_t seed_key, int64_t* nbr, int threads) {
+void fill_rows(const index_t* idx, const int64_t* start, const int64_t* degree, const int64_t* node,
+               const int64_t* off, int64_t n, uint64_t seed_key, int64_t* nbr, int threads) {
+  const int64_t num_blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<int64_t> pos;  // chosen positions of one row
+    std::vector<int64_t> pos;  // chosen positions of the block's sampled rows
     std::vector<int64_t> set;  // Floyd's scratch set for large fanouts
-#pragma omp for schedule(dynamic, 256)
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t v = node[i];
-      const int64_t start = ptr[v], deg = ptr[v + 1] - start;
-      int64_t* out = nbr + off[i];
-      const int64_t k = off[i + 1] - off[i];
-      if (k == deg) {
-        for (int64_t e = 0; e < deg; ++e) out[e] = static_cast<int64_t>(idx[start + e]);
-        continue;
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+      int64_t need = 0;
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t k = off[i + 1] - off[i];
+        if (k != degree[i]) need += k;
       }
-      if (static_cast<int64_t>(pos.size()) < k) pos.resize(k);
-      floyd(mix64(seed_key + static_cast<uint64_t>(v)), deg, k, pos.data(), set);
-      for (int64_t q = 0; q < k; ++q) out[q] = static_cast<int64_t>(idx[start + pos[q]]);
+      if (static_cast<int64_t>(pos.size()) < need) pos.resize(need);
+      int64_t* cursor = pos.data();
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t k = off[i + 1] - off[i];
+        const index_t* row = idx + start[i];
+        if (k == degree[i]) {
+          const int64_t lines = std::min<int64_t>(k, 8 * 64 / sizeof(index_t));
+          for (int64_t q = 0; q < lines; q += 64 / sizeof(index_t)) __builtin_prefetch(row + q);
+          continue;
+        }
+        floyd(mix64(seed_key + static_cast<uint64_t>(node[i])), degree[i], k, cursor, set);
+        for (int64_t q = 0; q < k; ++q) __builtin_prefetch(row + cursor[q]);
+        cursor += k;
+      }
+      cursor = pos.data();
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t k = off[i + 1] - off[i];
+        const index_t* row = idx + start[i];
+        int64_t* out = nbr + off[i];
+        if (k == degree[i]) {
+          for (int64_t e = 0; e < k; ++e) out[e] = static_cast<int64_t>(row[e]);
+          continue;
+        }
+        for (int64_t q = 0; q < k; ++q) out[q] = static_cast<int64_t>(row[cursor[q]]);
+        cursor += k;
+      }
     }
   }
 }
@@ -150,17 +180,24 @@ std::vector<torch::Tensor> sample_neighbors(torch::Tensor indptr, torch::Tensor 
   auto offsets_t = torch::empty({n + 1}, torch::dtype(torch::kInt64));
   int64_t* off = offsets_t.data_ptr<int64_t>();
   off[0] = 0;
+  std::unique_ptr<int64_t[]> start(new int64_t[n]), degree(new int64_t[n]);
   int64_t bad = 0;
   const int count_threads = num_threads_for(n, 4096);
 #pragma omp parallel for num_threads(count_threads) schedule(static) reduction(+ : bad)
   for (int64_t i = 0; i < n; ++i) {
+    if (i + 2 * kAhead < n) {
+      const int64_t ahead = node[i + 2 * kAhead];
+      if (ahead >= 0 && ahead < num_graph_nodes) __builtin_prefetch(ptr + ahead);
+    }
     const int64_t v = node[i];
     if (v < 0 || v >= num_graph_nodes) {
       ++bad;
-      off[i + 1] = 0;
+      start[i] = degree[i] = off[i + 1] = 0;
       continue;
     }
     const int64_t deg = ptr[v + 1] - ptr[v];
+    start[i] = ptr[v];
+    degree[i] = deg;
     off[i + 1] = (fanout < 0 || deg <= fanout) ? deg : fanout;
     if (off[i + 1] < deg && deg > (int64_t{1} << 32)) ++bad;  // below() needs 32-bit bounds
   }
@@ -173,11 +210,12 @@ std::vector<torch::Tensor> sample_neighbors(torch::Tensor indptr, torch::Tensor 
   int64_t* nbr = neighbors_t.data_ptr<int64_t>();
   const uint64_t seed_key = mix64(mix64(static_cast<uint64_t>(seed)) + static_cast<uint64_t>(layer));
   const int fill_threads = num_threads_for(total, 8192);
-
-  if (indices.scalar_type() == torch::kInt32) {
-    fill_rows(indices.data_ptr<int32_t>(), ptr, node, n, off, seed_key, nbr, fill_threads);
+  if (indices.scalar_type() == torch::kInt32) {  // (AT_DISPATCH would put the pragmas in a macro)
+    fill_rows(indices.data_ptr<int32_t>(), start.get(), degree.get(), node, off, n, seed_key, nbr,
+              fill_threads);
   } else {
-    fill_rows(indices.data_ptr<int64_t>(), ptr, node, n, off, seed_key, nbr, fill_threads);
+    fill_rows(indices.data_ptr<int64_t>(), start.get(), degree.get(), node, off, n, seed_key, nbr,
+              fill_threads);
   }
   return {offsets_t, neighbors_t};
 }
@@ -186,44 +224,76 @@ namespace {
 
 struct Slot {
   int64_t key;  // -1: empty
-  int64_t val;  // first position of key, then ~(its local id)
+  int64_t val;  // ~(local id) of a destination, or the owner's rank of a new neighbour
 };
 
-inline uint64_t slot_hash(int64_t key, int shift) {
-  return (static_cast<uint64_t>(key) * kGolden) >> shift;  // the top bits of a Fibonacci hash
+inline uint64_t fmix64(uint64_t k) {  // murmur3's finaliser
+  k ^= k >> 33;
+  k *= 0xFF51AFD7ED558CCDULL;
+  k ^= k >> 33;
+  k *= 0xC4CEB9FE1A85EC53ULL;
+  return k ^ (k >> 33);
 }
 
-// The slot of `key`, inserting it when absent (lock-free: CAS on the key).
-inline uint64_t insert(Slot* table, uint64_t mask, int shift, int64_t key) {
-  uint64_t h = slot_hash(key, shift);
+inline int owner_of(uint64_t h, int team) {
+  return static_cast<int>(((h >> 32) * static_cast<uint64_t>(team)) >> 32);
+}
+
+// The slot of `key` in one thread's region (only that thread touches it).
+inline Slot* upsert(Slot* slots, uint64_t mask, uint64_t h, int64_t key, bool& fresh) {
+  uint64_t i = h & mask;
   while (true) {
-    int64_t k = __atomic_load_n(&table[h].key, __ATOMIC_RELAXED);
-    if (k == key) return h;
-    if (k == -1) {
-      if (__atomic_compare_exchange_n(&table[h].key, &k, key, false, __ATOMIC_RELAXED,
-                                      __ATOMIC_RELAXED) ||
-          k == key)
-        return h;
+    Slot& s = slots[i];
+    if (s.key == key) {
+      fresh = false;
+      return &s;
     }
-    h = (h + 1) & mask;
+    if (s.key == -1) {
+      s.key = key;
+      fresh = true;
+      return &s;
+    }
+    i = (i + 1) & mask;
   }
 }
 
-inline uint64_t find(const Slot* table, uint64_t mask, int shift, int64_t key) {
-  uint64_t h = slot_hash(key, shift);
-  while (table[h].key != key) h = (h + 1) & mask;
-  return h;
-}
+// Calls visit(j, key, hash) for j in [lo, hi) in order, with the hash of the
+// key kDist places ahead computed early and, when thread t owns that key, its
+// home slot prefetched: the table is larger than the caches.
+constexpr int64_t kDist = 16;
 
-inline void atomic_min(int64_t* target, int64_t value) {
-  int64_t cur = __atomic_load_n(target, __ATOMIC_RELAXED);
-  while (value < cur && !__atomic_compare_exchange_n(target, &cur, value, true, __ATOMIC_RELAXED,
-                                                     __ATOMIC_RELAXED)) {
+template <typename Visit>
+inline void scan_keys(const int64_t* keys, int64_t lo, int64_t hi, const Slot* slots,
+                      uint64_t mask, int team, int t, Visit&& visit) {
+  uint64_t ring[kDist];
+  auto look_ahead = [&](int64_t j) {
+    const uint64_t h = fmix64(static_cast<uint64_t>(keys[j]));
+    ring[j & (kDist - 1)] = h;
+    if (owner_of(h, team) == t) __builtin_prefetch(slots + (h & mask));
+  };
+  for (int64_t j = lo; j < std::min(hi, lo + kDist); ++j) look_ahead(j);
+  for (int64_t j = lo; j < hi; ++j) {
+    const uint64_t h = ring[j & (kDist - 1)];
+    if (j + kDist < hi) look_ahead(j + kDist);
+    if (!visit(j, keys[j], h)) return;
   }
 }
 
 }  // namespace
 
+// Compaction, parallel without atomics. Every id belongs to one thread (by a
+// hash of it), which alone keeps it in its region of the table. Each thread
+// scans the whole sequence dst_nodes ++ neighbors, in order, and handles its
+// own ids only: a destination's slot holds ~position (its local id); a
+// neighbour new to the table gets the next rank among this thread's new
+// neighbours, and every neighbour occurrence appends its slot value to the
+// thread's `res` list (in position order). The local id of a new neighbour is
+// num_dst + the number of new neighbours, of all threads, before it (a merge
+// of the threads' sorted lists of first positions); each thread rewrites its
+// `res` into local ids. A last pass, split by position, reads each
+// neighbour's local id from its owner's `res` (owners recorded during the
+// scan, cursors per chunk). Each id costs one random access to the table,
+// whatever the thread count; the rest is sequential.
 std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offsets,
                                    torch::Tensor neighbors) {
   TORCH_CHECK(dst_nodes.dim() == 1 && dst_nodes.scalar_type() == torch::kInt64,
@@ -247,90 +317,120 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
   const int64_t total = n_dst + n_edges;
   const int64_t* dst = dst_nodes.data_ptr<int64_t>();
   const int64_t* nbr = neighbors.data_ptr<int64_t>();
-  auto key_at = [&](int64_t p) { return p < n_dst ? dst[p] : nbr[p - n_dst]; };
-
-  uint64_t cap = 16;
-  int bits = 4;
-  while (cap < static_cast<uint64_t>(total + total / 2)) cap <<= 1, ++bits;
-  const uint64_t mask = cap - 1;
-  const int shift = 64 - bits;
-  // Raw storage from torch's allocator: no serial zeroing of a std::vector.
-  auto table_t = torch::empty({static_cast<int64_t>(2 * cap)}, torch::dtype(torch::kInt64));
-  Slot* table = reinterpret_cast<Slot*>(table_t.data_ptr<int64_t>());
+  const int nt = std::min(num_threads_for(total, 32768), 255);
 
   auto indices_t = torch::empty({n_edges}, torch::dtype(torch::kInt64));
   int64_t* out = indices_t.data_ptr<int64_t>();
-
-  const int nt = num_threads_for(total, 16384);
-  std::vector<int64_t> chunk_count(nt + 1, 0);
-  int64_t bad = 0;
   torch::Tensor src_ids_t;
-  int64_t* src_ids = nullptr;
+  std::unique_ptr<uint8_t[]> owner(new uint8_t[nt > 1 ? n_edges : 0]);
+
+  // A region holds at most 3/4 of its slots; if hashing gave one thread more
+  // ids than that (small or adversarial inputs), start again with more room.
+  for (int64_t room = (total + total / 2) / nt + 64;; room *= 2) {
+    uint64_t cap = 64;
+    while (cap < static_cast<uint64_t>(room)) cap <<= 1;
+    const uint64_t mask = cap - 1;
+    const int64_t limit = static_cast<int64_t>(cap - cap / 4);
+    auto table_t = torch::empty({static_cast<int64_t>(2 * cap * nt)}, torch::dtype(torch::kInt64));
+    Slot* table = reinterpret_cast<Slot*>(table_t.data_ptr<int64_t>());
+    std::vector<std::vector<int64_t>> res(nt), first(nt);
+    std::vector<int64_t> cursor(static_cast<size_t>(nt) * nt, 0);  // [owner][chunk]
+    int overflow = 0;
+    int64_t bad = 0;
+    int64_t* src_ids = nullptr;
 
 #pragma omp parallel num_threads(nt) reduction(+ : bad)
-  {
-#pragma omp for schedule(static)
-    for (int64_t h = 0; h < static_cast<int64_t>(cap); ++h) {
-      table[h].key = -1;
-      table[h].val = std::numeric_limits<int64_t>::max();
-    }
-    // 1. every id -> the first position it occurs at.
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < total; ++p) {
-      const int64_t key = key_at(p);
-      if (key < 0) {
-        ++bad;
-        continue;
-      }
-      atomic_min(&table[insert(table, mask, shift, key)].val, p);
-    }
-    // 2. count the first occurrences among the neighbours, per thread chunk.
-    const int t = omp_get_thread_num(), team = omp_get_num_threads();  // team <= nt
-    const int64_t lo = n_edges * t / team, hi = n_edges * (t + 1) / team;
-    int64_t fresh = 0;
-    if (bad == 0) {  // (this thread's view; a bad id is reported after the region)
-      for (int64_t e = lo; e < hi; ++e) {
-        const int64_t key = nbr[e];
-        if (key >= 0) fresh += table[find(table, mask, shift, key)].val == n_dst + e;
-      }
-    }
-    chunk_count[t + 1] = fresh;
-#pragma omp barrier
-#pragma omp single
     {
-      for (int i = 0; i < team; ++i) chunk_count[i + 1] += chunk_count[i];
-      src_ids_t = torch::empty({n_dst + chunk_count[team]}, torch::dtype(torch::kInt64));
-      src_ids = src_ids_t.data_ptr<int64_t>();
-    }  // implicit barrier
-    // 3. local ids: destinations keep their position, new neighbours follow in order.
-    //    A slot's val becomes ~local (negative), never equal to another position.
+      const int t = omp_get_thread_num(), team = omp_get_num_threads();  // team <= nt
+      Slot* slots = table + cap * t;
+      for (uint64_t i = 0; i < cap; ++i) slots[i].key = -1;
+      std::vector<int64_t>& my_res = res[t];
+      std::vector<int64_t>& my_first = first[t];
+      my_res.reserve(n_edges / team + n_edges / (4 * team) + 16);
+      bool fresh;
+      int64_t owned = 0;  // ids in this region
+      scan_keys(dst, 0, n_dst, slots, mask, team, t, [&](int64_t p, int64_t key, uint64_t h) {
+        if (key < 0) {
+          ++bad;
+          return true;
+        }
+        if (owner_of(h, team) != t) return true;
+        Slot* slot = upsert(slots, mask, h, key, fresh);
+        if (!fresh) return true;  // a repeated destination maps to its first position
+        slot->val = ~p;
+        if (++owned <= limit) return true;
+        __atomic_store_n(&overflow, 1, __ATOMIC_RELAXED);
+        return false;
+      });
+      for (int s = 0; s < team && !__atomic_load_n(&overflow, __ATOMIC_RELAXED); ++s) {
+        cursor[static_cast<size_t>(t) * team + s] = static_cast<int64_t>(my_res.size());
+        const int64_t lo = n_edges * s / team, hi = n_edges * (s + 1) / team;
+        const bool mine = s == t && team > 1;  // record the owners of my final-pass chunk
+        scan_keys(nbr, lo, hi, slots, mask, team, t, [&](int64_t e, int64_t key, uint64_t h) {
+          if (key < 0) {
+            ++bad;
+            return true;
+          }
+          const int u = owner_of(h, team);
+          if (mine) owner[e] = static_cast<uint8_t>(u);
+          if (u != t) return true;
+          Slot* slot = upsert(slots, mask, h, key, fresh);
+          if (fresh) {
+            slot->val = static_cast<int64_t>(my_first.size());
+            my_first.push_back(e);
+            if (++owned > limit) {
+              __atomic_store_n(&overflow, 1, __ATOMIC_RELAXED);
+              return false;
+            }
+          }
+          my_res.push_back(slot->val);
+          return true;
+        });
+      }
+#pragma omp barrier
+      if (!__atomic_load_n(&overflow, __ATOMIC_RELAXED)) {
+#pragma omp single
+        {
+          int64_t fresh_total = 0;
+          for (int u = 0; u < team; ++u) fresh_total += static_cast<int64_t>(first[u].size());
+          src_ids_t = torch::empty({n_dst + fresh_total}, torch::dtype(torch::kInt64));
+          src_ids = src_ids_t.data_ptr<int64_t>();
+        }  // implicit barrier
+        // Local ids of this thread's new neighbours: merge-count against the others.
+        std::vector<int64_t> local(my_first.size());
+        std::vector<size_t> at(team, 0);
+        for (size_t i = 0; i < my_first.size(); ++i) {
+          const int64_t e = my_first[i];
+          int64_t before = static_cast<int64_t>(i);
+          for (int u = 0; u < team; ++u) {
+            if (u == t) continue;
+            const std::vector<int64_t>& other = first[u];
+            while (at[u] < other.size() && other[at[u]] < e) ++at[u];
+            before += static_cast<int64_t>(at[u]);
+          }
+          local[i] = n_dst + before;
+          src_ids[n_dst + before] = nbr[e];
+        }
+        for (int64_t& v : my_res) v = v < 0 ? ~v : local[v];
+        if (team == 1) {
+          std::copy(my_res.begin(), my_res.end(), out);  // (no negative ids: bad == 0 or moot)
+        }
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < n_dst; ++p) {
-      src_ids[p] = dst[p];
-      if (dst[p] < 0) continue;
-      int64_t* val = &table[find(table, mask, shift, dst[p])].val;
-      if (__atomic_load_n(val, __ATOMIC_RELAXED) == p) __atomic_store_n(val, ~p, __ATOMIC_RELAXED);
-    }  // no barrier needed: the destination and neighbour owners are different slots
-    int64_t next = n_dst + chunk_count[t];
-    for (int64_t e = lo; e < hi && bad == 0; ++e) {
-      const int64_t key = nbr[e];
-      if (key < 0) continue;
-      int64_t* val = &table[find(table, mask, shift, key)].val;
-      if (__atomic_load_n(val, __ATOMIC_RELAXED) == n_dst + e) {
-        src_ids[next] = key;
-        __atomic_store_n(val, ~next, __ATOMIC_RELAXED);
-        ++next;
+        for (int64_t p = 0; p < n_dst; ++p) src_ids[p] = dst[p];
+        // implicit barrier: every thread's res holds local ids
+        if (team > 1) {
+          const int64_t lo = n_edges * t / team, hi = n_edges * (t + 1) / team;
+          std::vector<const int64_t*> cur(team);
+          for (int u = 0; u < team; ++u) {
+            cur[u] = res[u].data() + cursor[static_cast<size_t>(u) * team + t];
+          }
+          for (int64_t e = lo; e < hi; ++e) out[e] = nbr[e] < 0 ? -1 : *cur[owner[e]]++;
+        }
       }
     }
-#pragma omp barrier
-    // 4. every neighbour's local id.
-#pragma omp for schedule(static)
-    for (int64_t e = 0; e < n_edges; ++e) {
-      const int64_t key = nbr[e];
-      out[e] = key < 0 ? -1 : ~__atomic_load_n(&table[find(table, mask, shift, key)].val, __ATOMIC_RELAXED);
-    }
+    TORCH_CHECK(bad == 0, "compact: negative id");
+    if (!overflow) break;
   }
-  TORCH_CHECK(bad == 0, "compact: negative id");
   return {offsets, indices_t, src_ids_t};
 }
 

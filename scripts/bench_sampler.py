@@ -1,0 +1,137 @@
+"""Neighbour-sampling throughput: sampled edges per second of gnnrun.ops.sampling.sample_blocks.
+
+Graph: a seeded Chung-Lu power-law graph (default 1M nodes, 25M directed edges,
+i.e. 12.5M undirected pairs stored both ways, degree exponent 2.5, vertex ids
+shuffled so that hubs are spread over the id range), drawn vectorised here.
+
+For each fanout list and thread count, `--batches` batches of `--batch-size`
+distinct random seeds are sampled (after two warm-up batches); the figure is
+the total number of block edges over the total wall time, compaction included.
+
+Fanouts are in gnnrun's order (PyG's: the first entry is what each seed gets).
+`[15, 10, 5]` is DGL's `NeighborSampler([5, 10, 15])`, and `[5, 10, 15]` is
+DGL's `[15, 10, 5]`. Peer figures (NOTES.md, DGL 2.1, 2 threads): seeds get 5:
+23.1 M edges/s; seeds get 15: 15.8 M edges/s.
+
+    .venv/bin/python scripts/bench_sampler.py [--nodes 1000000 --edges 25000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from gnnrun.ops.native import native_op
+from gnnrun.ops.sampling import sample_blocks
+
+TARGET = 35e6  # sampled edges/s, 2 threads, seeds get 15 (gnnrun [15, 10, 5])
+DGL = {(15, 10, 5): 15.8e6, (5, 10, 15): 23.1e6}  # in gnnrun's order
+
+
+def chung_lu(num_nodes: int, num_edges: int, exponent: float, seed: int):
+    """A symmetric in-CSR (int64 indptr, int32 indices) with power-law expected degrees."""
+    rng = np.random.default_rng(seed)
+    rank = np.arange(1, num_nodes + 1, dtype=np.float64)
+    weight = rank ** (-1.0 / (exponent - 1.0))
+    cumulative = np.cumsum(weight)
+    cumulative /= cumulative[-1]
+    relabel = rng.permutation(num_nodes)
+    pairs = num_edges // 2
+
+    def endpoints() -> np.ndarray:
+        target = rng.random(pairs)
+        order = np.argsort(target)  # searching in sorted order walks the cdf forwards
+        position = np.empty(pairs, dtype=np.int64)
+        position[order] = np.searchsorted(cumulative, target[order], side="right")
+        return relabel[np.minimum(position, num_nodes - 1)]
+
+    u, v = endpoints(), endpoints()
+    src = np.concatenate([u, v])
+    dst = np.concatenate([v, u])
+    by_dst = np.argsort(dst, kind="stable")
+    indices = src[by_dst].astype(np.int32)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
+    return torch.from_numpy(indptr), torch.from_numpy(indices)
+
+
+def rate(indptr, indices, batches, fanouts, native, seed=0) -> tuple[float, float]:
+    """(sampled edges per second, mean edges per batch)."""
+    for warm in batches[:2]:
+        sample_blocks(indptr, indices, warm, fanouts, seed, native=native)
+    edges = 0
+    start = time.perf_counter()
+    for i, seeds in enumerate(batches):
+        blocks = sample_blocks(indptr, indices, seeds, fanouts, seed + i, native=native)
+        edges += sum(b.num_edges for b in blocks)
+    elapsed = time.perf_counter() - start
+    return edges / elapsed, edges / len(batches)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--edges", type=int, default=25_000_000)
+    parser.add_argument("--exponent", type=float, default=2.5)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--ref-batches", type=int, default=5)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
+    args = parser.parse_args()
+
+    if native_op("sample_neighbors", "sampler") is None:
+        raise SystemExit("kernels/sampler.cpp did not build; nothing native to measure")
+    start = time.perf_counter()
+    indptr, indices = chung_lu(args.nodes, args.edges, args.exponent, seed=0)
+    deg = indptr[1:] - indptr[:-1]
+    print(
+        f"Chung-Lu graph: {args.nodes:,} nodes, {indices.numel():,} edges, max degree "
+        f"{int(deg.max()):,}, {int((deg == 0).sum()):,} isolated "
+        f"({time.perf_counter() - start:.1f} s to draw)"
+    )
+    rng = np.random.default_rng(1)
+    order = rng.permutation(args.nodes)[: args.batches * args.batch_size]
+    batches = [torch.from_numpy(b.copy()) for b in order.reshape(args.batches, -1)]
+
+    default_threads = torch.get_num_threads()
+    print(
+        f"batch {args.batch_size}, {args.batches} batches, best of {args.repeats}; "
+        "fanouts in gnnrun order (first entry = each seed's neighbours)"
+    )
+    for fanouts in ([15, 10, 5], [5, 10, 15]):
+        dgl_name = list(reversed(fanouts))
+        results = {}
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            best, per_batch = 0.0, 0.0
+            for _ in range(args.repeats):
+                r, per_batch = rate(indptr, indices, batches, fanouts, native=True)
+                best = max(best, r)
+            results[threads] = best
+            print(
+                f"  gnnrun {fanouts} (DGL {dgl_name}), {threads} thread(s): "
+                f"{best / 1e6:6.1f} M edges/s  ({per_batch:,.0f} edges/batch, "
+                f"{per_batch / best * 1e3:.1f} ms/batch)"
+            )
+        torch.set_num_threads(default_threads)
+        ref, _ = rate(indptr, indices, batches[: args.ref_batches], fanouts, native=False)
+        top = results[max(results)]
+        print(
+            f"  numpy reference, {default_threads} thread(s): {ref / 1e6:6.2f} M edges/s; "
+            f"native/reference {top / ref:.0f}x"
+        )
+        if 1 in results and 2 in results:
+            print(f"  2-thread speed-up {results[2] / results[1]:.2f}x")
+        dgl = DGL[tuple(fanouts)]
+        print(f"  vs DGL {dgl_name} on 2 threads ({dgl / 1e6:.1f} M/s): {top / dgl:.2f}x")
+        if fanouts == [15, 10, 5]:
+            verdict = "met" if top >= TARGET else "NOT met"
+            print(f"  target {TARGET / 1e6:.0f} M edges/s (seeds get 15): {verdict}")
+
+
+if __name__ == "__main__":
+    main()
