@@ -1,0 +1,297 @@
+#!/usr/bin/env python
+"""Aggregation kernel benchmark: gnnrun's native sum/mean against torch's, and against memory.
+
+On a seeded Chung-Lu power-law graph (default 1M vertices, 25M directed edges,
+expected degrees Pareto with exponent 2.5 capped at 1% of the vertices; multi-
+edges and self-loops kept, rows sorted by source as gnnrun's datasets store
+them), one run measures, with `--threads` threads (default 2):
+
+- gnnrun `aggregate` forward, sum and mean, at widths 128 and 256; the
+  backward (the same kernel over the transposed CSR) and the transpose itself;
+- `torch.sparse.mm` with a CSR sparse tensor (values 1, or 1/in-degree for
+  mean) and `index_add_` (gather + scatter, in edge chunks of at most 1 GiB of
+  messages, plus a division for mean) on the same inputs;
+- the machine's STREAM copy bandwidth (torch copy of 1 GiB float32 arrays,
+  counting one read and one write per element, best of several);
+- the kernel's effective bandwidth under a stated byte model (the least bytes
+  any gather-based kernel moves: indptr and indices once, one x row per edge,
+  the output once) as a fraction of STREAM copy;
+- a cache block-size sweep (DistGNN Figure 3 in spirit) on this sparse graph
+  and on a dense one (default 125k vertices, same 25M edges), with the block
+  size the kernel picks by default.
+
+    .venv/bin/python scripts/bench_kernels.py
+    .venv/bin/python scripts/bench_kernels.py --json bench.json --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+from functools import partial
+
+import numpy as np
+import torch
+
+from gnnrun.ops.aggregate import aggregate, transposed_csr
+from gnnrun.ops.block import Block
+from gnnrun.ops.native import native_op
+
+GIB = 1 << 30
+
+
+def chung_lu(
+    num_nodes: int, num_edges: int, seed: int, exponent: float = 2.5, cap: float = 0.01
+) -> Block:
+    """Directed Chung-Lu graph as an in-CSR Block; both endpoints drawn proportional to weight.
+
+    Row lengths come from one multinomial draw over the weights (so the CSR is
+    built without sorting the destinations); sources are drawn the same way and
+    shuffled, then sorted inside each row.
+    """
+    rng = np.random.default_rng(seed)
+    weight = rng.pareto(exponent - 1, size=num_nodes) + 1.0
+    max_degree = max(cap * num_nodes, num_edges / num_nodes)
+    for _ in range(3):
+        np.minimum(weight, max_degree * weight.mean() / (num_edges / num_nodes), out=weight)
+    p = weight / weight.sum()
+    in_degree = rng.multinomial(num_edges, p)
+    out_degree = rng.multinomial(num_edges, p)
+    src = np.repeat(np.arange(num_nodes, dtype=np.int64), out_degree)
+    src = torch.from_numpy(src[rng.permutation(num_edges)])
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+    torch.cumsum(torch.from_numpy(in_degree), 0, out=indptr[1:])
+    dst = torch.repeat_interleave(torch.arange(num_nodes), torch.from_numpy(in_degree))
+    # Sort rows by source: one sort of the (dst, src) keys, which are already grouped by dst.
+    keys = torch.sort(dst * num_nodes + src).values
+    indices = keys - dst * num_nodes
+    del keys, dst, src
+    return Block(indptr, indices, num_nodes)
+
+
+def timed(fn, repeats: int, warmup: bool = True) -> tuple[float, object]:
+    """Median wall time in seconds of `repeats` calls (after one warm-up), and the last result."""
+    result = fn() if warmup else None
+    times = []
+    for _ in range(repeats):
+        del result
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def stream_copy_gbs(repeats: int = 6) -> float:
+    a = torch.ones(GIB // 4, dtype=torch.float32)
+    b = torch.empty_like(a)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        b.copy_(a)
+        best = min(best, time.perf_counter() - start)
+    return 2 * a.numel() * 4 / best / 1e9
+
+
+def model_bytes(block: Block, width: int, elem: int = 4) -> int:
+    """indptr + indices once, one x row gathered per edge, the output written once."""
+    return (
+        block.indptr.numel() * 8
+        + block.num_edges * block.indices.element_size()
+        + block.num_edges * width * elem
+        + block.num_dst * width * elem
+    )
+
+
+def sparse_csr(block: Block, mean: bool) -> torch.Tensor:
+    values = torch.ones(block.num_edges, dtype=torch.float32)
+    if mean:
+        inv = 1.0 / block.in_degrees().clamp(min=1).float()
+        values = torch.repeat_interleave(inv, block.in_degrees())
+    return torch.sparse_csr_tensor(
+        block.indptr, block.indices, values, size=(block.num_dst, block.num_src)
+    )
+
+
+def index_add(block: Block, x: torch.Tensor, mean: bool, dst: torch.Tensor) -> torch.Tensor:
+    out = x.new_zeros((block.num_dst, x.shape[1]))
+    chunk = max(1, GIB // (x.shape[1] * x.element_size()))
+    for lo in range(0, block.num_edges, chunk):
+        hi = min(lo + chunk, block.num_edges)
+        out.index_add_(0, dst[lo:hi], x.index_select(0, block.indices[lo:hi]))
+    if mean:
+        out /= block.in_degrees().clamp(min=1).float()[:, None]
+    return out
+
+
+def block_rows_op():
+    return native_op("csr_aggregate_block_rows", "aggregate")
+
+
+def default_block_rows(block: Block, width: int) -> int:
+    return int(block_rows_op()(block.num_dst, block.num_src, block.num_edges, width, 4))
+
+
+def sweep(block: Block, args: argparse.Namespace, name: str) -> dict:
+    width, repeats = args.widths[0], args.repeats
+    op = native_op("csr_aggregate", "aggregate")
+    x = torch.randn(block.num_src, width)
+    default = default_block_rows(block, width)
+    sizes = [block.num_src]
+    size = 1 << (block.num_src.bit_length() - 1)
+    while size >= 8192 and len(sizes) < 7:
+        if size < block.num_src:
+            sizes.append(size)
+        size //= 2
+    if default not in sizes:
+        sizes.append(default)
+    rows = []
+    for rows_per_block in sorted(sizes, reverse=True):
+        seconds, _ = timed(
+            lambda b=rows_per_block: op(block.indptr, block.indices, x, False, b), repeats
+        )
+        rows.append({"block_rows": rows_per_block, "ms": seconds * 1e3})
+    best = min(rows, key=lambda r: r["ms"])
+    print(
+        f"\nblock-size sweep, {name}: {block.num_src:,} vertices, {block.num_edges:,} edges "
+        f"(avg degree {block.num_edges / block.num_dst:.0f}), sum, width {width}, "
+        f"x = {block.num_src * width * 4 / 2**20:.0f} MiB"
+    )
+    for r in rows:
+        blocks = -(-block.num_src // r["block_rows"])
+        tags = []
+        if r["block_rows"] == default:
+            tags.append("default")
+        if r is best:
+            tags.append("best")
+        label = "no blocking" if blocks == 1 else f"{blocks} blocks"
+        print(
+            f"  block_rows {r['block_rows']:>9,} ({label:>12}, "
+            f"{r['block_rows'] * width * 4 / 2**20:7.1f} MiB of x): {r['ms']:8.1f} ms"
+            + (f"  <- {', '.join(tags)}" if tags else "")
+        )
+    return {
+        "graph": name,
+        "num_nodes": block.num_src,
+        "num_edges": block.num_edges,
+        "width": width,
+        "default_block_rows": default,
+        "best_block_rows": best["block_rows"],
+        "rows": rows,
+    }
+
+
+def sparse_graph(args: argparse.Namespace, stream: float) -> list[dict]:
+    start = time.perf_counter()
+    block = chung_lu(args.nodes, args.edges, args.seed)
+    degree = block.in_degrees()
+    print(
+        f"Chung-Lu graph: {block.num_src:,} vertices, {block.num_edges:,} edges, max in-degree "
+        f"{int(degree.max()):,}, {int((degree == 0).sum()):,} empty rows, "
+        f"built in {time.perf_counter() - start:.1f} s; int64 indices"
+    )
+    transpose = native_op("csr_transpose", "aggregate")
+    seconds, _ = timed(partial(transpose, block.indptr, block.indices, block.num_src), 1)
+    print(f"csr_transpose (once per block, cached for the backward): {seconds * 1e3:.0f} ms")
+    transposed_csr(block)
+    dst = block.dst_of_edges()
+    print(
+        "byte model: indptr (8 B/row) + indices (8 B/edge) + one gathered x row per edge "
+        "+ the output once; bandwidth as a fraction of STREAM copy"
+    )
+    runs = []
+    for width in args.widths:
+        x = torch.randn(block.num_src, width)
+        for reduce in ("sum", "mean"):
+            runs.append(compare(block, x, reduce, dst, stream, args))
+            runs[-1]["transpose_ms"] = seconds * 1e3
+    return runs
+
+
+def forward_backward(block: Block, x: torch.Tensor, reduce: str, grad: torch.Tensor):
+    return torch.autograd.grad(aggregate(block, x, reduce), x, grad)[0]
+
+
+def compare(
+    block: Block,
+    x: torch.Tensor,
+    reduce: str,
+    dst: torch.Tensor,
+    stream: float,
+    args: argparse.Namespace,
+) -> dict:
+    width, mean = x.shape[1], reduce == "mean"
+    t_ours, ours = timed(partial(aggregate, block, x, reduce), args.repeats)
+    a = sparse_csr(block, mean)
+    t_sp, theirs = timed(partial(torch.sparse.mm, a, x), args.repeats)
+    err = float((ours - theirs).abs().max())
+    del theirs, a
+    grad = torch.randn(block.num_dst, width)
+    xg = x.detach().requires_grad_()
+    t_fb, _ = timed(partial(forward_backward, block, xg, reduce, grad), max(1, args.repeats - 1))
+    t_ia = None
+    if not args.skip_index_add:
+        t_ia, ref = timed(partial(index_add, block, x, mean, dst), 1, warmup=False)
+        err = max(err, float((ours - ref).abs().max()))
+        del ref
+    del ours
+    nbytes = model_bytes(block, width)
+    gbs = nbytes / t_ours / 1e9
+    ia = "" if t_ia is None else f", index_add_ {t_ia * 1e3:,.0f} ms ({t_ia / t_ours:.1f}x)"
+    print(
+        f"{reduce} width {width}: gnnrun {t_ours * 1e3:,.0f} ms, torch.sparse.mm "
+        f"{t_sp * 1e3:,.0f} ms ({t_sp / t_ours:.1f}x){ia}; "
+        f"{nbytes / 1e9:.1f} GB in the model -> {gbs:.1f} GB/s = {gbs / stream:.0%} of STREAM; "
+        f"forward+backward {t_fb * 1e3:,.0f} ms; max |diff| {err:.1e}"
+    )
+    return {
+        "reduce": reduce,
+        "width": width,
+        "gnnrun_ms": t_ours * 1e3,
+        "sparse_mm_ms": t_sp * 1e3,
+        "index_add_ms": None if t_ia is None else t_ia * 1e3,
+        "forward_backward_ms": t_fb * 1e3,
+        "model_gb": nbytes / 1e9,
+        "gnnrun_gbs": gbs,
+        "stream_fraction": gbs / stream,
+        "max_abs_diff": err,
+        "block_rows": default_block_rows(block, width),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--edges", type=int, default=25_000_000)
+    parser.add_argument("--dense-nodes", type=int, default=125_000)
+    parser.add_argument("--widths", type=int, nargs="+", default=[128, 256])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-index-add", action="store_true")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+    warnings.filterwarnings("ignore", message="Sparse invariant checks")
+    if native_op("csr_aggregate", "aggregate") is None:
+        raise SystemExit("kernels/aggregate.cpp cannot be built: nothing to benchmark")
+    results: dict = {"threads": args.threads, "torch": torch.__version__}
+
+    stream = stream_copy_gbs()
+    results["stream_copy_gbs"] = stream
+    print(f"threads {args.threads}; STREAM copy (torch, 1 GiB float32): {stream:.1f} GB/s")
+
+    results["runs"], results["sweeps"] = sparse_graph(args, stream), []
+    results["sweeps"].append(sweep(chung_lu(args.nodes, args.edges, args.seed), args, "sparse"))
+    dense = chung_lu(args.dense_nodes, args.edges, args.seed + 1)
+    results["sweeps"].append(sweep(dense, args, "dense"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
