@@ -32,9 +32,11 @@
 
 #include <ATen/Parallel.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -58,42 +60,47 @@ int num_threads_for(int64_t work, int64_t grain) {
 }
 
 // Floyd's sampling of k distinct positions out of [0, d) for one vertex,
-// written sorted to `out`. `set` is a scratch open-addressing table (only for
-// large k; small k scans `out` itself).
+// written sorted to `out`. Small k keeps `out` sorted as it goes (insertion);
+// large k tracks the picks in `set`, a scratch open-addressing table, and sorts.
 void floyd(uint64_t key, int64_t d, int64_t k, int64_t* out, std::vector<int64_t>& set) {
   const int64_t base = d - k;
-  if (k <= 32) {
+  if (k <= 32) {  // keep out[0, i) sorted: j, above every pick so far, goes last
     for (int64_t i = 0; i < k; ++i) {
       const int64_t j = base + i;
       const int64_t t = static_cast<int64_t>(below(mix64(key + i * kGolden), j + 1));
-      bool taken = false;
-      for (int64_t q = 0; q < i; ++q) taken |= out[q] == t;
-      out[i] = taken ? j : t;
-    }
-  } else {
-    size_t cap = 64;
-    while (cap < static_cast<size_t>(2 * k)) cap <<= 1;
-    if (set.size() < cap) set.resize(cap);
-    std::fill(set.begin(), set.begin() + cap, -1);
-    const uint64_t mask = cap - 1;
-    auto insert = [&](int64_t x) {  // true when x was new
-      uint64_t h = (static_cast<uint64_t>(x) * kGolden) >> 32 & mask;
-      while (set[h] != -1) {
-        if (set[h] == x) return false;
-        h = (h + 1) & mask;
-      }
-      set[h] = x;
-      return true;
-    };
-    for (int64_t i = 0; i < k; ++i) {
-      const int64_t j = base + i;
-      const int64_t t = static_cast<int64_t>(below(mix64(key + i * kGolden), j + 1));
-      if (insert(t)) {
-        out[i] = t;
-      } else {
-        insert(j);  // j is above every position taken so far: always new
+      int64_t q = i;
+      while (q > 0 && out[q - 1] > t) --q;
+      if (q > 0 && out[q - 1] == t) {
         out[i] = j;
+      } else {
+        for (int64_t r = i; r > q; --r) out[r] = out[r - 1];
+        out[q] = t;
       }
+    }
+    return;
+  }
+  size_t cap = 64;
+  while (cap < static_cast<size_t>(2 * k)) cap <<= 1;
+  if (set.size() < cap) set.resize(cap);
+  std::fill(set.begin(), set.begin() + cap, -1);
+  const uint64_t mask = cap - 1;
+  auto insert = [&](int64_t x) {  // true when x was new
+    uint64_t h = (static_cast<uint64_t>(x) * kGolden) >> 32 & mask;
+    while (set[h] != -1) {
+      if (set[h] == x) return false;
+      h = (h + 1) & mask;
+    }
+    set[h] = x;
+    return true;
+  };
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t j = base + i;
+    const int64_t t = static_cast<int64_t>(below(mix64(key + i * kGolden), j + 1));
+    if (insert(t)) {
+      out[i] = t;
+    } else {
+      insert(j);  // j is above every position taken so far: always new
+      out[i] = j;
     }
   }
   std::sort(out, out + k);
@@ -180,7 +187,11 @@ std::vector<torch::Tensor> sample_neighbors(torch::Tensor indptr, torch::Tensor 
   auto offsets_t = torch::empty({n + 1}, torch::dtype(torch::kInt64));
   int64_t* off = offsets_t.data_ptr<int64_t>();
   off[0] = 0;
-  std::unique_ptr<int64_t[]> start(new int64_t[n]), degree(new int64_t[n]);
+  // Scratch kept per calling thread: fresh large buffers cost page faults and zeroing.
+  static thread_local std::vector<int64_t> start_buf, degree_buf;
+  if (start_buf.size() < static_cast<size_t>(n)) start_buf.resize(n), degree_buf.resize(n);
+  int64_t* start = start_buf.data();
+  int64_t* degree = degree_buf.data();
   int64_t bad = 0;
   const int count_threads = num_threads_for(n, 4096);
 #pragma omp parallel for num_threads(count_threads) schedule(static) reduction(+ : bad)
@@ -211,10 +222,10 @@ std::vector<torch::Tensor> sample_neighbors(torch::Tensor indptr, torch::Tensor 
   const uint64_t seed_key = mix64(mix64(static_cast<uint64_t>(seed)) + static_cast<uint64_t>(layer));
   const int fill_threads = num_threads_for(total, 8192);
   if (indices.scalar_type() == torch::kInt32) {  // (AT_DISPATCH would put the pragmas in a macro)
-    fill_rows(indices.data_ptr<int32_t>(), start.get(), degree.get(), node, off, n, seed_key, nbr,
+    fill_rows(indices.data_ptr<int32_t>(), start, degree, node, off, n, seed_key, nbr,
               fill_threads);
   } else {
-    fill_rows(indices.data_ptr<int64_t>(), start.get(), degree.get(), node, off, n, seed_key, nbr,
+    fill_rows(indices.data_ptr<int64_t>(), start, degree, node, off, n, seed_key, nbr,
               fill_threads);
   }
   return {offsets_t, neighbors_t};
@@ -260,7 +271,7 @@ inline Slot* upsert(Slot* slots, uint64_t mask, uint64_t h, int64_t key, bool& f
 // Calls visit(j, key, hash) for j in [lo, hi) in order, with the hash of the
 // key kDist places ahead computed early and, when thread t owns that key, its
 // home slot prefetched: the table is larger than the caches.
-constexpr int64_t kDist = 16;
+constexpr int64_t kDist = 32;
 
 template <typename Visit>
 inline void scan_keys(const int64_t* keys, int64_t lo, int64_t hi, const Slot* slots,
@@ -322,7 +333,24 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
   auto indices_t = torch::empty({n_edges}, torch::dtype(torch::kInt64));
   int64_t* out = indices_t.data_ptr<int64_t>();
   torch::Tensor src_ids_t;
-  std::unique_ptr<uint8_t[]> owner(new uint8_t[nt > 1 ? n_edges : 0]);
+  // Scratch kept per calling thread (fresh buffers of this size cost page faults
+  // and zeroing on every call): the table, per-thread lists, owners of positions.
+  struct Scratch {
+    std::unique_ptr<Slot[], void (*)(Slot*)> table{nullptr, [](Slot* p) { std::free(p); }};
+    size_t table_size = 0;
+    std::vector<std::vector<int64_t>> res, first, local;
+    std::vector<uint8_t> owner;
+  };
+  static thread_local Scratch calling_thread_scratch;
+  Scratch& scratch = calling_thread_scratch;  // (named inside the parallel region, the
+                                              // thread_local would be each worker's own)
+  if (scratch.res.size() < static_cast<size_t>(nt)) {
+    scratch.res.resize(nt), scratch.first.resize(nt), scratch.local.resize(nt);
+  }
+  if (nt > 1 && scratch.owner.size() < static_cast<size_t>(n_edges)) scratch.owner.resize(n_edges);
+  uint8_t* owner = scratch.owner.data();
+  std::vector<std::vector<int64_t>>& res = scratch.res;
+  std::vector<std::vector<int64_t>>& first = scratch.first;
 
   // A region holds at most 3/4 of its slots; if hashing gave one thread more
   // ids than that (small or adversarial inputs), start again with more room.
@@ -331,9 +359,20 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
     while (cap < static_cast<uint64_t>(room)) cap <<= 1;
     const uint64_t mask = cap - 1;
     const int64_t limit = static_cast<int64_t>(cap - cap / 4);
-    auto table_t = torch::empty({static_cast<int64_t>(2 * cap * nt)}, torch::dtype(torch::kInt64));
-    Slot* table = reinterpret_cast<Slot*>(table_t.data_ptr<int64_t>());
-    std::vector<std::vector<int64_t>> res(nt), first(nt);
+    if (scratch.table_size < cap * nt) {
+      // Random probes into a table of many MB: ask for 2 MB pages (fewer TLB misses).
+      constexpr size_t kHuge = size_t{2} << 20;
+      const size_t bytes = (cap * nt * sizeof(Slot) + kHuge - 1) / kHuge * kHuge;
+      scratch.table.reset();
+      void* memory = std::aligned_alloc(kHuge, bytes);
+      TORCH_CHECK(memory != nullptr, "compact: out of memory");
+#ifdef MADV_HUGEPAGE
+      madvise(memory, bytes, MADV_HUGEPAGE);  // advice only: fine if refused
+#endif
+      scratch.table.reset(static_cast<Slot*>(memory));
+      scratch.table_size = bytes / sizeof(Slot);
+    }
+    Slot* table = scratch.table.get();
     std::vector<int64_t> cursor(static_cast<size_t>(nt) * nt, 0);  // [owner][chunk]
     int overflow = 0;
     int64_t bad = 0;
@@ -346,6 +385,8 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
       for (uint64_t i = 0; i < cap; ++i) slots[i].key = -1;
       std::vector<int64_t>& my_res = res[t];
       std::vector<int64_t>& my_first = first[t];
+      my_res.clear();
+      my_first.clear();
       my_res.reserve(n_edges / team + n_edges / (4 * team) + 16);
       bool fresh;
       int64_t owned = 0;  // ids in this region
@@ -397,7 +438,8 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
           src_ids = src_ids_t.data_ptr<int64_t>();
         }  // implicit barrier
         // Local ids of this thread's new neighbours: merge-count against the others.
-        std::vector<int64_t> local(my_first.size());
+        std::vector<int64_t>& local = scratch.local[t];
+        local.resize(my_first.size());
         std::vector<size_t> at(team, 0);
         for (size_t i = 0; i < my_first.size(); ++i) {
           const int64_t e = my_first[i];
@@ -411,9 +453,18 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
           local[i] = n_dst + before;
           src_ids[n_dst + before] = nbr[e];
         }
-        for (int64_t& v : my_res) v = v < 0 ? ~v : local[v];
-        if (team == 1) {
-          std::copy(my_res.begin(), my_res.end(), out);  // (no negative ids: bad == 0 or moot)
+        if (team == 1) {  // ranks are local ids - num_dst: write the result directly
+          for (size_t j = 0; j < my_res.size(); ++j) {
+            const int64_t v = my_res[j];
+            out[j] = v < 0 ? ~v : n_dst + v;
+          }
+        } else {
+          const size_t m = my_res.size();
+          int64_t* r = my_res.data();
+          for (size_t j = 0; j < m; ++j) {
+            if (j + kDist < m && r[j + kDist] >= 0) __builtin_prefetch(local.data() + r[j + kDist]);
+            r[j] = r[j] < 0 ? ~r[j] : local[r[j]];
+          }
         }
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < n_dst; ++p) src_ids[p] = dst[p];
