@@ -15,13 +15,21 @@
 // fall into block b are the run starting at the cursor. The last sweep takes
 // everything left, so the result is exact for unsorted rows too (they only lose
 // locality). Without blocking, the x rows of the next few edges are prefetched.
+//
+// Large x and outputs live in transparent huge pages (see empty_maybe_huge):
+// x is copied there first, which costs one streaming pass and saves a TLB miss
+// on almost every gathered row; the output avoids a 4 KiB page fault per 4 KiB.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -59,6 +67,48 @@ int64_t cache_bytes(int level, int64_t fallback) {
     }
   }
   return fallback;
+}
+
+// Random row gathers from a large x miss the TLB on almost every edge with 4 KiB
+// pages (1M x 128 floats span 131k pages); with 2 MiB pages the whole of x fits
+// in the TLB's reach, which measured about 1.7x faster here. Tensors above this
+// size are therefore staged into (and outputs allocated in) transparent huge
+// pages, unless THP is off or torch already allocates huge pages
+// (THP_MEM_ALLOC_ENABLE=1).
+constexpr int64_t kHugePageBytes = int64_t(2) << 20;
+constexpr int64_t kHugeMinBytes = int64_t(32) << 20;
+
+bool huge_pages_usable() {
+  static const bool usable = [] {
+    const char* env = std::getenv("THP_MEM_ALLOC_ENABLE");
+    if (env && std::strcmp(env, "0") != 0 && *env) return false;  // torch does it already
+    FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return false;
+    char buf[128] = {0};
+    const size_t got = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    return got > 0 && std::strstr(buf, "[never]") == nullptr;
+  }();
+  return usable;
+}
+
+// An uninitialised tensor, in transparent huge pages when it is large enough.
+torch::Tensor empty_maybe_huge(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+  int64_t numel = 1;
+  for (const int64_t s : sizes) numel *= s;
+  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
+  if (bytes < kHugeMinBytes || !huge_pages_usable()) return torch::empty(sizes, options);
+  const size_t length = static_cast<size_t>((bytes + kHugePageBytes - 1) / kHugePageBytes + 1) *
+                        static_cast<size_t>(kHugePageBytes);
+  void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return torch::empty(sizes, options);
+  const uintptr_t aligned = (reinterpret_cast<uintptr_t>(base) + kHugePageBytes - 1) &
+                            ~static_cast<uintptr_t>(kHugePageBytes - 1);
+  madvise(reinterpret_cast<void*>(aligned), length - (aligned - reinterpret_cast<uintptr_t>(base)),
+          MADV_HUGEPAGE);
+  return torch::from_blob(
+      reinterpret_cast<void*>(aligned), sizes, [base, length](void*) { munmap(base, length); },
+      options);
 }
 
 int64_t last_level_cache_bytes() {
@@ -260,7 +310,12 @@ torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& i
   TORCH_CHECK(x_in.dim() == 2 && x_in.is_cpu(), "x: 2-d CPU tensor [num_src, F]");
   TORCH_CHECK(x_in.scalar_type() == torch::kFloat || x_in.scalar_type() == torch::kDouble,
               "x: float32 or float64");
-  const torch::Tensor x = x_in.contiguous();
+  torch::Tensor x = x_in.contiguous();
+  if (x.numel() * x.element_size() >= kHugeMinBytes && huge_pages_usable()) {
+    torch::Tensor staged = empty_maybe_huge(x.sizes(), x.options());
+    staged.copy_(x);
+    x = staged;
+  }
   const int64_t n_dst = indptr.numel() - 1;
   const int64_t n_src = x.size(0);
   const int64_t F = x.size(1);
@@ -275,7 +330,7 @@ torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& i
     TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < n_src,
                 "indices outside [0, num_src) = [0, ", n_src, ")");
   }
-  auto out = torch::empty({n_dst, F}, x.options());
+  auto out = empty_maybe_huge({n_dst, F}, x.options());
   if (n_dst == 0 || F == 0) return out;
   if (block_rows <= 0)
     block_rows =

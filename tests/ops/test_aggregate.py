@@ -140,6 +140,27 @@ def test_odd_shapes():
 
 
 @needs_native
+def test_large_inputs_in_huge_pages():
+    """x and the output above 32 MiB take the huge-page staging path."""
+    n, width = 140_000, 64
+    g = torch.Generator().manual_seed(9)
+    degree = torch.randint(0, 4, (n,), generator=g)
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(degree, 0, out=indptr[1:])
+    block = Block(indptr, torch.randint(0, n, (int(indptr[-1]),), generator=g), n)
+    x = torch.randn(n, width, generator=g, requires_grad=True)
+    for reduce in ("sum", "mean"):
+        out = agg.aggregate(block, x, reduce)
+        close(out, reference(block, x.detach(), reduce))
+        (grad,) = torch.autograd.grad(out, x, torch.ones_like(out))
+        (expected,) = torch.autograd.grad(
+            agg.aggregate_reference(block, x, reduce), x, torch.ones_like(out)
+        )
+        close(grad, expected, 10)
+        out.add_(1)  # an ordinary, writable tensor
+
+
+@needs_native
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_gradcheck(reduce):
     block = random_block(9, 13, seed=7)
