@@ -268,25 +268,47 @@ inline Slot* upsert(Slot* slots, uint64_t mask, uint64_t h, int64_t key, bool& f
   }
 }
 
-// Calls visit(j, key, hash) for j in [lo, hi) in order, with the hash of the
-// key kDist places ahead computed early and, when thread t owns that key, its
-// home slot prefetched: the table is larger than the caches.
+// A thread's lists, a cache line apart from the next thread's (their ends move
+// with every push_back).
+struct alignas(64) Lists {
+  std::vector<int64_t> res, first, local;
+};
+
+// Calls visit(j, key, hash) for the j in [lo, hi), in order, whose key thread
+// t owns. Keys go in batches: a branch-free pass hashes a batch and lists the
+// owned ones (an owner test per key would be a coin-flip branch on two
+// threads), records every key's owner in owner_out (when given), and counts
+// negative keys in `bad` (they belong to nobody); then the owned keys are
+// visited with the home slot of the one kDist places ahead prefetched: the
+// table is larger than the caches.
 constexpr int64_t kDist = 32;
+constexpr int kNobody = 255;
 
 template <typename Visit>
-inline void scan_keys(const int64_t* keys, int64_t lo, int64_t hi, const Slot* slots,
-                      uint64_t mask, int team, int t, Visit&& visit) {
-  uint64_t ring[kDist];
-  auto look_ahead = [&](int64_t j) {
-    const uint64_t h = fmix64(static_cast<uint64_t>(keys[j]));
-    ring[j & (kDist - 1)] = h;
-    if (owner_of(h, team) == t) __builtin_prefetch(slots + (h & mask));
-  };
-  for (int64_t j = lo; j < std::min(hi, lo + kDist); ++j) look_ahead(j);
-  for (int64_t j = lo; j < hi; ++j) {
-    const uint64_t h = ring[j & (kDist - 1)];
-    if (j + kDist < hi) look_ahead(j + kDist);
-    if (!visit(j, keys[j], h)) return;
+inline void scan_owned(const int64_t* keys, int64_t lo, int64_t hi, const Slot* slots,
+                       uint64_t mask, int team, int t, uint8_t* owner_out, int64_t& bad,
+                       Visit&& visit) {
+  constexpr int64_t kBatch = 512;
+  int64_t at[kBatch];
+  uint64_t hash[kBatch];
+  for (int64_t b = lo; b < hi; b += kBatch) {
+    const int64_t end = std::min(hi, b + kBatch);
+    int64_t m = 0;
+    for (int64_t j = b; j < end; ++j) {
+      const int64_t key = keys[j];
+      const uint64_t h = fmix64(static_cast<uint64_t>(key));
+      const int u = key < 0 ? kNobody : owner_of(h, team);
+      bad += key < 0;
+      if (owner_out != nullptr) owner_out[j] = static_cast<uint8_t>(u);
+      at[m] = j;
+      hash[m] = h;
+      m += u == t;
+    }
+    for (int64_t i = 0; i < std::min(m, kDist); ++i) __builtin_prefetch(slots + (hash[i] & mask));
+    for (int64_t i = 0; i < m; ++i) {
+      if (i + kDist < m) __builtin_prefetch(slots + (hash[i + kDist] & mask));
+      if (!visit(at[i], keys[at[i]], hash[i])) return;
+    }
   }
 }
 
@@ -338,19 +360,16 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
   struct Scratch {
     std::unique_ptr<Slot[], void (*)(Slot*)> table{nullptr, [](Slot* p) { std::free(p); }};
     size_t table_size = 0;
-    std::vector<std::vector<int64_t>> res, first, local;
+    std::vector<Lists> lists;  // one per thread
     std::vector<uint8_t> owner;
   };
   static thread_local Scratch calling_thread_scratch;
   Scratch& scratch = calling_thread_scratch;  // (named inside the parallel region, the
                                               // thread_local would be each worker's own)
-  if (scratch.res.size() < static_cast<size_t>(nt)) {
-    scratch.res.resize(nt), scratch.first.resize(nt), scratch.local.resize(nt);
-  }
+  if (scratch.lists.size() < static_cast<size_t>(nt)) scratch.lists.resize(nt);
   if (nt > 1 && scratch.owner.size() < static_cast<size_t>(n_edges)) scratch.owner.resize(n_edges);
   uint8_t* owner = scratch.owner.data();
-  std::vector<std::vector<int64_t>>& res = scratch.res;
-  std::vector<std::vector<int64_t>>& first = scratch.first;
+  Lists* lists = scratch.lists.data();
 
   // A region holds at most 3/4 of its slots; if hashing gave one thread more
   // ids than that (small or adversarial inputs), start again with more room.
@@ -383,82 +402,73 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
       const int t = omp_get_thread_num(), team = omp_get_num_threads();  // team <= nt
       Slot* slots = table + cap * t;
       for (uint64_t i = 0; i < cap; ++i) slots[i].key = -1;
-      std::vector<int64_t>& my_res = res[t];
-      std::vector<int64_t>& my_first = first[t];
+      std::vector<int64_t>& my_res = lists[t].res;
+      std::vector<int64_t>& my_first = lists[t].first;
       my_res.clear();
       my_first.clear();
       my_res.reserve(n_edges / team + n_edges / (4 * team) + 16);
       bool fresh;
       int64_t owned = 0;  // ids in this region
-      scan_keys(dst, 0, n_dst, slots, mask, team, t, [&](int64_t p, int64_t key, uint64_t h) {
-        if (key < 0) {
-          ++bad;
-          return true;
-        }
-        if (owner_of(h, team) != t) return true;
-        Slot* slot = upsert(slots, mask, h, key, fresh);
-        if (!fresh) return true;  // a repeated destination maps to its first position
-        slot->val = ~p;
-        if (++owned <= limit) return true;
-        __atomic_store_n(&overflow, 1, __ATOMIC_RELAXED);
-        return false;
-      });
+      scan_owned(dst, 0, n_dst, slots, mask, team, t, nullptr, bad,
+                 [&](int64_t p, int64_t key, uint64_t h) {
+                   Slot* slot = upsert(slots, mask, h, key, fresh);
+                   if (!fresh) return true;  // a repeated destination maps to its first place
+                   slot->val = ~p;
+                   if (++owned <= limit) return true;
+                   __atomic_store_n(&overflow, 1, __ATOMIC_RELAXED);
+                   return false;
+                 });
       for (int s = 0; s < team && !__atomic_load_n(&overflow, __ATOMIC_RELAXED); ++s) {
         cursor[static_cast<size_t>(t) * team + s] = static_cast<int64_t>(my_res.size());
         const int64_t lo = n_edges * s / team, hi = n_edges * (s + 1) / team;
-        const bool mine = s == t && team > 1;  // record the owners of my final-pass chunk
-        scan_keys(nbr, lo, hi, slots, mask, team, t, [&](int64_t e, int64_t key, uint64_t h) {
-          if (key < 0) {
-            ++bad;
-            return true;
-          }
-          const int u = owner_of(h, team);
-          if (mine) owner[e] = static_cast<uint8_t>(u);
-          if (u != t) return true;
-          Slot* slot = upsert(slots, mask, h, key, fresh);
-          if (fresh) {
-            slot->val = static_cast<int64_t>(my_first.size());
-            my_first.push_back(e);
-            if (++owned > limit) {
-              __atomic_store_n(&overflow, 1, __ATOMIC_RELAXED);
-              return false;
-            }
-          }
-          my_res.push_back(slot->val);
-          return true;
-        });
+        // record the owners of the chunk this thread writes in the final pass
+        uint8_t* owners = s == t && team > 1 ? owner : nullptr;
+        scan_owned(nbr, lo, hi, slots, mask, team, t, owners, bad,
+                   [&](int64_t e, int64_t key, uint64_t h) {
+                     Slot* slot = upsert(slots, mask, h, key, fresh);
+                     if (fresh) {
+                       slot->val = static_cast<int64_t>(my_first.size());
+                       my_first.push_back(e);
+                       if (++owned > limit) {
+                         __atomic_store_n(&overflow, 1, __ATOMIC_RELAXED);
+                         return false;
+                       }
+                     }
+                     my_res.push_back(slot->val);
+                     return true;
+                   });
       }
 #pragma omp barrier
       if (!__atomic_load_n(&overflow, __ATOMIC_RELAXED)) {
 #pragma omp single
         {
           int64_t fresh_total = 0;
-          for (int u = 0; u < team; ++u) fresh_total += static_cast<int64_t>(first[u].size());
+          for (int u = 0; u < team; ++u) fresh_total += static_cast<int64_t>(lists[u].first.size());
           src_ids_t = torch::empty({n_dst + fresh_total}, torch::dtype(torch::kInt64));
           src_ids = src_ids_t.data_ptr<int64_t>();
         }  // implicit barrier
-        // Local ids of this thread's new neighbours: merge-count against the others.
-        std::vector<int64_t>& local = scratch.local[t];
-        local.resize(my_first.size());
-        std::vector<size_t> at(team, 0);
-        for (size_t i = 0; i < my_first.size(); ++i) {
-          const int64_t e = my_first[i];
-          int64_t before = static_cast<int64_t>(i);
-          for (int u = 0; u < team; ++u) {
-            if (u == t) continue;
-            const std::vector<int64_t>& other = first[u];
-            while (at[u] < other.size() && other[at[u]] < e) ++at[u];
-            before += static_cast<int64_t>(at[u]);
-          }
-          local[i] = n_dst + before;
-          src_ids[n_dst + before] = nbr[e];
-        }
         if (team == 1) {  // ranks are local ids - num_dst: write the result directly
+          for (size_t i = 0; i < my_first.size(); ++i) src_ids[n_dst + i] = nbr[my_first[i]];
           for (size_t j = 0; j < my_res.size(); ++j) {
             const int64_t v = my_res[j];
             out[j] = v < 0 ? ~v : n_dst + v;
           }
         } else {
+          // Local ids of this thread's new neighbours: merge-count against the others.
+          std::vector<int64_t>& local = lists[t].local;
+          local.resize(my_first.size());
+          std::vector<size_t> at(team, 0);
+          for (size_t i = 0; i < my_first.size(); ++i) {
+            const int64_t e = my_first[i];
+            int64_t before = static_cast<int64_t>(i);
+            for (int u = 0; u < team; ++u) {
+              if (u == t) continue;
+              const std::vector<int64_t>& other = lists[u].first;
+              while (at[u] < other.size() && other[at[u]] < e) ++at[u];
+              before += static_cast<int64_t>(at[u]);
+            }
+            local[i] = n_dst + before;
+          }
           const size_t m = my_res.size();
           int64_t* r = my_res.data();
           for (size_t j = 0; j < m; ++j) {
@@ -470,12 +480,28 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
         for (int64_t p = 0; p < n_dst; ++p) src_ids[p] = dst[p];
         // implicit barrier: every thread's res holds local ids
         if (team > 1) {
+          // Read every neighbour's id back from its owner. Ids grow with first
+          // positions, so the new neighbours of this chunk are exactly the
+          // occurrences of the next unused id: this chunk writes its own,
+          // contiguous, range of src_ids.
           const int64_t lo = n_edges * t / team, hi = n_edges * (t + 1) / team;
           std::vector<const int64_t*> cur(team);
+          int64_t next = n_dst;
           for (int u = 0; u < team; ++u) {
-            cur[u] = res[u].data() + cursor[static_cast<size_t>(u) * team + t];
+            cur[u] = lists[u].res.data() + cursor[static_cast<size_t>(u) * team + t];
+            const std::vector<int64_t>& f = lists[u].first;
+            next += std::lower_bound(f.begin(), f.end(), lo) - f.begin();
           }
-          for (int64_t e = lo; e < hi; ++e) out[e] = nbr[e] < 0 ? -1 : *cur[owner[e]]++;
+          for (int64_t e = lo; e < hi; ++e) {
+            const int64_t key = nbr[e];
+            if (key < 0) {
+              out[e] = -1;
+              continue;
+            }
+            const int64_t id = *cur[owner[e]]++;
+            out[e] = id;
+            if (id == next) src_ids[next++] = key;
+          }
         }
       }
     }
