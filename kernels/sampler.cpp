@@ -20,14 +20,14 @@
 // compact(dst_nodes, offsets, neighbors) -> [indptr, indices, src_ids]
 //   Relabels a sampled layer into a Block: the sources are the destinations
 //   first (in order, duplicates kept), then every other neighbour in order of
-//   first appearance (destinations in order, each row in order). A concurrent
-//   open-addressing table maps an id to the first position at which it occurs
-//   (atomic min over the sequence dst_nodes ++ neighbors); the positions that
-//   are their id's first occurrence get consecutive local ids (a parallel
-//   count and scan), which replace the position in the table; a last pass
-//   looks every neighbour up.
+//   first appearance (destinations in order, each row in order); `indptr` is
+//   `offsets`. Ids are split between the threads by a hash, each thread keeping
+//   its own ids in its own part of an open-addressing table (no atomics); see
+//   the comment above compact() below.
 //
-// Both run on at::get_num_threads() OpenMP threads (torch.set_num_threads).
+// Both run on at::get_num_threads() OpenMP threads (torch.set_num_threads);
+// small inputs run on one. Scratch buffers (the compaction table, per-thread
+// lists) are kept per calling thread between calls, sized by the largest call.
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -37,7 +37,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <limits>
 #include <memory>
 #include <vector>
 
