@@ -456,8 +456,21 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
           // Local ids of this thread's new neighbours: merge-count against the others.
           std::vector<int64_t>& local = lists[t].local;
           local.resize(my_first.size());
+          if (team == 2) {  // a branch-free merge walk (the positions of two lists differ)
+            const int64_t* mine = my_first.data();
+            const int64_t* other = lists[1 - t].first.data();
+            const size_t na = my_first.size(), nb = lists[1 - t].first.size();
+            size_t i = 0, j = 0;
+            while (i < na && j < nb) {
+              const bool take = mine[i] < other[j];
+              local[i] = n_dst + static_cast<int64_t>(i + j);  // final once mine[i] is taken
+              i += take;
+              j += !take;
+            }
+            for (; i < na; ++i) local[i] = n_dst + static_cast<int64_t>(i + nb);
+          }
           std::vector<size_t> at(team, 0);
-          for (size_t i = 0; i < my_first.size(); ++i) {
+          for (size_t i = 0; i < my_first.size() && team > 2; ++i) {
             const int64_t e = my_first[i];
             int64_t before = static_cast<int64_t>(i);
             for (int u = 0; u < team; ++u) {
