@@ -21,13 +21,16 @@
 //   Relabels a sampled layer into a Block: the sources are the destinations
 //   first (in order, duplicates kept), then every other neighbour in order of
 //   first appearance (destinations in order, each row in order); `indptr` is
-//   `offsets`. Ids are split between the threads by a hash, each thread keeping
-//   its own ids in its own part of an open-addressing table (no atomics); see
-//   the comment above compact() below.
+//   `offsets`. While the largest id is small (below 2^24, or 8 x the input
+//   size) a dense id -> local id array does it in one branch-free pass on one
+//   thread (compact_dense); otherwise ids are split between the threads by a
+//   hash, each thread keeping its own ids in its own part of an open-addressing
+//   table (no atomics; see the comment above compact()).
 //
 // Both run on at::get_num_threads() OpenMP threads (torch.set_num_threads);
-// small inputs run on one. Scratch buffers (the compaction table, per-thread
-// lists) are kept per calling thread between calls, sized by the largest call.
+// small inputs run on one. Scratch buffers (the dense map, the hash table,
+// per-thread lists) are kept per calling thread between calls, sized by the
+// largest call (the dense map: 4 bytes per id up to the largest id seen).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -313,6 +316,46 @@ inline void scan_owned(const int64_t* keys, int64_t lo, int64_t hi, const Slot* 
 
 }  // namespace
 
+// Compaction through a dense id -> local id array (int32, -1 = unseen), used
+// when the ids are small enough for one: one branch-free pass, one random
+// access per id into a few MB, no hashing or probing. The array is restored to
+// all -1 afterwards (only the entries touched), so it is kept between calls.
+// Single-threaded: on two threads it is still faster than the hash-partitioned
+// compaction, whose merge and read-back passes cost what the split saves.
+torch::Tensor compact_dense(const int64_t* dst, int64_t n_dst, const int64_t* nbr,
+                            int64_t n_edges, int64_t max_id, int64_t* out) {
+  static thread_local std::vector<int32_t> dense;
+  static thread_local std::vector<int64_t> fresh;
+  if (dense.size() < static_cast<size_t>(max_id + 1)) dense.resize(max_id + 1, -1);
+  if (fresh.size() < static_cast<size_t>(n_edges)) fresh.resize(n_edges);
+  int32_t* map = dense.data();
+  int64_t* added = fresh.data();
+  for (int64_t p = 0; p < n_dst; ++p) {
+    if (p + kDist < n_dst) __builtin_prefetch(map + dst[p + kDist]);
+    int32_t& slot = map[dst[p]];
+    if (slot < 0) slot = static_cast<int32_t>(p);  // a repeated destination keeps its first place
+  }
+  int64_t next = n_dst, count = 0;
+  for (int64_t e = 0; e < n_edges; ++e) {
+    if (e + kDist < n_edges) __builtin_prefetch(map + nbr[e + kDist]);
+    const int64_t key = nbr[e];
+    const int32_t seen = map[key];
+    const bool is_new = seen < 0;
+    const int32_t id = is_new ? static_cast<int32_t>(next) : seen;
+    map[key] = id;
+    added[count] = key;
+    count += is_new;
+    next += is_new;
+    out[e] = id;
+  }
+  auto src_ids_t = torch::empty({n_dst + count}, torch::dtype(torch::kInt64));
+  int64_t* src_ids = src_ids_t.data_ptr<int64_t>();
+  std::copy(dst, dst + n_dst, src_ids);
+  std::copy(added, added + count, src_ids + n_dst);
+  for (int64_t p = 0; p < n_dst + count; ++p) map[src_ids[p]] = -1;
+  return src_ids_t;
+}
+
 // Compaction, parallel without atomics. Every id belongs to one thread (by a
 // hash of it), which alone keeps it in its region of the table. Each thread
 // scans the whole sequence dst_nodes ++ neighbors, in order, and handles its
@@ -349,6 +392,24 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
   const int64_t total = n_dst + n_edges;
   const int64_t* dst = dst_nodes.data_ptr<int64_t>();
   const int64_t* nbr = neighbors.data_ptr<int64_t>();
+  int64_t lowest = 0, highest = -1;
+  for (int64_t p = 0; p < n_dst; ++p) {
+    lowest = std::min(lowest, dst[p]);
+    highest = std::max(highest, dst[p]);
+  }
+  for (int64_t e = 0; e < n_edges; ++e) {
+    lowest = std::min(lowest, nbr[e]);
+    highest = std::max(highest, nbr[e]);
+  }
+  TORCH_CHECK(lowest >= 0, "compact: negative id");
+  // A dense map of 4 bytes per id while that stays modest (at most 64 MB, or
+  // 32 bytes per input id, about what a hash table takes).
+  if (total < (int64_t{1} << 31) && highest < std::max<int64_t>(int64_t{1} << 24, 8 * total)) {
+    auto indices_t = torch::empty({n_edges}, torch::dtype(torch::kInt64));
+    auto src_ids_t =
+        compact_dense(dst, n_dst, nbr, n_edges, highest, indices_t.data_ptr<int64_t>());
+    return {offsets, indices_t, src_ids_t};
+  }
   const int nt = std::min(num_threads_for(total, 32768), 255);
 
   auto indices_t = torch::empty({n_edges}, torch::dtype(torch::kInt64));

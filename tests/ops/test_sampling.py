@@ -186,6 +186,39 @@ def test_thread_count_does_not_change_the_sample(big_graph):
         torch.set_num_threads(before)
 
 
+BIG = 2**40  # ids this large take the hash-table compaction instead of the dense map
+
+
+@needs_native
+@pytest.mark.parametrize("offset", [0, BIG], ids=["dense", "hashed"])
+def test_compact_matches_reference_with_repeats(offset):
+    # destinations with a repeat; neighbours that are destinations, repeated, or new
+    dst = torch.tensor([50, 7, 50, 3]) + offset
+    nbrs = torch.tensor([7, 50, 9, 9, 100, 3, 100, 8, 50]) + offset
+    offsets = torch.tensor([0, 2, 5, 5, 9])
+    assert_same(compact(dst, offsets, nbrs, native=True), compact_reference(dst, offsets, nbrs))
+    indptr, indices, src_ids = compact_reference(dst, offsets, nbrs)
+    assert (src_ids - offset).tolist() == [50, 7, 50, 3, 9, 100, 8]
+    assert indices.tolist() == [1, 0, 4, 4, 5, 3, 5, 6, 0]
+
+
+@needs_native
+def test_hashed_compaction_any_thread_count(big_graph):
+    # a sampled hop of the big graph with its ids spread far apart (same order)
+    indptr, indices = big_graph
+    dst = torch.from_numpy(np.random.default_rng(8).permutation(60_000)[:20_000])
+    offsets, nbrs = sample_neighbors(indptr, indices, dst, 5, seed=0, layer=0, native=True)
+    dst, nbrs = dst * 1_000_003 + BIG, nbrs * 1_000_003 + BIG
+    want = compact_reference(dst, offsets, nbrs)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            assert_same(compact(dst, offsets, nbrs, native=True), want)
+    finally:
+        torch.set_num_threads(before)
+
+
 def _fmix64(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.uint64)
     x ^= x >> np.uint64(33)
@@ -196,32 +229,21 @@ def _fmix64(x: np.ndarray) -> np.ndarray:
 
 
 @needs_native
-def test_compact_matches_reference_with_repeats_and_skewed_hashes():
+def test_hashed_compaction_survives_skewed_hashes():
+    # ids whose hash sends them all to one thread's part of the table: it
+    # overflows on two threads and compaction starts over with more room
     rng = np.random.default_rng(7)
-    # destinations with a repeat; neighbours that are destinations, repeated, or new
-    dst = torch.tensor([50, 7, 50, 3])
-    nbrs = torch.tensor([7, 50, 9, 9, 100, 3, 100, 8, 50])
-    offsets = torch.tensor([0, 2, 5, 5, 9])
-    assert_same(compact(dst, offsets, nbrs, native=True), compact_reference(dst, offsets, nbrs))
-    indptr, indices, src_ids = compact_reference(dst, offsets, nbrs)
-    assert src_ids.tolist() == [50, 7, 50, 3, 9, 100, 8]
-    assert indices.tolist() == [1, 0, 4, 4, 5, 3, 5, 6, 0]
-    # ids whose hash sends them all to one thread's part of the table: it overflows
-    # on two threads and compaction starts over with more room
-    candidates = np.arange(1, 400_000)
-    skewed = candidates[(_fmix64(candidates) >> np.uint64(63)) == 0][
-        :70_000
-    ]  # 0.75 * 70k slots round to 64k: overflow
-    nbrs = torch.from_numpy(rng.permutation(skewed))
+    candidates = np.arange(BIG, BIG + 400_000)
+    skewed = candidates[(_fmix64(candidates) >> np.uint64(63)) == 0][:70_000]
+    nbrs = torch.from_numpy(rng.permutation(skewed))  # 0.75 * 70k slots round to 64k
     dst = torch.from_numpy(skewed[:10])
     offsets = torch.tensor([0] + [nbrs.numel()] * 10)
+    want = compact_reference(dst, offsets, nbrs)
     before = torch.get_num_threads()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            assert_same(
-                compact(dst, offsets, nbrs, native=True), compact_reference(dst, offsets, nbrs)
-            )
+            assert_same(compact(dst, offsets, nbrs, native=True), want)
     finally:
         torch.set_num_threads(before)
 
