@@ -34,7 +34,9 @@ def _rank_entry(fn: Callable[..., Any], timeout_s: int, args: tuple) -> Any:
     return body()
 
 
-def run_on_ranks(fn: Callable[..., Any], nprocs: int, *args: Any, timeout_s: int = 120) -> list[Any]:
+def run_on_ranks(
+    fn: Callable[..., Any], nprocs: int, *args: Any, timeout_s: int = 120
+) -> list[Any]:
     """fn(rank, world_size, *args) on `nprocs` ranks; fn must be a module-level function."""
     # Spawned ranks import fn by module name: make its folder importable there.
     folder = str(Path(inspect.getfile(fn)).resolve().parent)

@@ -27,7 +27,7 @@ class Single(SampledTraining):
             dataset.num_classes,
             dataset.task,
         )
-        self.label = torch.from_numpy(np.asarray(dataset.label, dtype=np.int64))
+        self.label = torch.from_numpy(np.array(dataset.label, dtype=np.int64))
         self.train_ids = torch.from_numpy(np.asarray(dataset.train_idx, dtype=np.int64))
         self.eval_ids = {
             "val": torch.from_numpy(np.asarray(dataset.val_idx, dtype=np.int64)),

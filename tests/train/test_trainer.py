@@ -1,0 +1,136 @@
+"""The trainer: resume continues the same trajectory, a NaN loss stops the run, Cora's number."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from gnnrun.cli import CONFIG_DIR, main
+from gnnrun.config import register_schemas, to_objects
+from gnnrun.data import prepare_dataset
+from gnnrun.errors import GnnrunError
+from gnnrun.train.trainer import train
+
+COMPARED = ("epoch", "loss", "val_acc", "test_acc")
+
+
+def config(*overrides: str):
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = to_objects(compose("config", overrides=list(overrides)))
+    prepare_dataset(cfg.dataset)
+    return cfg
+
+
+def trajectory(run_dir) -> list[dict]:
+    lines = (run_dir / "metrics.rank0.jsonl").read_text().splitlines()
+    return [{k: json.loads(line)[k] for k in COMPARED} for line in lines]
+
+
+@pytest.mark.parametrize("mode", ["full", "minibatch"])
+def test_resume_continues_the_same_trajectory(tmp_path, mode):
+    common = [
+        "dataset=synthetic-tiny",
+        "algorithm=single",
+        f"algorithm.mode={mode}",
+        "model=sage",
+        "model.hidden=32",
+        "model.batch_size=256",
+        "train.epochs=5",
+    ]
+    straight = tmp_path / "straight"
+    resumed = tmp_path / "resumed"
+    for d in (straight, resumed):
+        d.mkdir()
+    train(config(*common, f"train.checkpoint_dir={straight}/ckpt"), straight)
+    train(config(*common, f"train.checkpoint_dir={resumed}/ckpt", "train.stop_after=2"), resumed)
+    train(config(*common, f"train.checkpoint_dir={resumed}/ckpt", "train.resume=true"), resumed)
+    assert trajectory(resumed) == trajectory(straight)
+    assert json.loads((resumed / "summary.json").read_text())["epochs"] == 5
+
+
+def test_distributed_resume_continues_the_same_trajectory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    common = [
+        "train",
+        "dataset=synthetic-tiny",
+        "algorithm=minibatch",
+        "cluster.nprocs=2",
+        "model=sage",
+        "model.hidden=32",
+        "model.batch_size=128",
+        "train.epochs=4",
+    ]
+    assert main([*common, "train.checkpoint_dir=ck-a", "hydra.run.dir=straight"]) == 0
+    assert (
+        main([*common, "train.checkpoint_dir=ck-b", "hydra.run.dir=first", "train.stop_after=2"])
+        == 0
+    )
+    assert (
+        main([*common, "train.checkpoint_dir=ck-b", "hydra.run.dir=second", "train.resume=true"])
+        == 0
+    )
+    assert trajectory(tmp_path / "first") + trajectory(tmp_path / "second") == trajectory(
+        tmp_path / "straight"
+    )
+
+
+def test_nan_loss_stops_with_a_clear_message(tmp_path):
+    rng = np.random.default_rng(0)
+    feat = rng.standard_normal((100, 4)).astype(np.float32)
+    feat[3, 1] = np.nan
+    np.savez(
+        tmp_path / "g.npz",
+        edges=rng.integers(0, 100, (400, 2)),
+        feat=feat,
+        label=rng.integers(0, 3, 100),
+    )
+    cfg = config(
+        "dataset=custom",
+        f"dataset.path={tmp_path / 'g.npz'}",
+        "algorithm=single",
+        "model=gcn",
+        f"train.checkpoint_dir={tmp_path}/ckpt",
+    )
+    with pytest.raises(GnnrunError, match="training loss is nan at epoch 0.*features for NaN"):
+        train(cfg, tmp_path)
+    assert not (tmp_path / "ckpt" / "checkpoint.pt").exists()
+
+
+def test_a_partition_for_another_world_size_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(
+        [
+            "train",
+            "dataset=synthetic-tiny",
+            "algorithm=minibatch",
+            "cluster.nprocs=2",
+            "partitioner.num_parts=3",
+            "train.epochs=1",
+        ]
+    )
+    assert code == 1
+    assert "has 3 parts but the run has 2 ranks" in " ".join(capsys.readouterr().err.split())
+
+
+def test_gcn_on_cora_reaches_kipf_and_welling(shared_datasets, tmp_path):
+    """Published 81.5%; the issue asks for at least 80.0% mean test accuracy over 5 seeds."""
+    accuracies = []
+    for seed in range(5):
+        cfg = config(
+            "dataset=cora",
+            "model=gcn",
+            "algorithm=single",
+            "train.epochs=200",
+            "train.eval_every=200",
+            f"train.seed={seed}",
+            f"train.checkpoint_dir={tmp_path}/{seed}",
+        )
+        run_dir = tmp_path / f"run{seed}"
+        run_dir.mkdir()
+        accuracies.append(train(cfg, run_dir)["final"]["test_acc"])
+    print(f"Cora GCN test accuracy over 5 seeds: {np.mean(accuracies):.4f} ({accuracies})")
+    assert np.mean(accuracies) >= 0.80
