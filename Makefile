@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/gnnrun partition dataset=synthetic-small partitioner=metis partitioner.num_parts=2
+	$(BIN)/gnnrun train
 
 test: setup lint
 	$(BIN)/python -m pytest -q

@@ -101,7 +101,7 @@ def _train(cfg: DictConfig) -> None:
     from gnnrun.partition import find_partition, partition_dataset
     from gnnrun.partition.book import open_partition
     from gnnrun.report.tables import summary_table
-    from gnnrun.train.display import EpochTable
+    from gnnrun.train.display import TrainingDisplay
     from gnnrun.train.trainer import train
 
     config = to_objects(cfg)
@@ -109,7 +109,8 @@ def _train(cfg: DictConfig) -> None:
     dataset = prepare_dataset(config.dataset)
     kind = ALGORITHMS.get(config.algorithm.name).partition_kind
     if kind is None:  # one process on the whole dataset
-        summary = train(config, run_dir, on_epoch=EpochTable(config))
+        with TrainingDisplay(config) as display:
+            summary = train(config, run_dir, display)
     else:
         if find_partition(dataset, config.partitioner) is None:
             partition_dataset(dataset, config.partitioner)

@@ -28,6 +28,9 @@ class Algorithm:
     def __init__(self, cfg, comm: Communicator, timer: PhaseTimer) -> None:
         self.cfg, self.comm, self.timer = cfg, comm, timer
 
+    def on_step(self, done: int, total: int) -> None:
+        """Called after each training step (the trainer points it at rank 0's progress bar)."""
+
     def train_epoch(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, epoch: int
     ) -> dict[str, float]:

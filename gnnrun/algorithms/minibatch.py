@@ -75,6 +75,7 @@ class SampledTraining(Algorithm):
                 self.comm.all_reduce_mean([p.grad for p in model.parameters()])
             with timer.phase("opt"):
                 optimizer.step()
+            self.on_step(step + 1, steps)
         return {"loss": float(np.mean(losses)) if losses else 0.0, "steps": steps}
 
     @torch.no_grad()
@@ -123,7 +124,7 @@ class DistributedMinibatch(SampledTraining):
         nodes = self.source.nodes
 
         def owned(split: str) -> torch.Tensor:
-            return nodes[torch.from_numpy(np.asarray(part[split], dtype=np.int64))]
+            return nodes[torch.from_numpy(np.array(part[split], dtype=np.int64))]
 
         self.train_ids = owned("train_idx")
         self.eval_ids = {"val": owned("val_idx"), "test": owned("test_idx")}

@@ -28,10 +28,10 @@ class Single(SampledTraining):
             dataset.task,
         )
         self.label = torch.from_numpy(np.array(dataset.label, dtype=np.int64))
-        self.train_ids = torch.from_numpy(np.asarray(dataset.train_idx, dtype=np.int64))
+        self.train_ids = torch.from_numpy(np.array(dataset.train_idx, dtype=np.int64))
         self.eval_ids = {
-            "val": torch.from_numpy(np.asarray(dataset.val_idx, dtype=np.int64)),
-            "test": torch.from_numpy(np.asarray(dataset.test_idx, dtype=np.int64)),
+            "val": torch.from_numpy(np.array(dataset.val_idx, dtype=np.int64)),
+            "test": torch.from_numpy(np.array(dataset.test_idx, dtype=np.int64)),
         }
         self.full = cfg.algorithm.mode == "full"
         if self.full:
@@ -60,6 +60,7 @@ class Single(SampledTraining):
             loss.backward()
         with self.timer.phase("opt"):
             optimizer.step()
+        self.on_step(1, 1)
         return {"loss": float(loss.detach()), "steps": 1}
 
     @torch.no_grad()

@@ -80,7 +80,7 @@ class PartitionGraphSource(GraphSource):
         self.comm = comm
         self.owner = torch.from_numpy(np.array(book.node_owner(), dtype=np.int64))
         self.local = torch.from_numpy(np.array(book.node_local(), dtype=np.int64))
-        self.nodes = torch.from_numpy(np.asarray(part["nodes"], dtype=np.int64))
+        self.nodes = torch.from_numpy(np.array(part["nodes"], dtype=np.int64))
         n = self.owner.numel()
         solid = self.nodes[: part.num_solid]
         degrees = torch.zeros(n, dtype=torch.int64)
@@ -91,7 +91,7 @@ class PartitionGraphSource(GraphSource):
         # (solid local ids increase with global id), so the indices carry over.
         self.indices = to_tensor(part["indices"])
         self.feat = part["feat"]
-        self.label = torch.from_numpy(np.asarray(part["label"], dtype=np.int64))
+        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
 
     def _route(self, nodes: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         owner = self.owner[nodes]

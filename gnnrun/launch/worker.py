@@ -23,15 +23,14 @@ def rank_main(cfg, run_dir: str, backend: str):
     try:
         from gnnrun.train.trainer import train
 
-        on_epoch = _live_display(cfg) if rank == 0 else None
-        summary = train(cfg, Path(run_dir), on_epoch=on_epoch)
+        if rank != 0:
+            summary = train(cfg, Path(run_dir))
+        else:
+            from gnnrun.train.display import TrainingDisplay
+
+            with TrainingDisplay(cfg) as display:
+                summary = train(cfg, Path(run_dir), display)
         dist.barrier()
         return summary
     finally:
         dist.destroy_process_group()
-
-
-def _live_display(cfg):
-    from gnnrun.train.display import EpochTable
-
-    return EpochTable(cfg)

@@ -1,28 +1,79 @@
-"""Rank 0's terminal output: one line per epoch with loss, accuracy, time split and bytes."""
+"""Rank 0's terminal: progress bars over epochs and steps, one table row per finished epoch.
+
+The rows are printed above the bars, so the epoch table grows while the bars
+stay at the bottom. On a terminal that is not interactive (CI, a log file)
+rich draws no bars and only the rows appear.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
 from gnnrun.progress import console
 
+PHASE_COLUMNS = ("mbc", "fwd", "bwd", "comm", "ared")
 
-class EpochTable:
+
+class TrainingDisplay:
+    """Use as a context manager around training; the trainer calls the three hooks."""
+
     def __init__(self, cfg) -> None:
         self.epochs = cfg.train.epochs
-        console.print(
-            f"[bold]{'epoch':>7} {'loss':>8} {'val':>7} {'test':>7} {'time s':>7}  "
-            f"{'mbc':>6} {'fwd':>6} {'bwd':>6} {'ared':>6} {'MB sent':>8}[/]"
+        self.progress = Progress(
+            TextColumn("{task.description:>6}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
+        self.epoch_task = self.progress.add_task("epoch", total=self.epochs)
+        self.step_task = self.progress.add_task("step", total=None)
 
-    def __call__(self, record: dict[str, Any]) -> None:
+    def __enter__(self) -> TrainingDisplay:
+        self.progress.start()
+        phases = " ".join(f"{p:>6}" for p in PHASE_COLUMNS)
+        self.progress.console.print(
+            f"[bold]{'epoch':>7} {'loss':>8} {'val':>7} {'test':>7} {'time s':>7}  {phases} {'MB sent':>8}[/]",
+            soft_wrap=True,
+        )
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.progress.stop()
+
+    def epoch_started(self, epoch: int) -> None:
+        self.progress.update(self.epoch_task, completed=epoch)
+        self.progress.reset(self.step_task, total=None)
+
+    def step_done(self, done: int, total: int) -> None:
+        self.progress.update(self.step_task, completed=done, total=total)
+
+    def epoch_done(self, record: dict[str, Any]) -> None:
         t = record["time"]
         val = record.get("val_auc", record.get("val_acc"))
         test = record.get("test_auc", record.get("test_acc"))
-        fmt = lambda v: f"{v:7.4f}" if v is not None else f"{'-':>7}"  # noqa: E731
-        console.print(
+
+        def fmt(v: float | None) -> str:
+            return f"{v:7.4f}" if v is not None else f"{'-':>7}"
+
+        phases = " ".join(f"{t.get(p, 0.0):6.2f}" for p in PHASE_COLUMNS)
+        self.progress.console.print(
             f"{record['epoch'] + 1:>3}/{self.epochs:<3} {record['loss']:8.4f} {fmt(val)} {fmt(test)} "
-            f"{record['epoch_s']:7.2f}  {t['mbc']:6.2f} {t['fwd']:6.2f} {t['bwd']:6.2f} {t['ared']:6.2f} "
-            f"{sum(record['bytes'].values()) / 1e6:8.2f}",
+            f"{record['epoch_s']:7.2f}  {phases} {sum(record['bytes'].values()) / 1e6:8.2f}",
             highlight=False,
+            soft_wrap=True,
         )
+        self.progress.update(self.epoch_task, completed=record["epoch"] + 1)

@@ -16,18 +16,21 @@ from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.models import build_model
 from gnnrun.train.checkpoint import load_checkpoint, save_checkpoint
+from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.timers import PhaseTimer
 
 
-def train(cfg, run_dir: Path, on_epoch=None) -> dict[str, Any] | None:
+def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[str, Any] | None:
     """Train on this rank; rank 0 returns the run summary (also written to summary.json).
 
-    `on_epoch(record)` is called on rank 0 after every epoch (the live display).
+    `display` (rank 0's terminal) is told when epochs start and end and when steps finish.
     """
     run_dir = Path(run_dir)
     comm, timer = Communicator(), PhaseTimer()
     algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, timer)
+    if display is not None:
+        algorithm.on_step = display.step_done
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
     model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
     optimizer = torch.optim.Adam(
@@ -50,6 +53,8 @@ def train(cfg, run_dir: Path, on_epoch=None) -> dict[str, Any] | None:
         # Reseeding per epoch makes dropout independent of where a run resumed.
         torch.manual_seed(cfg.train.seed * 1_000_003 + epoch * 101 + comm.rank)
         comm.bytes.reset()
+        if display is not None:
+            display.epoch_started(epoch)
         start = time.perf_counter()
         stats = algorithm.train_epoch(model, optimizer, epoch)
         epoch_seconds = time.perf_counter() - start
@@ -83,8 +88,8 @@ def train(cfg, run_dir: Path, on_epoch=None) -> dict[str, Any] | None:
                     "history": history,
                 },
             )
-            if on_epoch is not None:
-                on_epoch(record)
+            if display is not None:
+                display.epoch_done(record)
     if comm.rank != 0:
         return None
     summary = summarize(history, cfg, comm.world_size)
