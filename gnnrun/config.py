@@ -240,6 +240,23 @@ class AlgorithmConfig:
 
 
 @dataclass
+class DelayedAggregatesConfig(AlgorithmConfig):
+    """cdr (DistGNN): remote partial aggregates sent at epoch t are used from epoch t + delay."""
+
+    mode: str = "full"
+    delay: int = 5  # epochs between sending split vertices' partial aggregates and using them
+    bins: int = (
+        1  # split vertices communicate in turn: bin (vertex id % bins) at epochs = bin mod bins
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.mode == "full", "algorithm.mode: DistGNN's algorithms train full batch")
+        _check(self.delay >= 0, "algorithm.delay must be >= 0 (0 is cd0)")
+        _check(self.bins >= 1, "algorithm.bins must be at least 1")
+
+
+@dataclass
 class ClusterConfig:
     name: str = MISSING  # local | slurm
     nprocs: int = 2  # ranks on this node
@@ -305,7 +322,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "two_level": TwoLevelPartitionerConfig,
     },
     "model": {"base": ModelConfig},
-    "algorithm": {"base": AlgorithmConfig},
+    "algorithm": {"base": AlgorithmConfig, "delayed": DelayedAggregatesConfig},
     "cluster": {"base": ClusterConfig},
 }
 

@@ -8,11 +8,15 @@ it: epochs, evaluation metrics, checkpoints, timers and metrics files.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
 from gnnrun.comm import Communicator
+from gnnrun.data import load_prepared
+from gnnrun.data.dataset import GraphDataset
+from gnnrun.partition.book import PartitionBook, open_partition
 from gnnrun.registry import Registry
 from gnnrun.train.timers import PhaseTimer
 
@@ -41,12 +45,31 @@ class Algorithm:
         """Per split ("val", "test"): (logits, labels) of the vertices this rank evaluates."""
         raise NotImplementedError
 
+    def state_dict(self) -> dict[str, Any] | None:
+        """This rank's algorithm state a checkpoint must keep (None: none), beyond the model's."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} keeps no state")
+
+
+def open_own_part(cfg, comm: Communicator, kind: str) -> tuple[GraphDataset, PartitionBook]:
+    """The dataset and the partition this run trains on, checked against both and the ranks."""
+    dataset = load_prepared(cfg.dataset)
+    book = open_partition(
+        Path(cfg.partitioner.output_dir),
+        dataset_checksum=dataset.checksum,
+        world_size=comm.world_size,
+        kind=kind,
+    )
+    return dataset, book
+
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
 
 
 def _register_algorithms() -> None:
-    from gnnrun.algorithms import minibatch, single  # noqa: F401
+    from gnnrun.algorithms import distgnn, minibatch, single  # noqa: F401
 
 
 _register_algorithms()

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from gnnrun.algorithms import ALGORITHMS, Algorithm
+from gnnrun.algorithms import ALGORITHMS, Algorithm, open_own_part
 from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource, make_minibatch
-from gnnrun.data import load_prepared
-from gnnrun.partition.book import open_partition
 
 EVAL_STREAM = 0x5EED_E7A1  # keeps evaluation sampling apart from training sampling
 
@@ -112,13 +109,7 @@ class DistributedMinibatch(SampledTraining):
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
-        dataset = load_prepared(cfg.dataset)
-        book = open_partition(
-            Path(cfg.partitioner.output_dir),
-            dataset_checksum=dataset.checksum,
-            world_size=comm.world_size,
-            kind=self.partition_kind,
-        )
+        dataset, book = open_own_part(cfg, comm, self.partition_kind)
         self.source = PartitionGraphSource(book, comm)
         part = book.load_part(comm.rank)
         nodes = self.source.nodes

@@ -61,11 +61,19 @@ class Communicator:
 
     def all_reduce_mean(self, tensors: list[torch.Tensor], purpose: str = "allreduce") -> None:
         """Average tensors across ranks in place, as one flat bucket."""
+        self._all_reduce_bucket(tensors, purpose, average=True)
+
+    def all_reduce_sum_(self, tensors: list[torch.Tensor], purpose: str = "allreduce") -> None:
+        """Sum tensors across ranks in place, as one flat bucket."""
+        self._all_reduce_bucket(tensors, purpose, average=False)
+
+    def _all_reduce_bucket(self, tensors: list[torch.Tensor], purpose: str, average: bool) -> None:
         if not self.distributed or not tensors:
             return
         flat = torch.cat([t.reshape(-1) for t in tensors])
         dist.all_reduce(flat)
-        flat /= self.world_size
+        if average:
+            flat /= self.world_size
         # A ring all-reduce sends about 2 (P-1)/P of the bucket per rank.
         self.bytes.add(
             purpose,

@@ -24,9 +24,8 @@ class GCNConv(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.zeros(out_dim))
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        out_degree = torch.bincount(block.indices, minlength=block.num_src).to(x.dtype)
-        norm_src = (out_degree + 1.0).rsqrt()
-        norm_dst = (block.in_degrees().to(x.dtype) + 1.0).rsqrt()
+        norm_src = (block.graph_out_degrees().to(x.dtype) + 1.0).rsqrt()
+        norm_dst = (block.graph_in_degrees().to(x.dtype) + 1.0).rsqrt()
         h = self.linear(x) * norm_src[:, None]
         total = aggregate(block, h, "sum") + h[: block.num_dst]
         return total * norm_dst[:, None] + self.bias

@@ -6,7 +6,7 @@ import torch
 
 from gnnrun.config import ModelConfig
 from gnnrun.models import LAYERS
-from gnnrun.ops.aggregate import aggregate
+from gnnrun.ops.aggregate import aggregate, aggregate_with_dst
 from gnnrun.ops.block import Block
 
 
@@ -28,20 +28,21 @@ class SAGEConv(torch.nn.Module):
         self.project_first = out_dim < in_dim
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        x_dst = x[: block.num_dst]
         if self.aggregator == "mean":
             if self.project_first:
                 neigh = aggregate(block, self.neigh(x), "mean")
-            else:
-                neigh = self.neigh(aggregate(block, x, "mean"))
-            return self.self_loop(x_dst) + neigh
-        scale = 1.0 / (block.in_degrees().to(x.dtype) + 1.0)
+                return self.self_loop(x[: block.num_dst]) + neigh
+            # One gradient buffer for x (aggregate_with_dst), and the neighbour
+            # term accumulated by the GEMM into the self term (no extra add pass).
+            mean, x_dst = aggregate_with_dst(block, x, "mean")
+            return torch.addmm(self.self_loop(x_dst), mean, self.neigh.weight.T)
+        scale = 1.0 / (block.graph_in_degrees().to(x.dtype) + 1.0)
         if self.project_first:
             projected = x @ self.neigh.weight.T
             total = aggregate(block, projected, "sum") + projected[: block.num_dst]
             return total * scale[:, None] + self.neigh.bias
-        total = aggregate(block, x, "sum") + x_dst
-        return self.neigh(total * scale[:, None])
+        total, x_dst = aggregate_with_dst(block, x, "sum")
+        return self.neigh((total + x_dst) * scale[:, None])
 
 
 @LAYERS.register("sage")

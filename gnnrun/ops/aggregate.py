@@ -6,6 +6,10 @@ any). The forward pass is the native kernel in kernels/aggregate.cpp (cache
 blocked, OpenMP); the backward pass is the same kernel over the transposed CSR,
 computed once per Block and kept on it. `aggregate_reference` is the
 pure-PyTorch oracle and the fallback when the kernel cannot be built.
+
+On a vertex-cut part (a Block with a `completion`), the part's edges give a
+split vertex only a partial sum: the completion adds its clones' partial sums
+(DRPA), and `mean` divides by the vertex's degree in the whole graph.
 """
 
 from __future__ import annotations
@@ -22,6 +26,17 @@ NATIVE_DTYPES = (torch.float32, torch.float64)
 def aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     """Aggregate source features `x` [num_src, ...] into destination rows [num_dst, ...]."""
     _check(block, x, reduce)
+    if block.completion is None:
+        return local_aggregate(block, x, reduce)
+    total = block.completion(local_aggregate(block, x, "sum"))
+    if reduce == "sum":
+        return total
+    degree = block.graph_in_degrees().clamp(min=1).to(x.dtype)
+    return total / degree.reshape(-1, *([1] * (x.dim() - 1)))
+
+
+def local_aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
+    """Aggregate over the block's own edges only."""
     forward = native_op("csr_aggregate", "aggregate")
     if forward is None or x.dtype not in NATIVE_DTYPES or x.device.type != "cpu":
         return aggregate_reference(block, x, reduce)

@@ -9,10 +9,17 @@ destination attention need. A full graph is a Block with num_src == num_dst.
 `src_ids` holds the id of every source vertex in the id space of the graph the
 block was taken from (global ids, or a partition's local ids); its first
 `num_dst` entries are the destination ids.
+
+A vertex-cut part is a Block whose edges are a subset of the graph's: it
+carries the graph's degrees of its vertices (`graph_degrees`), which
+normalisations use, and a `completion` that adds to each split vertex's
+partial aggregate what its clones in other parts aggregated (DistGNN's DRPA,
+gnnrun/algorithms/drpa.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +32,8 @@ class Block:
     indices: torch.Tensor  # int64 [num_edges], local source ids in [0, num_src)
     num_src: int
     src_ids: torch.Tensor | None = None  # int64 [num_src]
+    graph_degrees: tuple[torch.Tensor, torch.Tensor] | None = None  # (in, out) in the whole graph
+    completion: Callable[[torch.Tensor], torch.Tensor] | None = None  # partial -> full sums
 
     @property
     def num_dst(self) -> int:
@@ -35,7 +44,18 @@ class Block:
         return int(self.indices.numel())
 
     def in_degrees(self) -> torch.Tensor:
+        """Edges into each destination in this block's CSR."""
         return self.indptr[1:] - self.indptr[:-1]
+
+    def graph_in_degrees(self) -> torch.Tensor:
+        """The destinations' in-degrees that normalisations use: the graph's, for a part."""
+        return self.in_degrees() if self.graph_degrees is None else self.graph_degrees[0]
+
+    def graph_out_degrees(self) -> torch.Tensor:
+        """Edges leaving each source: in this block, or in the whole graph for a part."""
+        if self.graph_degrees is None:
+            return torch.bincount(self.indices, minlength=self.num_src)
+        return self.graph_degrees[1]
 
     def dst_of_edges(self) -> torch.Tensor:
         """The destination of every edge, in CSR order."""

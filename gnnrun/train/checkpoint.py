@@ -11,12 +11,17 @@ import torch
 CHECKPOINT = "checkpoint.pt"
 
 
-def save_checkpoint(directory: Path, state: dict[str, Any]) -> Path:
+def algorithm_checkpoint(rank: int, epoch: int) -> str:
+    """The file of one rank's algorithm state (DRPA's delayed aggregates, ...) after `epoch`."""
+    return f"algorithm.rank{rank}.epoch{epoch}.pt"
+
+
+def save_checkpoint(directory: Path, state: dict[str, Any], name: str = CHECKPOINT) -> Path:
     """Write to a temporary file, fsync, rename: a crash leaves the previous checkpoint intact."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / CHECKPOINT
-    tmp = path.with_name(f"{CHECKPOINT}.tmp-{os.getpid()}")
+    path = directory / name
+    tmp = path.with_name(f"{name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()
@@ -25,8 +30,8 @@ def save_checkpoint(directory: Path, state: dict[str, Any]) -> Path:
     return path
 
 
-def load_checkpoint(directory: Path) -> dict[str, Any] | None:
-    path = Path(directory) / CHECKPOINT
+def load_checkpoint(directory: Path, name: str = CHECKPOINT) -> dict[str, Any] | None:
+    path = Path(directory) / name
     if not path.is_file():
         return None
     return torch.load(path, map_location="cpu", weights_only=True)

@@ -8,7 +8,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 # Minibatch creation (sampling + feature fetch), forward, backward, other
-# communication, gradient all-reduce, optimizer step, evaluation.
+# communication, gradient all-reduce, optimizer step, evaluation: they add up
+# to the epoch. Algorithms may time finer phases inside them (DistGNN's local
+# aggregation `lat` and remote aggregation `rat_pre` / `rat_wait` / `rat_post`
+# within fwd and bwd); those are reported too, but are not added to the epoch.
 PHASES = ("mbc", "fwd", "bwd", "comm", "ared", "opt", "eval")
 
 
@@ -26,5 +29,6 @@ class PhaseTimer:
 
     def reset(self) -> dict[str, float]:
         out = {name: self.seconds.get(name, 0.0) for name in PHASES}
+        out.update({name: t for name, t in self.seconds.items() if name not in out})
         self.seconds = defaultdict(float)
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from gnnrun.algorithms import ALGORITHMS
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.models import build_model
-from gnnrun.train.checkpoint import load_checkpoint, save_checkpoint
+from gnnrun.train.checkpoint import algorithm_checkpoint, load_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.timers import PhaseTimer
@@ -44,6 +45,8 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, history = state["epoch"], state["history"]
+        if algorithm.state_dict() is not None:
+            algorithm.load_state_dict(_load_algorithm_state(checkpoint_dir, comm.rank, start_epoch))
 
     metrics_file = run_dir / f"metrics.rank{comm.rank}.jsonl"
     end_epoch = cfg.train.epochs
@@ -75,8 +78,11 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                 record.update(evaluate_outputs(algorithm.evaluate(model), algorithm.task, comm))
         record["time"] = timer.reset()
         record["bytes"] = comm.bytes.reset()
+        record["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         with open(metrics_file, "a") as f:
             f.write(json.dumps(record) + "\n")
+        if (algorithm_state := algorithm.state_dict()) is not None:
+            _save_algorithm_state(checkpoint_dir, comm.rank, epoch + 1, algorithm_state)
         if comm.rank == 0:
             history.append(record)
             save_checkpoint(
@@ -97,13 +103,32 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     return summary
 
 
+def _save_algorithm_state(directory: Path, rank: int, epoch: int, state: Any) -> None:
+    """Each rank's own state, per epoch; the previous epoch's is kept until the next one is
+    written, so that it still matches rank 0's checkpoint if the run dies in between."""
+    save_checkpoint(directory, {"epoch": epoch, "state": state}, algorithm_checkpoint(rank, epoch))
+    stale = directory / algorithm_checkpoint(rank, epoch - 2)
+    stale.unlink(missing_ok=True)
+
+
+def _load_algorithm_state(directory: Path, rank: int, epoch: int) -> Any:
+    saved = load_checkpoint(directory, algorithm_checkpoint(rank, epoch))
+    if saved is None:
+        raise GnnrunError(
+            f"{directory} holds the model after epoch {epoch} but not rank {rank}'s algorithm "
+            f"state for it ({algorithm_checkpoint(rank, epoch)}): resume with the same "
+            "cluster.nprocs as the checkpoint, or start again without train.resume"
+        )
+    return saved["state"]
+
+
 def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
     """Final and best accuracies, median epoch time and its split, bytes per epoch (rank 0)."""
     evaluated = [r for r in history if "val_acc" in r]
     best = max(evaluated, key=lambda r: r["val_acc"], default={})
     last = evaluated[-1] if evaluated else {}
     phases = (
-        {k: float(np.median([r["time"][k] for r in history])) for k in history[0]["time"]}
+        {k: float(np.median([r["time"].get(k, 0.0) for r in history])) for k in history[-1]["time"]}
         if history
         else {}
     )

@@ -7,12 +7,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnrun.algorithms import ALGORITHMS, open_own_part
+from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
 from gnnrun.algorithms.minibatch import DistributedMinibatch
+from gnnrun.algorithms.single import Single
 from gnnrun.algorithms.sources import LocalGraphSource, PartitionGraphSource, make_minibatch
 from gnnrun.comm import Communicator
 from gnnrun.data import load_prepared
 from gnnrun.models import build_model
-from gnnrun.partition.book import open_partition
+from gnnrun.partition.book import Part, open_partition
 from gnnrun.train.timers import PhaseTimer
 
 
@@ -58,3 +61,92 @@ def parameters_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
     stats = algorithm.train_epoch(model, optimizer, 0)
     assert stats["steps"] >= 1 and comm.bytes.sent.get("features", 0) > 0
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
+def distgnn_trajectory(rank: int, world: int, cfg, epochs: int) -> dict:
+    """Train a DistGNN algorithm `epochs` epochs; per epoch its loss, summed gradients and bytes,
+    then the logits of every local clone with exact aggregation, by original vertex id."""
+    comm = Communicator()
+    algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, PhaseTimer())
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
+    epochs_out = []
+    for epoch in range(epochs):
+        comm.bytes.reset()
+        stats = algorithm.train_epoch(model, optimizer, epoch)
+        epochs_out.append(
+            {
+                "loss": stats["loss"],
+                "grads": [p.grad.clone() for p in model.parameters()],
+                "bytes": comm.bytes.reset(),
+            }
+        )
+    model.eval()
+    with torch.no_grad(), algorithm.drpa.exact():
+        logits = algorithm.logits(model)
+    nodes = torch.from_numpy(
+        np.array(open_own_part(cfg, comm, "vertex_cut")[1].load_part(rank)["nodes"])
+    )
+    return {"epochs": epochs_out, "nodes": nodes, "logits": logits}
+
+
+def single_trajectory(cfg, epochs: int) -> dict:
+    """The same with `single` full batch in this process: the oracle."""
+    algorithm = Single(cfg, Communicator(), PhaseTimer())
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
+    epochs_out = []
+    for epoch in range(epochs):
+        stats = algorithm.train_epoch(model, optimizer, epoch)
+        epochs_out.append(
+            {"loss": stats["loss"], "grads": [p.grad.clone() for p in model.parameters()]}
+        )
+    model.eval()
+    with torch.no_grad():
+        logits = algorithm.full_logits(model)
+    return {"epochs": epochs_out, "logits": logits}
+
+
+def drpa_on_hand_built_tree(rank: int, world: int, delay: int | None, bins: int, epochs: int):
+    """DRPA on two ranks over a hand-built clone tree; per epoch the outputs and input gradients.
+
+    Vertices 0 and 3 are split: vertex 0 has its root on rank 0, vertex 3 on
+    rank 1. Vertex 1 lives only on rank 0, vertex 2 only on rank 1.
+    """
+    nodes = {0: [0, 1, 3], 1: [0, 2, 3]}[rank]
+    root_part = {0: [0, 0, 1], 1: [0, 1, 1]}[rank]
+    # (my local id, other part, other local id), sorted by (other part, vertex id).
+    links = {0: [[0, 1, 0], [2, 1, 2]], 1: [[0, 0, 0], [2, 0, 2]]}[rank]
+    part = Part(
+        rank,
+        2,
+        "vertex_cut",
+        {
+            "nodes": np.array(nodes),
+            "root_part": np.array(root_part),
+            "clone_links": np.array(links),
+        },
+        {},
+    )
+    comm = Communicator()
+    tree = CloneTree(part, rank, world, bins)
+    drpa = DelayedRemoteAggregates(tree, comm, PhaseTimer(), delay, bins)
+    out = []
+    for epoch in range(epochs):
+        drpa.begin_epoch(epoch)
+        # Values that say who sent them and when: 1000 * (rank + 1) + 10 * epoch + local id.
+        p = torch.tensor([[1000.0 * (rank + 1) + 10 * epoch + i] for i in range(3)])
+        p.requires_grad_(True)
+        y = drpa(p)
+        g = torch.tensor([[-(1000.0 * (rank + 1) + 10 * epoch + i)] for i in range(3)])
+        y.backward(g)
+        drpa.end_epoch()
+        out.append({"y": y.detach().reshape(-1).tolist(), "grad": p.grad.reshape(-1).tolist()})
+    return out
+
+
+def distgnn_trajectories(rank: int, world: int, cfgs: list, epochs: int) -> list[dict]:
+    """distgnn_trajectory for several configs in one launch (same ranks and partition)."""
+    return [distgnn_trajectory(rank, world, cfg, epochs) for cfg in cfgs]

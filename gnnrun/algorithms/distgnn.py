@@ -1,0 +1,146 @@
+"""DistGNN full-batch training on Libra vertex-cut parts: `cd0`, `cdr`, `zero_comm`.
+
+Each rank trains on its part's edges and a clone of every vertex they touch.
+Every aggregation is local (the part's edges), then completed across the
+clones of split vertices by DRPA (gnnrun/algorithms/drpa.py): synchronously
+every layer (cd0), delayed by `algorithm.delay` epochs and in `algorithm.bins`
+turns (cdr), or not at all (zero_comm). Normalisations use the vertices'
+degrees in the whole graph, summed across clones once at start-up.
+
+The loss is the cross entropy summed over the training vertices whose root
+clone is here, divided by the number of training vertices in the graph, and
+parameter gradients are summed over ranks: with cd0 and dropout off this is
+exactly the single-process full-batch gradient. Dense layers run on every
+clone, so a split vertex's update is computed once per clone (as in DistGNN);
+dropout masks are drawn per clone. Evaluation always completes aggregates
+exactly, so accuracy measures the trained weights, not the training shortcut.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from gnnrun.algorithms import ALGORITHMS, Algorithm, open_own_part
+from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
+from gnnrun.errors import GnnrunError
+from gnnrun.ops.block import Block
+
+# Models whose layers only sum (or average) over in-neighbours; GAT's edge
+# softmax would need its maximum and denominator completed across clones too.
+SUPPORTED_MODELS = ("sage", "gcn")
+
+
+class DistGNN(Algorithm):
+    partition_kind = "vertex_cut"
+    # Epochs between sending and using remote partial aggregates; None: never (0c).
+    delay: ClassVar[int | None] = 0
+
+    def __init__(self, cfg, comm, timer) -> None:
+        super().__init__(cfg, comm, timer)
+        if cfg.model.name not in SUPPORTED_MODELS:
+            raise GnnrunError(
+                f"algorithm={cfg.algorithm.name} supports model.name in {SUPPORTED_MODELS}, not "
+                f"{cfg.model.name!r}: GAT's edge softmax is not completed across clones. "
+                "Use model=sage_gcn, model=sage or model=gcn"
+            )
+        dataset, book = open_own_part(cfg, comm, self.partition_kind)
+        part = book.load_part(comm.rank)
+        self.in_dim, self.num_classes, self.task = (
+            dataset.feat_dim,
+            dataset.num_classes,
+            dataset.task,
+        )
+        bins = self.num_bins(cfg)
+        self.tree = CloneTree(part, comm.rank, comm.world_size, bins)
+        self.drpa = DelayedRemoteAggregates(self.tree, comm, timer, self.delay, bins)
+        self.graph = Block.from_csr(part["indptr"], part["indices"])
+        local_degrees = torch.stack(
+            [self.graph.in_degrees(), self.graph.graph_out_degrees()], 1
+        ).to(torch.float64)
+        degrees = self.drpa.complete_now(local_degrees).round().to(torch.int64)
+        self.graph.graph_degrees = (degrees[:, 0].contiguous(), degrees[:, 1].contiguous())
+        self.graph.completion = self.drpa
+        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32))
+        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
+        self.train_ids = torch.from_numpy(np.array(part["train_idx"], dtype=np.int64))
+        self.eval_ids = {
+            "val": torch.from_numpy(np.array(part["val_idx"], dtype=np.int64)),
+            "test": torch.from_numpy(np.array(part["test_idx"], dtype=np.int64)),
+        }
+        self.num_train = len(dataset.train_idx)
+        self.split_fraction = self.tree.num_split / max(part.num_local, 1)
+
+    @staticmethod
+    def num_bins(cfg) -> int:
+        return 1
+
+    def logits(self, model: torch.nn.Module) -> torch.Tensor:
+        return model([self.graph] * len(model.layers), self.x)
+
+    def train_epoch(self, model, optimizer, epoch):
+        model.train()
+        self.drpa.begin_epoch(epoch)
+        with self.timer.phase("fwd"):
+            logits = self.logits(model)
+            ids = self.train_ids
+            loss = (
+                torch.nn.functional.cross_entropy(logits[ids], self.label[ids], reduction="sum")
+                / self.num_train
+            )
+        with self.timer.phase("bwd"):
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+        with self.timer.phase("ared"):
+            self.comm.all_reduce_sum_([p.grad for p in model.parameters()])
+        with self.timer.phase("opt"):
+            optimizer.step()
+        self.drpa.end_epoch()
+        self.on_step(1, 1)
+        total_loss = self.comm.all_reduce_sum(loss.detach().reshape(1).to(torch.float64))
+        return {"loss": float(total_loss), "steps": 1, "split_fraction": self.split_fraction}
+
+    @torch.no_grad()
+    def evaluate(self, model):
+        model.eval()
+        with self.drpa.exact():
+            logits = self.logits(model)
+        return {split: (logits[ids], self.label[ids]) for split, ids in self.eval_ids.items()}
+
+    def state_dict(self):
+        # Remote sums outlive an epoch only when they are delayed or binned.
+        if self.delay is None or (self.delay == 0 and self.drpa.num_bins == 1):
+            return None
+        return self.drpa.state_dict()
+
+    def load_state_dict(self, state) -> None:
+        self.drpa.load_state_dict(state)
+
+
+@ALGORITHMS.register("cd0")
+class CD0(DistGNN):
+    """Split vertices complete their aggregates every layer before going on: exact."""
+
+    delay = 0
+
+
+@ALGORITHMS.register("cdr")
+class CDR(DistGNN):
+    """Remote partial aggregates sent at epoch t are used from epoch t + algorithm.delay."""
+
+    def __init__(self, cfg, comm, timer) -> None:
+        self.delay = cfg.algorithm.delay
+        super().__init__(cfg, comm, timer)
+
+    @staticmethod
+    def num_bins(cfg) -> int:
+        return cfg.algorithm.bins
+
+
+@ALGORITHMS.register("zero_comm")
+class ZeroComm(DistGNN):
+    """Split vertices keep their local partial aggregates during training (0c)."""
+
+    delay = None

@@ -1,0 +1,315 @@
+"""DistGNN's Delayed Remote Partial Aggregates (DRPA) between the clones of split vertices.
+
+On a vertex-cut part every edge lives in exactly one part, so aggregating over
+a part's own edges gives a split vertex only a *partial* sum. DRPA completes it
+over a 1-level tree per split vertex: the leaves send their partial sums to
+the root (phase 1), the root adds them up and sends each leaf what the other
+clones contributed (phase 2). Both phases are one all-to-all-v each, batched
+over every split vertex of the layer; a gather before and a scatter-add after
+are DistGNN's pre- and post-processing.
+
+What a clone adds to its own partial sum is its *remote* sum: the partial sums
+of its other clones. With `delay` r (cd-r), the remote sums used at epoch t are
+those sent at epoch t - r, so an exchange started in epoch t has r epochs of
+compute to hide behind; until the first exchange arrives a clone has only its
+local sum (0c). With `bins` b, only the split vertices with `vertex id % b ==
+epoch % b` exchange at an epoch; the others keep the remote sum they last
+received. `delay=0, bins=1` is cd-0 (exact); no exchange at all is 0c.
+
+The gradient of an aggregation is an aggregation over the transposed graph, so
+the backward pass completes partial gradients the same way, with its own
+delayed state. Every call is one *slot* (direction, call number within the
+epoch); all ranks make the same calls in the same order, which is what pairs
+up their collectives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnnrun.comm import Communicator
+from gnnrun.partition.book import Part
+from gnnrun.train.timers import PhaseTimer
+
+
+class CloneTree:
+    """This rank's side of the 1-level trees of its split vertices.
+
+    From the part's `clone_links` (rows: my local id, other part, other local id,
+    sorted by other part, then vertex id, in the same order on both sides):
+    a leaf clone has one link, to its root; a root clone one link per leaf.
+    """
+
+    def __init__(self, part: Part, rank: int, world_size: int, bins: int = 1) -> None:
+        links = np.asarray(part["clone_links"], dtype=np.int64).reshape(-1, 3)
+        nodes = np.asarray(part["nodes"], dtype=np.int64)
+        root_part = np.asarray(part["root_part"], dtype=np.int64)
+        mine, other = links[:, 0], links[:, 1]
+        leaf = root_part[mine] != rank
+        self.world_size = world_size
+        self.num_local = int(nodes.size)
+        # Local ids of this rank's split clones; every link row refers to one of them.
+        self.split_local = torch.from_numpy(np.unique(mine))
+        split_index = np.searchsorted(self.split_local.numpy(), mine)
+        self.bins = [
+            _BinLinks.build(split_index, other, leaf, nodes[mine] % bins == b, world_size)
+            for b in range(bins)
+        ]
+        self.everything = _BinLinks.build(
+            split_index, other, leaf, np.ones(mine.size, dtype=bool), world_size
+        )
+
+    @property
+    def num_split(self) -> int:
+        return int(self.split_local.numel())
+
+    def gather(self, values: torch.Tensor) -> torch.Tensor:
+        """The rows of this rank's split clones, in split-index order."""
+        return values.index_select(0, self.split_local)
+
+    def add_remote(self, values: torch.Tensor, remote: torch.Tensor) -> torch.Tensor:
+        """values + remote sums scattered to the split clones' rows (out of place)."""
+        return values.index_add(0, self.split_local, remote)
+
+
+@dataclass
+class _BinLinks:
+    """The link rows of one bin, split by direction, with the per-rank counts of each phase."""
+
+    leaf_split: torch.Tensor  # split index of each leaf link, grouped by root part
+    leaf_counts: list[int]  # leaf links per root part: phase-1 send, phase-2 receive
+    root_split: torch.Tensor  # split index of each root link, grouped by leaf part
+    root_counts: list[int]  # root links per leaf part: phase-1 receive, phase-2 send
+
+    @classmethod
+    def build(cls, split_index, other, leaf, chosen, world_size) -> _BinLinks:
+        def side(mask):
+            idx = torch.from_numpy(split_index[mask])
+            counts = np.bincount(other[mask], minlength=world_size).tolist()
+            return idx, counts
+
+        leaf_split, leaf_counts = side(leaf & chosen)
+        root_split, root_counts = side(~leaf & chosen)
+        return cls(leaf_split, leaf_counts, root_split, root_counts)
+
+    @property
+    def split_rows(self) -> torch.Tensor:
+        """Split indices whose remote sum this bin's exchange delivers (leaves and roots)."""
+        return torch.cat([self.leaf_split, torch.unique(self.root_split)])
+
+
+@dataclass
+class Exchange:
+    """One DRPA exchange of one bin: started at `epoch`, in phase 1, then 2, then done."""
+
+    epoch: int
+    links: _BinLinks
+    own: torch.Tensor  # the partial sums of this rank's split clones when it started
+    received: torch.Tensor  # phase 1: leaves' partial sums at their roots; phase 2: at the leaves
+    work: Any = None
+    root_remote: torch.Tensor | None = None
+    result: tuple[torch.Tensor, torch.Tensor] | None = None  # (split indices, remote sums)
+
+
+@dataclass
+class _Slot:
+    """The delayed state of one call site: the remote sums in use and the exchanges in flight."""
+
+    remote: torch.Tensor | None = None  # [num_split, width]
+    in_flight: list[Exchange] = field(default_factory=list)
+
+
+class DelayedRemoteAggregates:
+    """Completes partial aggregates of split vertices; set as a vertex-cut Block's `completion`.
+
+    `delay=None` never exchanges during training (0c). `exact()` switches to a
+    synchronous exchange of every split vertex (evaluation, degrees).
+    """
+
+    def __init__(
+        self,
+        tree: CloneTree,
+        comm: Communicator,
+        timer: PhaseTimer,
+        delay: int | None,
+        num_bins: int = 1,
+    ) -> None:
+        if len(tree.bins) != num_bins:
+            raise ValueError("the clone tree was built for another number of bins")
+        self.tree, self.comm, self.timer = tree, comm, timer
+        self.delay, self.num_bins = delay, num_bins
+        self.epoch = 0
+        self._calls = {"fwd": 0, "bwd": 0}
+        self._slots: dict[tuple[str, int], _Slot] = {}
+        self._exact = False
+
+    # ------------------------------------------------------------------ driving
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._calls = {"fwd": 0, "bwd": 0}
+
+    def end_epoch(self) -> None:
+        """Move this epoch's exchanges to phase 2, so that they overlap the next epoch."""
+        for slot in self._slots.values():
+            for exchange in slot.in_flight:
+                if exchange.root_remote is None:
+                    self._start_phase2(exchange)
+
+    @contextlib.contextmanager
+    def exact(self) -> Iterator[None]:
+        """Within: every call exchanges all split vertices synchronously (cd-0), no state kept."""
+        saved, self._exact = self._exact, True
+        try:
+            yield
+        finally:
+            self._exact = saved
+
+    def __call__(self, partial: torch.Tensor) -> torch.Tensor:
+        return _Complete.apply(partial, self)
+
+    def complete_now(self, partial: torch.Tensor) -> torch.Tensor:
+        """Full sums of `partial` (no autograd, no state): for degrees and other one-off sums."""
+        with self.exact():
+            return self.tree.add_remote(partial, self._remote_sums("once", partial))
+
+    # ----------------------------------------------------------------- a slot
+
+    def _remote_sums(self, direction: str, values: torch.Tensor) -> torch.Tensor | None:
+        """The remote sums to add at this call, or None (0c)."""
+        tree = self.tree
+        if self._exact:
+            exchange = self._start(tree.everything, values)
+            self._finish(exchange)
+            remote = values.new_zeros((tree.num_split, *values.shape[1:]))
+            remote[exchange.result[0]] = exchange.result[1]
+            return remote
+        if self.delay is None:
+            return None
+        key = (direction, self._calls[direction])
+        self._calls[direction] += 1
+        slot = self._slots.setdefault(key, _Slot())
+        if slot.remote is None:
+            slot.remote = values.new_zeros((tree.num_split, *values.shape[1:]))
+        slot.in_flight.append(self._start(tree.bins[self.epoch % self.num_bins], values))
+        due = [e for e in slot.in_flight if e.epoch + self.delay <= self.epoch]
+        slot.in_flight = [e for e in slot.in_flight if e.epoch + self.delay > self.epoch]
+        for exchange in due:
+            self._finish(exchange)
+            with self.timer.phase("rat_post"):
+                rows, sums = exchange.result
+                slot.remote[rows] = sums
+        return slot.remote
+
+    # ------------------------------------------------------------- the phases
+
+    def _start(self, links: _BinLinks, values: torch.Tensor) -> Exchange:
+        """Phase 1: every leaf sends its partial sum to its root (asynchronously)."""
+        with self.timer.phase("rat_pre"):
+            own = self.tree.gather(values.detach())
+            send = own.index_select(0, links.leaf_split)
+            received = own.new_empty((sum(links.root_counts), *own.shape[1:]))
+        exchange = Exchange(self.epoch, links, own, received)
+        exchange.work = self._all_to_all(received, send, links.root_counts, links.leaf_counts)
+        return exchange
+
+    def _start_phase2(self, exchange: Exchange) -> None:
+        """The root adds up its leaves' partial sums and sends each leaf the others' share."""
+        links = exchange.links
+        self._wait(exchange)
+        with self.timer.phase("rat_post"):
+            # A root's remote sum: its leaves' partial sums.
+            root_remote = exchange.own.new_zeros(exchange.own.shape)
+            root_remote.index_add_(0, links.root_split, exchange.received)
+            exchange.root_remote = root_remote
+        with self.timer.phase("rat_pre"):
+            # A leaf's remote sum: the total less its own partial sum.
+            total = exchange.own.index_select(0, links.root_split) + root_remote.index_select(
+                0, links.root_split
+            )
+            send = total - exchange.received
+            exchange.received = send.new_empty((sum(links.leaf_counts), *send.shape[1:]))
+        exchange.work = self._all_to_all(
+            exchange.received, send, links.leaf_counts, links.root_counts
+        )
+
+    def _finish(self, exchange: Exchange) -> None:
+        if exchange.result is not None:  # restored from a checkpoint
+            return
+        if exchange.root_remote is None:
+            self._start_phase2(exchange)
+        self._wait(exchange)
+        links = exchange.links
+        roots = torch.unique(links.root_split)
+        exchange.result = (
+            torch.cat([links.leaf_split, roots]),
+            torch.cat([exchange.received, exchange.root_remote.index_select(0, roots)]),
+        )
+
+    def _all_to_all(self, out, inp, out_counts, in_counts):
+        if not self.comm.distributed:
+            out.copy_(inp)  # one rank has no split vertices; kept for symmetry
+            return None
+        row = int(np.prod(inp.shape[1:])) if inp.dim() > 1 else 1
+        self.comm.bytes.add("drpa", inp.numel() * inp.element_size())
+        return dist.all_to_all_single(
+            out.view(-1),
+            inp.reshape(-1),
+            [c * row for c in out_counts],
+            [c * row for c in in_counts],
+            async_op=True,
+        )
+
+    def _wait(self, exchange: Exchange) -> None:
+        if exchange.work is not None:
+            with self.timer.phase("rat_wait"):
+                exchange.work.wait()
+            exchange.work = None
+
+    # ------------------------------------------------------------- checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """The remote sums in use and the finished results of exchanges not yet due."""
+        state = {}
+        for key, slot in self._slots.items():
+            for exchange in slot.in_flight:
+                if exchange.result is None:
+                    self._finish(exchange)
+            state[key] = {
+                "remote": slot.remote,
+                "pending": [(e.epoch, *e.result) for e in slot.in_flight],
+            }
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._slots = {}
+        for key, saved in state.items():
+            slot = _Slot(remote=saved["remote"])
+            for epoch, rows, sums in saved["pending"]:
+                done = Exchange(epoch, self.tree.everything, sums, sums)
+                done.result = (rows, sums)
+                slot.in_flight.append(done)
+            self._slots[key] = slot
+
+
+class _Complete(torch.autograd.Function):
+    """y = partial + remote sums; the gradient is completed across clones the same way."""
+
+    @staticmethod
+    def forward(ctx, partial: torch.Tensor, drpa: DelayedRemoteAggregates) -> torch.Tensor:
+        ctx.drpa = drpa
+        remote = drpa._remote_sums("fwd", partial)
+        return partial if remote is None else drpa.tree.add_remote(partial, remote)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        drpa = ctx.drpa
+        remote = drpa._remote_sums("bwd", grad)
+        return (grad if remote is None else drpa.tree.add_remote(grad, remote)), None

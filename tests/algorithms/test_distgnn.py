@@ -1,0 +1,113 @@
+"""DistGNN cd0 / cdr / zero_comm on real ranks: exact against `single`, and DRPA's delay semantics."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gnnrun.testing import run_on_ranks
+
+sys.path.insert(0, str(Path(__file__).parent))
+import rank_checks  # noqa: E402
+
+EPOCHS = 3
+SMALL_MODEL = ("model.hidden=48", "model.dropout=0")
+
+
+def _assert_matches_single(distributed: list[dict], single: dict) -> None:
+    for epoch, reference in enumerate(single["epochs"]):
+        for rank_result in distributed:
+            got = rank_result["epochs"][epoch]
+            assert got["loss"] == pytest.approx(reference["loss"], rel=1e-5, abs=1e-6)
+            for g, ref in zip(got["grads"], reference["grads"], strict=True):
+                torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+    for rank_result in distributed:
+        torch.testing.assert_close(
+            rank_result["logits"], single["logits"][rank_result["nodes"]], rtol=1e-4, atol=1e-5
+        )
+
+
+@pytest.mark.parametrize(
+    ("dataset", "model", "nprocs"),
+    [
+        ("synthetic-tiny", "sage_gcn", 2),
+        ("synthetic-tiny", "sage_gcn", 3),
+        ("synthetic-tiny", "sage_gcn", 4),
+        ("synthetic-tiny", "gcn", 3),
+        ("synthetic-tiny", "sage", 3),
+        ("cora", "sage_gcn", 2),
+        ("cora", "sage_gcn", 4),
+    ],
+)
+def test_cd0_equals_single_full_batch(configure, request, dataset, model, nprocs):
+    if dataset == "cora":
+        request.getfixturevalue("shared_datasets")
+    common = (f"dataset={dataset}", f"model={model}", *SMALL_MODEL)
+    cfg = configure(*common, "algorithm=cd0", f"cluster.nprocs={nprocs}")
+    single = rank_checks.single_trajectory(
+        configure(*common, "algorithm=single", "algorithm.mode=full"), EPOCHS
+    )
+    distributed = run_on_ranks(rank_checks.distgnn_trajectory, nprocs, cfg, EPOCHS)
+    assert any(r["nodes"].numel() < r["logits"].shape[0] + 1 for r in distributed)
+    assert sum(r["epochs"][0]["bytes"].get("drpa", 0) for r in distributed) > 0, (
+        "the partition must have split vertices"
+    )
+    _assert_matches_single(distributed, single)
+
+
+def test_cdr_limits_and_bytes(configure):
+    """cdr with delay 0 is cd0; with a delay beyond the run it is zero_comm; bins divide bytes."""
+    common = ("dataset=synthetic-tiny", "model=sage_gcn", *SMALL_MODEL, "cluster.nprocs=2")
+    epochs = 4
+    cfgs = [
+        configure(*common, "algorithm=cd0"),
+        configure(*common, "algorithm=cdr", "algorithm.delay=0"),
+        configure(*common, "algorithm=zero_comm"),
+        configure(*common, "algorithm=cdr", f"algorithm.delay={epochs + 1}"),
+        configure(*common, "algorithm=cdr", "algorithm.delay=1", "algorithm.bins=4"),
+    ]
+    cd0, cdr0, zero, cdr_late, cdr_binned = zip(
+        *run_on_ranks(rank_checks.distgnn_trajectories, 2, cfgs, epochs), strict=True
+    )
+    for same, other in ((cd0, cdr0), (zero, cdr_late)):
+        for a, b in zip(same, other, strict=True):
+            assert [e["loss"] for e in a["epochs"]] == [e["loss"] for e in b["epochs"]]
+            for ea, eb in zip(a["epochs"], b["epochs"], strict=True):
+                assert all(torch.equal(x, y) for x, y in zip(ea["grads"], eb["grads"], strict=True))
+            assert torch.equal(a["logits"], b["logits"])
+    # Stale aggregates change training: cdr with a delay is neither cd0 nor zero_comm.
+    assert cdr_binned[0]["epochs"][-1]["loss"] != cd0[0]["epochs"][-1]["loss"]
+    for rank in range(2):
+        full = cd0[rank]["epochs"][-1]["bytes"]
+        binned = cdr_binned[rank]["epochs"][-1]["bytes"]
+        assert 0.15 < binned["drpa"] / full["drpa"] < 0.35  # about 1/4 with 4 bins
+        assert set(zero[rank]["epochs"][-1]["bytes"]) == {"allreduce"}
+        assert binned["allreduce"] == full["allreduce"]
+
+
+def _expected(rank: int, epoch: int, local: int, delay, bins: int, sign: float) -> float:
+    """What DRPA must give: my value now plus the other clone's value sent `delay` epochs
+    ago (or earlier, the last time its bin communicated); vertex 1 and 2 are not split."""
+
+    def value(r: int, e: int) -> float:
+        return sign * (1000.0 * (r + 1) + 10 * e + local)
+
+    own = value(rank, epoch)
+    if local == 1 or delay is None:
+        return own
+    vertex = {0: 0, 2: 3}[local]
+    sent = [e for e in range(epoch - delay + 1) if e % bins == vertex % bins]
+    return own + (value(1 - rank, max(sent)) if sent else 0.0)
+
+
+@pytest.mark.parametrize(("delay", "bins"), [(0, 1), (1, 1), (3, 1), (0, 2), (2, 2), (None, 1)])
+def test_drpa_uses_what_was_sent_delay_epochs_ago(delay, bins):
+    epochs = 7
+    results = run_on_ranks(rank_checks.drpa_on_hand_built_tree, 2, delay, bins, epochs)
+    for rank, per_epoch in enumerate(results):
+        for epoch, got in enumerate(per_epoch):
+            assert got["y"] == [_expected(rank, epoch, i, delay, bins, 1.0) for i in range(3)]
+            assert got["grad"] == [_expected(rank, epoch, i, delay, bins, -1.0) for i in range(3)]
