@@ -4,7 +4,9 @@
 of destination v (`"mean"`: divided by v's in-degree; 0 for a vertex without
 any). The forward pass is the native kernel in kernels/aggregate.cpp (cache
 blocked, OpenMP); the backward pass is the same kernel over the transposed CSR,
-computed once per Block and kept on it. `aggregate_reference` is the
+computed once per Block and kept on it. `aggregate_with_dst` also returns the
+destination rows of x (SAGE's and GCN's self term) with a single gradient
+buffer for x. `aggregate_reference` is the
 pure-PyTorch oracle and the fallback when the kernel cannot be built.
 
 On a vertex-cut part (a Block with a `completion`), the part's edges give a
@@ -43,6 +45,31 @@ def local_aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch
     flat = x.reshape(x.shape[0], -1)
     out = _Aggregate.apply(block, flat, reduce == "mean")
     return out.reshape((block.num_dst, *x.shape[1:]))
+
+
+def aggregate_with_dst(
+    block: Block, x: torch.Tensor, reduce: str = "sum"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(aggregate(block, x, reduce), x[:block.num_dst])`, sharing one gradient buffer for x.
+
+    What SAGE's self term and GCN's self loop need. Taken apart, autograd gives
+    the slice its own zero-filled [num_src, ...] gradient and then adds the two
+    [num_src, ...] gradients; here the backward adds the destination rows'
+    gradient into the aggregation's gradient in place (num_dst rows).
+    """
+    _check(block, x, reduce)
+    forward = native_op("csr_aggregate", "aggregate")
+    if (
+        forward is None
+        or block.completion is not None
+        or x.dtype not in NATIVE_DTYPES
+        or x.device.type != "cpu"
+        or not (x.requires_grad and torch.is_grad_enabled())
+    ):
+        return aggregate(block, x, reduce), x[: block.num_dst]
+    flat = x.reshape(x.shape[0], -1)
+    out, dst = _AggregateWithDst.apply(block, flat, reduce == "mean")
+    return out.reshape((block.num_dst, *x.shape[1:])), dst.reshape((block.num_dst, *x.shape[1:]))
 
 
 def aggregate_reference(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
@@ -90,17 +117,45 @@ class _Aggregate(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         if not ctx.needs_input_grad[1]:
             return None, None, None
-        block = ctx.block
-        indptr_t, indices_t, _ = transposed_csr(block)
-        grad_out = grad_out.contiguous()
-        if ctx.mean:
-            inv_degree = 1.0 / block.in_degrees().clamp(min=1).to(grad_out.dtype)
-            op = native_op("csr_aggregate_scaled", "aggregate")
-            grad_x = op(indptr_t, indices_t, grad_out, inv_degree)
+        return None, _aggregate_backward(ctx.block, grad_out, ctx.mean), None
+
+
+class _AggregateWithDst(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, block: Block, x: torch.Tensor, mean: bool):
+        ctx.block = block
+        ctx.mean = mean
+        ctx.src_shape = x.shape
+        ctx.set_materialize_grads(False)
+        op = native_op("csr_aggregate", "aggregate")
+        out = op(block.indptr, _contiguous(block.indices), x.contiguous(), mean)
+        return out, x[: block.num_dst]
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor | None, grad_dst: torch.Tensor | None):
+        if not ctx.needs_input_grad[1]:
+            return None, None, None
+        if grad_out is not None:
+            grad_x = _aggregate_backward(ctx.block, grad_out, ctx.mean)  # a new tensor: ours
+        elif grad_dst is not None:
+            grad_x = grad_dst.new_zeros(ctx.src_shape)
         else:
-            op = native_op("csr_aggregate", "aggregate")
-            grad_x = op(indptr_t, indices_t, grad_out, False)
+            return None, None, None
+        if grad_dst is not None:
+            grad_x[: ctx.block.num_dst].add_(grad_dst)
         return None, grad_x, None
+
+
+def _aggregate_backward(block: Block, grad_out: torch.Tensor, mean: bool) -> torch.Tensor:
+    """The gradient for x of aggregate(block, x): the kernel over the transposed CSR."""
+    indptr_t, indices_t, _ = transposed_csr(block)
+    grad_out = grad_out.contiguous()
+    if mean:
+        inv_degree = 1.0 / block.in_degrees().clamp(min=1).to(grad_out.dtype)
+        op = native_op("csr_aggregate_scaled", "aggregate")
+        return op(indptr_t, indices_t, grad_out, inv_degree)
+    op = native_op("csr_aggregate", "aggregate")
+    return op(indptr_t, indices_t, grad_out, False)
 
 
 def _contiguous(t: torch.Tensor) -> torch.Tensor:

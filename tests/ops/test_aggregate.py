@@ -140,11 +140,12 @@ def test_odd_shapes():
 
 
 @needs_native
-def test_large_inputs_in_huge_pages():
-    """x and the output above 32 MiB take the huge-page staging path."""
+@pytest.mark.parametrize("max_degree", [4, 16])
+def test_large_inputs_in_huge_pages(max_degree):
+    """x and the output above 32 MiB: x is staged in huge pages only with >= 8 edges per source."""
     n, width = 140_000, 64
     g = torch.Generator().manual_seed(9)
-    degree = torch.randint(0, 4, (n,), generator=g)
+    degree = torch.randint(max_degree // 2, max_degree + 1, (n,), generator=g)
     indptr = torch.zeros(n + 1, dtype=torch.int64)
     torch.cumsum(degree, 0, out=indptr[1:])
     block = Block(indptr, torch.randint(0, n, (int(indptr[-1]),), generator=g), n)
@@ -158,6 +159,30 @@ def test_large_inputs_in_huge_pages():
         )
         close(grad, expected, 10)
         out.add_(1)  # an ordinary, writable tensor
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("use", ["both", "aggregate", "dst"])
+def test_aggregate_with_dst(reduce, use):
+    """Same values and x gradient as aggregate() and a slice, whichever outputs are used."""
+    block = random_block(20, 30, seed=10)
+    x = features(block, 5).requires_grad_()
+    weights = torch.randn(block.num_dst, 5), torch.randn(block.num_dst, 5)
+
+    def loss(out, dst):
+        terms = {"both": [out, dst], "aggregate": [out], "dst": [dst]}[use]
+        return sum((t * w).sum() for t, w in zip(terms, weights, strict=False))
+
+    out, dst = agg.aggregate_with_dst(block, x, reduce)
+    (grad,) = torch.autograd.grad(loss(out, dst), x)
+    expected_out, expected_dst = agg.aggregate(block, x, reduce), x[: block.num_dst]
+    (expected,) = torch.autograd.grad(loss(expected_out, expected_dst), x)
+    close(out, expected_out, longest_row(block))
+    assert torch.equal(dst, expected_dst)
+    close(grad, expected, longest_row(block))
+    with torch.no_grad():
+        out, dst = agg.aggregate_with_dst(block, x, reduce)
+    close(out, expected_out, longest_row(block))
 
 
 @needs_native
