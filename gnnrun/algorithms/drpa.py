@@ -110,12 +110,17 @@ class Exchange:
     """One DRPA exchange of one bin: started at `epoch`, in phase 1, then 2, then done."""
 
     epoch: int
+    direction: str  # fwd | bwd | exact: names its timer phases (rat_<direction>_pre, ...)
     links: _BinLinks
     own: torch.Tensor  # the partial sums of this rank's split clones when it started
     received: torch.Tensor  # phase 1: leaves' partial sums at their roots; phase 2: at the leaves
     work: Any = None
     root_remote: torch.Tensor | None = None
     result: tuple[torch.Tensor, torch.Tensor] | None = None  # (split indices, remote sums)
+
+    @property
+    def in_phase1(self) -> bool:
+        return self.root_remote is None and self.result is None
 
 
 @dataclass
@@ -160,7 +165,7 @@ class DelayedRemoteAggregates:
         """Move this epoch's exchanges to phase 2, so that they overlap the next epoch."""
         for slot in self._slots.values():
             for exchange in slot.in_flight:
-                if exchange.root_remote is None:
+                if exchange.in_phase1:
                     self._start_phase2(exchange)
 
     @contextlib.contextmanager
@@ -175,10 +180,14 @@ class DelayedRemoteAggregates:
     def __call__(self, partial: torch.Tensor) -> torch.Tensor:
         return _Complete.apply(partial, self)
 
+    def local_phase(self) -> contextlib.AbstractContextManager:
+        """Times the local aggregation that precedes a completion (DistGNN's LAT)."""
+        return self.timer.phase("lat_exact" if self._exact else "lat_fwd")
+
     def complete_now(self, partial: torch.Tensor) -> torch.Tensor:
         """Full sums of `partial` (no autograd, no state): for degrees and other one-off sums."""
         with self.exact():
-            return self.tree.add_remote(partial, self._remote_sums("once", partial))
+            return self.tree.add_remote(partial, self._remote_sums("exact", partial))
 
     # ----------------------------------------------------------------- a slot
 
@@ -186,7 +195,7 @@ class DelayedRemoteAggregates:
         """The remote sums to add at this call, or None (0c)."""
         tree = self.tree
         if self._exact:
-            exchange = self._start(tree.everything, values)
+            exchange = self._start(tree.everything, values, "exact")
             self._finish(exchange)
             remote = values.new_zeros((tree.num_split, *values.shape[1:]))
             remote[exchange.result[0]] = exchange.result[1]
@@ -198,25 +207,25 @@ class DelayedRemoteAggregates:
         slot = self._slots.setdefault(key, _Slot())
         if slot.remote is None:
             slot.remote = values.new_zeros((tree.num_split, *values.shape[1:]))
-        slot.in_flight.append(self._start(tree.bins[self.epoch % self.num_bins], values))
+        slot.in_flight.append(self._start(tree.bins[self.epoch % self.num_bins], values, direction))
         due = [e for e in slot.in_flight if e.epoch + self.delay <= self.epoch]
         slot.in_flight = [e for e in slot.in_flight if e.epoch + self.delay > self.epoch]
         for exchange in due:
             self._finish(exchange)
-            with self.timer.phase("rat_post"):
+            with self.timer.phase(f"rat_{direction}_post"):
                 rows, sums = exchange.result
                 slot.remote[rows] = sums
         return slot.remote
 
     # ------------------------------------------------------------- the phases
 
-    def _start(self, links: _BinLinks, values: torch.Tensor) -> Exchange:
+    def _start(self, links: _BinLinks, values: torch.Tensor, direction: str) -> Exchange:
         """Phase 1: every leaf sends its partial sum to its root (asynchronously)."""
-        with self.timer.phase("rat_pre"):
+        with self.timer.phase(f"rat_{direction}_pre"):
             own = self.tree.gather(values.detach())
             send = own.index_select(0, links.leaf_split)
             received = own.new_empty((sum(links.root_counts), *own.shape[1:]))
-        exchange = Exchange(self.epoch, links, own, received)
+        exchange = Exchange(self.epoch, direction, links, own, received)
         exchange.work = self._all_to_all(received, send, links.root_counts, links.leaf_counts)
         return exchange
 
@@ -224,12 +233,12 @@ class DelayedRemoteAggregates:
         """The root adds up its leaves' partial sums and sends each leaf the others' share."""
         links = exchange.links
         self._wait(exchange)
-        with self.timer.phase("rat_post"):
+        with self.timer.phase(f"rat_{exchange.direction}_post"):
             # A root's remote sum: its leaves' partial sums.
             root_remote = exchange.own.new_zeros(exchange.own.shape)
             root_remote.index_add_(0, links.root_split, exchange.received)
             exchange.root_remote = root_remote
-        with self.timer.phase("rat_pre"):
+        with self.timer.phase(f"rat_{exchange.direction}_pre"):
             # A leaf's remote sum: the total less its own partial sum.
             total = exchange.own.index_select(0, links.root_split) + root_remote.index_select(
                 0, links.root_split
@@ -243,7 +252,7 @@ class DelayedRemoteAggregates:
     def _finish(self, exchange: Exchange) -> None:
         if exchange.result is not None:  # restored from a checkpoint
             return
-        if exchange.root_remote is None:
+        if exchange.in_phase1:
             self._start_phase2(exchange)
         self._wait(exchange)
         links = exchange.links
@@ -258,7 +267,8 @@ class DelayedRemoteAggregates:
             out.copy_(inp)  # one rank has no split vertices; kept for symmetry
             return None
         row = int(np.prod(inp.shape[1:])) if inp.dim() > 1 else 1
-        self.comm.bytes.add("drpa", inp.numel() * inp.element_size())
+        purpose = "drpa_exact" if self._exact else "drpa"  # evaluation and degrees: exact
+        self.comm.bytes.add(purpose, inp.numel() * inp.element_size())
         return dist.all_to_all_single(
             out.view(-1),
             inp.reshape(-1),
@@ -269,7 +279,7 @@ class DelayedRemoteAggregates:
 
     def _wait(self, exchange: Exchange) -> None:
         if exchange.work is not None:
-            with self.timer.phase("rat_wait"):
+            with self.timer.phase(f"rat_{exchange.direction}_wait"):
                 exchange.work.wait()
             exchange.work = None
 
@@ -293,7 +303,7 @@ class DelayedRemoteAggregates:
         for key, saved in state.items():
             slot = _Slot(remote=saved["remote"])
             for epoch, rows, sums in saved["pending"]:
-                done = Exchange(epoch, self.tree.everything, sums, sums)
+                done = Exchange(epoch, key[0], self.tree.everything, sums, sums)
                 done.result = (rows, sums)
                 slot.in_flight.append(done)
             self._slots[key] = slot

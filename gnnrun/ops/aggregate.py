@@ -30,7 +30,9 @@ def aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tenso
     _check(block, x, reduce)
     if block.completion is None:
         return local_aggregate(block, x, reduce)
-    total = block.completion(local_aggregate(block, x, "sum"))
+    with block.completion.local_phase():
+        partial = local_aggregate(block, x, "sum")
+    total = block.completion(partial)
     if reduce == "sum":
         return total
     degree = block.graph_in_degrees().clamp(min=1).to(x.dtype)

@@ -19,11 +19,22 @@ gnnrun/algorithms/drpa.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
+
+
+class Completion(Protocol):
+    """Turns a vertex-cut part's partial aggregates into full ones (gnnrun.algorithms.drpa)."""
+
+    def __call__(self, partial: torch.Tensor) -> torch.Tensor: ...
+
+    def local_phase(self) -> AbstractContextManager:
+        """Wraps the local aggregation before a completion (for its timer)."""
+        ...
 
 
 @dataclass
@@ -33,7 +44,7 @@ class Block:
     num_src: int
     src_ids: torch.Tensor | None = None  # int64 [num_src]
     graph_degrees: tuple[torch.Tensor, torch.Tensor] | None = None  # (in, out) in the whole graph
-    completion: Callable[[torch.Tensor], torch.Tensor] | None = None  # partial -> full sums
+    completion: Completion | None = None
 
     @property
     def num_dst(self) -> int:

@@ -29,6 +29,6 @@ class PhaseTimer:
 
     def reset(self) -> dict[str, float]:
         out = {name: self.seconds.get(name, 0.0) for name in PHASES}
-        out.update({name: t for name, t in self.seconds.items() if name not in out})
+        out.update({name: self.seconds[name] for name in sorted(self.seconds) if name not in out})
         self.seconds = defaultdict(float)
         return out

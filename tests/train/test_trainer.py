@@ -52,16 +52,23 @@ def test_resume_continues_the_same_trajectory(tmp_path, mode):
     assert json.loads((resumed / "summary.json").read_text())["epochs"] == 5
 
 
-def test_distributed_resume_continues_the_same_trajectory(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        ["algorithm=minibatch", "model=sage", "model.batch_size=128"],
+        # Delayed and binned: the exchanges in flight at the checkpoint must be restored.
+        ["algorithm=cdr", "algorithm.delay=2", "algorithm.bins=2", "model=sage_gcn"],
+    ],
+    ids=["minibatch", "cdr"],
+)
+def test_distributed_resume_continues_the_same_trajectory(tmp_path, monkeypatch, capsys, algorithm):
     monkeypatch.chdir(tmp_path)
     common = [
         "train",
         "dataset=synthetic-tiny",
-        "algorithm=minibatch",
+        *algorithm,
         "cluster.nprocs=2",
-        "model=sage",
         "model.hidden=32",
-        "model.batch_size=128",
         "train.epochs=4",
     ]
     assert main([*common, "train.checkpoint_dir=ck-a", "hydra.run.dir=straight"]) == 0
