@@ -110,10 +110,7 @@ class DistGNN(Algorithm):
         return {split: (logits[ids], self.label[ids]) for split, ids in self.eval_ids.items()}
 
     def state_dict(self):
-        # Remote sums outlive an epoch only when they are delayed or binned.
-        if self.delay is None or (self.delay == 0 and self.drpa.num_bins == 1):
-            return None
-        return self.drpa.state_dict()
+        return self.drpa.state_dict() if self.drpa.keeps_state else None
 
     def load_state_dict(self, state) -> None:
         self.drpa.load_state_dict(state)

@@ -53,81 +53,75 @@ class CloneTree:
         root_part = np.asarray(part["root_part"], dtype=np.int64)
         mine, other = links[:, 0], links[:, 1]
         leaf = root_part[mine] != rank
-        self.world_size = world_size
-        self.num_local = int(nodes.size)
         # Local ids of this rank's split clones; every link row refers to one of them.
         self.split_local = torch.from_numpy(np.unique(mine))
         split_index = np.searchsorted(self.split_local.numpy(), mine)
-        self.bins = [
-            _BinLinks.build(split_index, other, leaf, nodes[mine] % bins == b, world_size)
-            for b in range(bins)
-        ]
-        self.everything = _BinLinks.build(
-            split_index, other, leaf, np.ones(mine.size, dtype=bool), world_size
-        )
+
+        def links_of(chosen: np.ndarray) -> BinLinks:
+            return BinLinks.build(mine, split_index, other, leaf, chosen, world_size)
+
+        self.bins = [links_of(nodes[mine] % bins == b) for b in range(bins)]
+        self.everything = links_of(np.ones(mine.size, dtype=bool))
 
     @property
     def num_split(self) -> int:
         return int(self.split_local.numel())
 
-    def gather(self, values: torch.Tensor) -> torch.Tensor:
-        """The rows of this rank's split clones, in split-index order."""
-        return values.index_select(0, self.split_local)
-
-    def add_remote(self, values: torch.Tensor, remote: torch.Tensor) -> torch.Tensor:
-        """values + remote sums scattered to the split clones' rows (out of place)."""
-        return values.index_add(0, self.split_local, remote)
-
 
 @dataclass
-class _BinLinks:
-    """The link rows of one bin, split by direction, with the per-rank counts of each phase."""
+class BinLinks:
+    """The link rows of one bin of split vertices, by direction, with each phase's counts."""
 
-    leaf_split: torch.Tensor  # split index of each leaf link, grouped by root part
+    leaf_local: torch.Tensor  # local id of each leaf link's clone, grouped by root part
+    leaf_split: torch.Tensor  # its split index
     leaf_counts: list[int]  # leaf links per root part: phase-1 send, phase-2 receive
-    root_split: torch.Tensor  # split index of each root link, grouped by leaf part
     root_counts: list[int]  # root links per leaf part: phase-1 receive, phase-2 send
+    roots_local: torch.Tensor  # local ids of the bin's root clones
+    roots_split: torch.Tensor  # their split indices
+    root_of_link: torch.Tensor  # for each root link, its root's position in roots_*
 
     @classmethod
-    def build(cls, split_index, other, leaf, chosen, world_size) -> _BinLinks:
-        def side(mask):
-            idx = torch.from_numpy(split_index[mask])
-            counts = np.bincount(other[mask], minlength=world_size).tolist()
-            return idx, counts
-
-        leaf_split, leaf_counts = side(leaf & chosen)
-        root_split, root_counts = side(~leaf & chosen)
-        return cls(leaf_split, leaf_counts, root_split, root_counts)
-
-    @property
-    def split_rows(self) -> torch.Tensor:
-        """Split indices whose remote sum this bin's exchange delivers (leaves and roots)."""
-        return torch.cat([self.leaf_split, torch.unique(self.root_split)])
+    def build(cls, mine, split_index, other, leaf, chosen, world_size) -> BinLinks:
+        leaves, roots = leaf & chosen, ~leaf & chosen
+        unique_roots, root_of_link = np.unique(split_index[roots], return_inverse=True)
+        return cls(
+            leaf_local=torch.from_numpy(mine[leaves]),
+            leaf_split=torch.from_numpy(split_index[leaves]),
+            leaf_counts=np.bincount(other[leaves], minlength=world_size).tolist(),
+            root_counts=np.bincount(other[roots], minlength=world_size).tolist(),
+            roots_local=torch.from_numpy(np.unique(mine[roots])),
+            roots_split=torch.from_numpy(unique_roots),
+            root_of_link=torch.from_numpy(root_of_link.reshape(-1)),
+        )
 
 
 @dataclass
 class Exchange:
-    """One DRPA exchange of one bin: started at `epoch`, in phase 1, then 2, then done."""
+    """One DRPA exchange of one bin: started at `epoch`, in phase 1, then 2, then done.
+
+    It holds only its bin's rows: the leaves' partial sums in flight, the roots'
+    own partial sums, and at the end the remote sums it delivers.
+    """
 
     epoch: int
     direction: str  # fwd | bwd | exact: names its timer phases (rat_<direction>_pre, ...)
-    links: _BinLinks
-    own: torch.Tensor  # the partial sums of this rank's split clones when it started
+    links: BinLinks
+    roots_own: torch.Tensor | None  # [roots, width] the roots' partial sums at the start
     received: torch.Tensor  # phase 1: leaves' partial sums at their roots; phase 2: at the leaves
     work: Any = None
-    root_remote: torch.Tensor | None = None
+    roots_remote: torch.Tensor | None = None  # [roots, width] after phase 1
     result: tuple[torch.Tensor, torch.Tensor] | None = None  # (split indices, remote sums)
 
     @property
     def in_phase1(self) -> bool:
-        return self.root_remote is None and self.result is None
+        return self.roots_remote is None and self.result is None
 
 
 @dataclass
 class _Slot:
     """The delayed state of one call site: the remote sums in use and the exchanges in flight."""
 
-    remote: torch.Tensor | None = None  # [num_split, width]
+    remote: torch.Tensor  # [num_split, width]: the last remote sum received per split clone
     in_flight: list[Exchange] = field(default_factory=list)
 
 
@@ -135,7 +129,9 @@ class DelayedRemoteAggregates:
     """Completes partial aggregates of split vertices; set as a vertex-cut Block's `completion`.
 
     `delay=None` never exchanges during training (0c). `exact()` switches to a
-    synchronous exchange of every split vertex (evaluation, degrees).
+    synchronous exchange of every split vertex (evaluation, degrees). cd-0
+    (`delay=0`, one bin) keeps no state between calls; cd-r keeps, per slot,
+    the last remote sum of every split clone and the exchanges in flight.
     """
 
     def __init__(
@@ -154,6 +150,11 @@ class DelayedRemoteAggregates:
         self._calls = {"fwd": 0, "bwd": 0}
         self._slots: dict[tuple[str, int], _Slot] = {}
         self._exact = False
+
+    @property
+    def keeps_state(self) -> bool:
+        """Whether remote sums outlive an epoch (delayed or binned exchanges)."""
+        return self.delay is not None and (self.delay > 0 or self.num_bins > 1)
 
     # ------------------------------------------------------------------ driving
 
@@ -187,45 +188,47 @@ class DelayedRemoteAggregates:
     def complete_now(self, partial: torch.Tensor) -> torch.Tensor:
         """Full sums of `partial` (no autograd, no state): for degrees and other one-off sums."""
         with self.exact():
-            return self.tree.add_remote(partial, self._remote_sums("exact", partial))
+            return self._complete("exact", partial)
 
     # ----------------------------------------------------------------- a slot
 
-    def _remote_sums(self, direction: str, values: torch.Tensor) -> torch.Tensor | None:
-        """The remote sums to add at this call, or None (0c)."""
+    def _complete(self, direction: str, values: torch.Tensor) -> torch.Tensor:
+        """values + the remote sums this call uses (out of place)."""
         tree = self.tree
-        if self._exact:
-            exchange = self._start(tree.everything, values, "exact")
+        if self._exact or not self.keeps_state:
+            if self.delay is None and not self._exact:
+                return values  # 0c
+            exchange = self._start(tree.everything, values, "exact" if self._exact else direction)
             self._finish(exchange)
-            remote = values.new_zeros((tree.num_split, *values.shape[1:]))
-            remote[exchange.result[0]] = exchange.result[1]
-            return remote
-        if self.delay is None:
-            return None
+            rows, sums = exchange.result
+            with self.timer.phase(f"rat_{exchange.direction}_post"):
+                return values.index_add(0, tree.split_local[rows], sums)
         key = (direction, self._calls[direction])
         self._calls[direction] += 1
-        slot = self._slots.setdefault(key, _Slot())
-        if slot.remote is None:
-            slot.remote = values.new_zeros((tree.num_split, *values.shape[1:]))
+        if key not in self._slots:
+            self._slots[key] = _Slot(values.new_zeros((tree.num_split, *values.shape[1:])))
+        slot = self._slots[key]
         slot.in_flight.append(self._start(tree.bins[self.epoch % self.num_bins], values, direction))
         due = [e for e in slot.in_flight if e.epoch + self.delay <= self.epoch]
         slot.in_flight = [e for e in slot.in_flight if e.epoch + self.delay > self.epoch]
         for exchange in due:
             self._finish(exchange)
-            with self.timer.phase(f"rat_{direction}_post"):
+        with self.timer.phase(f"rat_{direction}_post"):
+            for exchange in due:
                 rows, sums = exchange.result
                 slot.remote[rows] = sums
-        return slot.remote
+            return values.index_add(0, tree.split_local, slot.remote)
 
     # ------------------------------------------------------------- the phases
 
-    def _start(self, links: _BinLinks, values: torch.Tensor, direction: str) -> Exchange:
+    def _start(self, links: BinLinks, values: torch.Tensor, direction: str) -> Exchange:
         """Phase 1: every leaf sends its partial sum to its root (asynchronously)."""
         with self.timer.phase(f"rat_{direction}_pre"):
-            own = self.tree.gather(values.detach())
-            send = own.index_select(0, links.leaf_split)
-            received = own.new_empty((sum(links.root_counts), *own.shape[1:]))
-        exchange = Exchange(self.epoch, direction, links, own, received)
+            values = values.detach()
+            send = values.index_select(0, links.leaf_local)
+            roots_own = values.index_select(0, links.roots_local)
+            received = values.new_empty((sum(links.root_counts), *values.shape[1:]))
+        exchange = Exchange(self.epoch, direction, links, roots_own, received)
         exchange.work = self._all_to_all(received, send, links.root_counts, links.leaf_counts)
         return exchange
 
@@ -235,16 +238,14 @@ class DelayedRemoteAggregates:
         self._wait(exchange)
         with self.timer.phase(f"rat_{exchange.direction}_post"):
             # A root's remote sum: its leaves' partial sums.
-            root_remote = exchange.own.new_zeros(exchange.own.shape)
-            root_remote.index_add_(0, links.root_split, exchange.received)
-            exchange.root_remote = root_remote
+            roots_remote = exchange.roots_own.new_zeros(exchange.roots_own.shape)
+            roots_remote.index_add_(0, links.root_of_link, exchange.received)
         with self.timer.phase(f"rat_{exchange.direction}_pre"):
-            # A leaf's remote sum: the total less its own partial sum.
-            total = exchange.own.index_select(0, links.root_split) + root_remote.index_select(
-                0, links.root_split
-            )
-            send = total - exchange.received
+            # A leaf's remote sum: the vertex's total less the leaf's own partial sum.
+            total = exchange.roots_own + roots_remote
+            send = total.index_select(0, links.root_of_link) - exchange.received
             exchange.received = send.new_empty((sum(links.leaf_counts), *send.shape[1:]))
+        exchange.roots_own, exchange.roots_remote = None, roots_remote
         exchange.work = self._all_to_all(
             exchange.received, send, links.leaf_counts, links.root_counts
         )
@@ -256,16 +257,15 @@ class DelayedRemoteAggregates:
             self._start_phase2(exchange)
         self._wait(exchange)
         links = exchange.links
-        roots = torch.unique(links.root_split)
         exchange.result = (
-            torch.cat([links.leaf_split, roots]),
-            torch.cat([exchange.received, exchange.root_remote.index_select(0, roots)]),
+            torch.cat([links.leaf_split, links.roots_split]),
+            torch.cat([exchange.received, exchange.roots_remote]),
         )
+        exchange.received = exchange.roots_remote = None
 
     def _all_to_all(self, out, inp, out_counts, in_counts):
         if not self.comm.distributed:
-            out.copy_(inp)  # one rank has no split vertices; kept for symmetry
-            return None
+            return None  # one rank: no split vertices, nothing to send
         row = int(np.prod(inp.shape[1:])) if inp.dim() > 1 else 1
         purpose = "drpa_exact" if self._exact else "drpa"  # evaluation and degrees: exact
         self.comm.bytes.add(purpose, inp.numel() * inp.element_size())
@@ -290,8 +290,7 @@ class DelayedRemoteAggregates:
         state = {}
         for key, slot in self._slots.items():
             for exchange in slot.in_flight:
-                if exchange.result is None:
-                    self._finish(exchange)
+                self._finish(exchange)
             state[key] = {
                 "remote": slot.remote,
                 "pending": [(e.epoch, *e.result) for e in slot.in_flight],
@@ -303,7 +302,7 @@ class DelayedRemoteAggregates:
         for key, saved in state.items():
             slot = _Slot(remote=saved["remote"])
             for epoch, rows, sums in saved["pending"]:
-                done = Exchange(epoch, key[0], self.tree.everything, sums, sums)
+                done = Exchange(epoch, key[0], self.tree.everything, None, sums)
                 done.result = (rows, sums)
                 slot.in_flight.append(done)
             self._slots[key] = slot
@@ -315,11 +314,8 @@ class _Complete(torch.autograd.Function):
     @staticmethod
     def forward(ctx, partial: torch.Tensor, drpa: DelayedRemoteAggregates) -> torch.Tensor:
         ctx.drpa = drpa
-        remote = drpa._remote_sums("fwd", partial)
-        return partial if remote is None else drpa.tree.add_remote(partial, remote)
+        return drpa._complete("fwd", partial)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        drpa = ctx.drpa
-        remote = drpa._remote_sums("bwd", grad)
-        return (grad if remote is None else drpa.tree.add_remote(grad, remote)), None
+        return ctx.drpa._complete("bwd", grad), None
