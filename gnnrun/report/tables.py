@@ -77,4 +77,8 @@ def summary_table(summary: dict) -> Table:
     table.add_row(
         "bytes sent per epoch (rank 0)", f"{summary['bytes_per_epoch_rank0'] / 1e6:,.2f} MB"
     )
+    if summary.get("peak_rss_mb_rank0") is not None:
+        table.add_row("peak memory (rank 0)", f"{summary['peak_rss_mb_rank0']:,.0f} MB")
+    if "split_fraction_rank0" in summary:
+        table.add_row("split vertices (rank 0)", f"{summary['split_fraction_rank0']:.1%}")
     return table

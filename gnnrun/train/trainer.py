@@ -149,4 +149,10 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         "bytes_per_epoch_rank0": float(np.median([sum(r["bytes"].values()) for r in history]))
         if history
         else 0,
+        "peak_rss_mb_rank0": max((r["peak_rss_mb"] for r in history), default=None),
+        **(
+            {"split_fraction_rank0": history[-1]["split_fraction"]}
+            if history and "split_fraction" in history[-1]
+            else {}
+        ),
     }
