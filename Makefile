@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow lint format bench-partition clean
+.PHONY: setup run test test-slow lint format bench-partition bench-fullbatch bench-train clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,12 @@ format: setup
 
 bench-partition: setup
 	$(BIN)/python scripts/bench_partition.py
+
+bench-fullbatch: setup
+	$(BIN)/python scripts/bench_fullbatch.py --memory
+
+bench-train: setup
+	$(BIN)/python scripts/bench_train.py
 
 clean:
 	rm -rf $(VENV) outputs
