@@ -2,15 +2,19 @@
 
 Rendezvous, failure propagation and teardown are PyTorch's: when one rank
 raises or dies, the agent stops the others and `elastic_launch` raises
-ChildFailedError naming the failed rank, which gnnrun reports.
+ChildFailedError naming the failed rank, which gnnrun reports. On SIGINT
+(Ctrl-C) or SIGTERM the agent stops every rank, then gnnrun raises
+KeyboardInterrupt (SIGINT) or GnnrunError (other signals).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -64,6 +68,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# Signals torch's elastic agent takes over (TORCHELASTIC_SIGNALS_TO_HANDLE's default).
+_AGENT_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
+SHUTDOWN_GRACE_S = 10  # after Ctrl-C, how long ranks have to leave before SIGKILL
+
+
 def launch_local(
     entrypoint: Callable[..., Any], args: tuple, nprocs: int, timeout_s: int
 ) -> list[Any]:
@@ -72,7 +85,7 @@ def launch_local(
     A rank that raises or dies makes the agent stop all others; the error
     then names the first failed rank and its message.
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -89,14 +102,28 @@ def launch_local(
         rdzv_configs={"timeout": timeout_s},
         max_restarts=0,
         monitor_interval=0.2,
+        shutdown_timeout=SHUTDOWN_GRACE_S,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
     )
+    # The agent replaces these handlers with its own, which raise SignalException,
+    # and leaves them installed: put ours back afterwards (only the main thread can).
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in _AGENT_SIGNALS} if main_thread else {}
     try:
         results = elastic_launch(launch, entrypoint)(*args)
     except ChildFailedError as exc:
         raise GnnrunError(_describe_failures(exc.failures, log_dir)) from None
+    except SignalException as exc:  # the agent has already stopped every rank
+        if exc.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise GnnrunError(
+            f"stopped by {signal.Signals(exc.sigval).name}; all {nprocs} ranks were stopped"
+        ) from None
     finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, cannot be restored
+                signal.signal(sig, handler)
         shutil.rmtree(log_dir, ignore_errors=True)
     return [results[rank] for rank in range(nprocs)]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import torch
@@ -15,6 +16,9 @@ from gnnrun.launch.local import collective_timeout, rank_cpus
 @record  # writes the exception to the error file the launcher reads, for its message
 def rank_main(cfg, run_dir: str, backend: str):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # Ctrl-C reaches a rank twice: from the terminal and forwarded by the agent.
+    # The second must not interrupt the first one's cleanup with a traceback.
+    signal.signal(signal.SIGINT, _interrupt_once)
     cpus, threads = rank_cpus(rank, world, cfg.cluster.threads_per_rank, cfg.cluster.comm_cores)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
@@ -34,3 +38,8 @@ def rank_main(cfg, run_dir: str, backend: str):
         return summary
     finally:
         dist.destroy_process_group()
+
+
+def _interrupt_once(signum, frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt

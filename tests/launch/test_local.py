@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,10 @@ def child_processes() -> list[int]:
 
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_ranks_start_and_communicate(nprocs):
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
     assert run_on_ranks(rank_fns.sum_of_ranks, nprocs) == [nprocs * (nprocs - 1) // 2] * nprocs
+    # The elastic agent's handlers are gone: Ctrl-C raises KeyboardInterrupt again.
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == handlers
 
 
 def test_a_rank_that_raises_brings_all_down_with_its_message():

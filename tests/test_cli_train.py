@@ -1,0 +1,157 @@
+"""`gnnrun train` on several local ranks through the command line: 4 ranks end to end, Ctrl-C.
+
+(2 ranks through `gnnrun.cli.main` are covered by tests/train/test_trainer.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gnnrun.cli import main
+
+
+def test_four_ranks_train_end_to_end(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "train",
+        "dataset=synthetic-tiny",
+        "model=sage",
+        "algorithm=minibatch",
+        "cluster.nprocs=4",
+        "train.epochs=2",
+        "hydra.run.dir=run",
+    ]
+    assert main(args) == 0, capsys.readouterr().err
+    run_dir = tmp_path / "run"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ranks"] == 4 and summary["epochs"] == 2 and summary["complete"]
+    assert 0 < summary["final"]["test_acc"] <= 1
+    for rank in range(4):
+        lines = (run_dir / f"metrics.rank{rank}.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        assert [(r["epoch"], r["rank"]) for r in records] == [(0, rank), (1, rank)]
+        assert all(r["steps"] >= 1 and "test_acc" in r for r in records)
+    assert "run directory:" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ Ctrl-C
+
+
+def _process_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, start time) for every process now."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        table[int(stat.parent.name)] = (int(fields[1]), fields[0], fields[19])
+    return table
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> start time of every process below `pid` (ranks, the agent's helpers)."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = {}, list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found[child] = table[child][2]
+        todo += children.get(child, [])
+    return found
+
+
+def still_running(processes: dict[int, str]) -> list[int]:
+    """Those of `processes` still alive (the same pid and start time, not a zombie)."""
+    table = _process_table()
+    return [
+        pid
+        for pid, started in processes.items()
+        if pid in table and table[pid][2] == started and table[pid][1] != "Z"
+    ]
+
+
+def wait_for(condition, timeout_s: float, process: subprocess.Popen) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
+@pytest.mark.parametrize(
+    ("whom", "sig", "code", "message"),
+    [
+        ("group", signal.SIGINT, 130, "interrupted"),  # Ctrl-C in a terminal
+        pytest.param(  # kill -INT <gnnrun pid>: the ranks hear of it from the agent only
+            "launcher", signal.SIGINT, 130, "interrupted", marks=pytest.mark.slow
+        ),
+        ("launcher", signal.SIGTERM, 1, "stopped by SIGTERM; all 2 ranks were stopped"),
+    ],
+)
+def test_a_signal_stops_every_rank(tmp_path, whom, sig, code, message):
+    run_dir = tmp_path / "run"
+    gnnrun = Path(sys.executable).with_name("gnnrun")
+    command = [
+        str(gnnrun),
+        "train",
+        "dataset=synthetic-tiny",
+        "model=sage",
+        "algorithm=minibatch",
+        "cluster.nprocs=2",
+        "train.epochs=100000",  # still training when the signal comes
+        f"hydra.run.dir={run_dir}",
+    ]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        # Its own session and process group: the group is what a terminal's Ctrl-C reaches.
+        process = subprocess.Popen(
+            command, stdout=out, stderr=err, cwd=tmp_path, start_new_session=True
+        )
+    try:
+        training = wait_for(
+            lambda: all(
+                (run_dir / f"metrics.rank{r}.jsonl").is_file()
+                and (run_dir / f"metrics.rank{r}.jsonl").stat().st_size > 0
+                for r in range(2)
+            ),
+            180,
+            process,
+        )
+        assert training, "ranks never started training: " + (tmp_path / "err").read_text()
+        ours = descendants(process.pid)
+        assert len(ours) >= 2, ours  # at least the two ranks
+        start = time.monotonic()
+        if whom == "group":
+            os.killpg(process.pid, sig)
+        else:
+            process.send_signal(sig)
+        process.wait(timeout=30)
+        elapsed = time.monotonic() - start
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    err = (tmp_path / "err").read_text()
+    assert process.returncode == code, err
+    assert message in err and "Traceback" not in err, err
+    assert elapsed < 30
+    # Ranks are gone by the time gnnrun exits; multiprocessing's resource
+    # tracker leaves once it sees gnnrun's end of its pipe close.
+    deadline = time.monotonic() + 10
+    while still_running(ours) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert still_running(ours) == []
