@@ -210,7 +210,10 @@ class ModelConfig:
     name: str = MISSING  # sage | gcn | gat
     hidden: int = 256
     layers: int = 2
-    dropout: float = 0.5
+    dropout: float = 0.5  # on hidden features, after each activation
+    # On the input features. Kipf & Welling's GCN and DGL's full-batch examples
+    # drop inputs; DGL's minibatch examples (and the papers' presets) do not.
+    input_dropout: float = 0.0
     activation: str = "relu"
     aggregator: str = "mean"  # sage: mean | gcn
     heads: int = 1  # gat
@@ -223,6 +226,7 @@ class ModelConfig:
         _check(self.layers >= 1, "model.layers must be at least 1")
         _check(self.hidden >= 1, "model.hidden must be positive")
         _check(0 <= self.dropout < 1, "model.dropout must be in [0, 1)")
+        _check(0 <= self.input_dropout < 1, "model.input_dropout must be in [0, 1)")
         _check(len(self.fanouts) == self.layers, "model.fanouts needs one entry per layer")
         _check(self.batch_size >= 1, "model.batch_size must be positive")
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import rank_checks  # noqa: E402
 
 EPOCHS = 3
-SMALL_MODEL = ("model.hidden=48", "model.dropout=0")
+SMALL_MODEL = ("model.hidden=48", "model.dropout=0", "model.input_dropout=0")
 
 
 def _assert_matches_single(distributed: list[dict], single: dict) -> None:
