@@ -294,10 +294,13 @@ class TrainConfig:
         "${algorithm.name}-${model.name}-p${cluster.nprocs}-s${train.seed}"
     )
     stop_after: int = 0  # stop after this many epochs of this invocation (0: run to the end)
+    # Checkpoint every this many epochs, and at the end of every invocation.
+    checkpoint_every: int = 10
 
     def validate(self) -> None:
         _check(self.epochs >= 1, "train.epochs must be at least 1")
         _check(self.eval_every >= 1, "train.eval_every must be at least 1")
+        _check(self.checkpoint_every >= 1, "train.checkpoint_every must be at least 1")
 
 
 @dataclass

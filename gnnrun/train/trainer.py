@@ -81,19 +81,23 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
         record["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         with open(metrics_file, "a") as f:
             f.write(json.dumps(record) + "\n")
-        if (algorithm_state := algorithm.state_dict()) is not None:
+        # Not every epoch: an algorithm's state can be large, and taking it ends
+        # the communication it overlaps (cdr's exchanges in flight).
+        checkpoint = (epoch + 1) % cfg.train.checkpoint_every == 0 or epoch + 1 == end_epoch
+        if checkpoint and (algorithm_state := algorithm.state_dict()) is not None:
             _save_algorithm_state(checkpoint_dir, comm.rank, epoch + 1, algorithm_state)
         if comm.rank == 0:
             history.append(record)
-            save_checkpoint(
-                checkpoint_dir,
-                {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "epoch": epoch + 1,
-                    "history": history,
-                },
-            )
+            if checkpoint:
+                save_checkpoint(
+                    checkpoint_dir,
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "epoch": epoch + 1,
+                        "history": history,
+                    },
+                )
             if display is not None:
                 display.epoch_done(record)
     if comm.rank != 0:
@@ -104,11 +108,15 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
 
 
 def _save_algorithm_state(directory: Path, rank: int, epoch: int, state: Any) -> None:
-    """Each rank's own state, per epoch; the previous epoch's is kept until the next one is
-    written, so that it still matches rank 0's checkpoint if the run dies in between."""
+    """Each rank's own state, per checkpoint; the previous one is kept until the next is
+    written, so that one still matches rank 0's checkpoint if the run dies in between."""
     save_checkpoint(directory, {"epoch": epoch, "state": state}, algorithm_checkpoint(rank, epoch))
-    stale = directory / algorithm_checkpoint(rank, epoch - 2)
-    stale.unlink(missing_ok=True)
+    saved = sorted(
+        int(path.name.split(".epoch")[1].removesuffix(".pt"))
+        for path in directory.glob(algorithm_checkpoint(rank, 0).replace("epoch0", "epoch*"))
+    )
+    for old in saved[:-2]:
+        (directory / algorithm_checkpoint(rank, old)).unlink(missing_ok=True)
 
 
 def _load_algorithm_state(directory: Path, rank: int, epoch: int) -> Any:
