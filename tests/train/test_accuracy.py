@@ -70,9 +70,10 @@ def accuracies(dataset: str, tmp_path: Path) -> tuple[list[float], list[float]]:
         )
         for seed in range(SEEDS)
     ]
-    dist_acc = run_on_ranks(
+    summaries = run_on_ranks(
         rank_train.train_each_config, NPROCS, distributed, str(tmp_path / "dist"), timeout_s=600
     )[0]
+    dist_acc = [summary["final"]["test_acc"] for summary in summaries]
     dist_s = time.monotonic() - start
 
     start = time.monotonic()

@@ -1,0 +1,80 @@
+"""DistGNN's claim: cdr (delay 5) and zero_comm reach test accuracy within 1 point of cd0.
+
+Accuracy is the test accuracy at the epoch of best validation accuracy (every
+epoch is evaluated), the usual model selection. On Cora the models peak within
+about 30 epochs and then overfit its 140 training labels; after that, the
+last epoch's test accuracy mostly measures how an overfit model drifts, and
+cdr's stale aggregates make it drift more (README, DistGNN section). One
+seed's accuracy varies by about a point, so means over seeds are compared. All
+runs of one (dataset, ranks) pair go through one launch whose ranks call
+`train` once per config.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gnnrun.testing import run_on_ranks
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
+import rank_train  # noqa: E402
+
+ALGORITHMS = ("cd0", "cdr", "zero_comm")
+
+
+def mean_test_accuracy(configure, tmp_path, dataset, nprocs, epochs, seeds, *model) -> dict:
+    cfgs = [
+        configure(
+            f"dataset={dataset}",
+            *model,
+            f"algorithm={algorithm}",
+            f"cluster.nprocs={nprocs}",
+            f"train.epochs={epochs}",
+            f"train.seed={seed}",
+            f"train.checkpoint_dir={tmp_path}/ckpt/{algorithm}/{seed}",
+        )
+        for seed in range(seeds)
+        for algorithm in ALGORITHMS
+    ]
+    summaries = run_on_ranks(
+        rank_train.train_each_config, nprocs, cfgs, str(tmp_path / "runs"), timeout_s=3000
+    )[0]
+    print(f"\n{dataset} on {nprocs} ranks, {epochs} epochs, test accuracy per seed:")
+    means = {}
+    for i, algorithm in enumerate(ALGORITHMS):
+        runs = summaries[i :: len(ALGORITHMS)]
+        best = [run["best"]["test_acc"] for run in runs]
+        final = [run["final"]["test_acc"] for run in runs]
+        print(
+            f"  {algorithm:>9}: at best val {np.round(best, 4).tolist()} mean {np.mean(best):.4f}"
+            f" (epochs {[run['best']['epoch'] for run in runs]}); "
+            f"last epoch {np.round(final, 4).tolist()} mean {np.mean(final):.4f}"
+        )
+        means[algorithm] = float(np.mean(best))
+    return means
+
+
+def test_approximate_algorithms_learn_like_cd0_on_synthetic(configure, tmp_path):
+    means = mean_test_accuracy(
+        configure, tmp_path, "synthetic-tiny", 2, 30, 1, "model=sage_gcn", "model.hidden=64"
+    )
+    assert means["cd0"] > 0.85
+    for algorithm in ("cdr", "zero_comm"):
+        assert means[algorithm] >= means["cd0"] - 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nprocs", [2, 4])
+@pytest.mark.parametrize(("dataset", "epochs"), [("cora", 100), ("facebook", 100)])
+def test_approximate_algorithms_within_one_point_of_cd0(
+    configure, tmp_path, shared_datasets, dataset, epochs, nprocs
+):
+    means = mean_test_accuracy(configure, tmp_path, dataset, nprocs, epochs, 3, "model=sage_gcn")
+    for algorithm in ("cdr", "zero_comm"):
+        # Within 1 point below cd0 (being better is allowed, as in DistGNN Table 5).
+        assert means[algorithm] >= means["cd0"] - 0.01, (algorithm, means)
