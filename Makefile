@@ -39,7 +39,7 @@ bench-partition: setup
 	$(BIN)/python scripts/bench_partition.py
 
 bench-fullbatch: setup
-	$(BIN)/python scripts/bench_fullbatch.py --memory
+	$(BIN)/python scripts/bench_fullbatch.py --memory --memory-dataset synthetic-medium
 
 bench-train: setup
 	$(BIN)/python scripts/bench_train.py
