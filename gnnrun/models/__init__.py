@@ -13,6 +13,7 @@ import torch
 
 from gnnrun.config import ModelConfig
 from gnnrun.ops.block import Block
+from gnnrun.ops.dropout import dropout
 from gnnrun.registry import Registry
 
 # A layer builder: (in_dim, out_dim, cfg, is_last) -> module with forward(block, x_src) -> x_dst
@@ -21,18 +22,14 @@ ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch
 
 
 class Dropout(torch.nn.Module):
-    """Inverted dropout whose mask comes from torch.rand: on CPU about 4x faster than the
-    bernoulli_ sampling of torch.nn.Dropout, which dominated minibatch steps."""
+    """gnnrun.ops.dropout as a module: a hashed mask in one fused pass."""
 
     def __init__(self, p: float) -> None:
         super().__init__()
         self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        dropped = torch.rand_like(x) < self.p
-        return x.masked_fill(dropped, 0.0).mul_(1.0 / (1.0 - self.p))
+        return dropout(x, self.p, self.training)
 
 
 class GNN(torch.nn.Module):

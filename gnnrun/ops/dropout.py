@@ -1,0 +1,68 @@
+"""Dropout whose mask is a hash of (key, element index): one fused pass, nothing stored.
+
+torch's CPU dropout draws a Bernoulli variable per element from one generator
+(about 30 ns per element here) and keeps the mask for the backward pass; it
+was the largest single cost of a training step. Here element i is dropped when
+its 16-bit lane of splitmix64(key + (i // 4) * golden) falls below
+round(p * 65536), so the mask costs a hash per 4 elements, is computed in
+parallel, and is recomputed in the backward pass from the key. The key comes
+from torch's generator, so seeded runs repeat. `dropout_reference` (NumPy) is
+the oracle for kernels/dropout.cpp and the fallback without a compiler.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gnnrun.ops.native import native_op
+
+GOLDEN = 0x9E3779B97F4A7C15
+KEY_BITS = 62
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Zero each element with probability p, scale the rest by 1 / (1 - p)."""
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), not {p}")
+    if not training or p == 0:
+        return x
+    key = int(torch.randint(0, 1 << KEY_BITS, (1,)))
+    return _Dropout.apply(x, p, key)
+
+
+def _threshold(p: float) -> int:
+    return round(p * 65536)
+
+
+def _apply(x: torch.Tensor, p: float, key: int) -> torch.Tensor:
+    op = native_op("dropout_apply", "dropout")
+    scale = 1.0 / (1.0 - p)
+    if op is None or x.device.type != "cpu" or not x.dtype.is_floating_point:
+        return dropout_reference(x, p, key)
+    return op(x, key, _threshold(p), scale)
+
+
+def dropout_reference(x: torch.Tensor, p: float, key: int) -> torch.Tensor:
+    """The same mask as the kernel, in NumPy: slow, obviously right."""
+    n = x.numel()
+    groups = np.arange((n + 3) // 4, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(key) + groups * np.uint64(GOLDEN) + np.uint64(GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    lanes = (z[:, None] >> (np.arange(4, dtype=np.uint64) * np.uint64(16))) & np.uint64(0xFFFF)
+    keep = torch.from_numpy(lanes.reshape(-1)[:n] >= _threshold(p)).reshape(x.shape)
+    return torch.where(keep.to(x.device), x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype))
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float, key: int) -> torch.Tensor:
+        ctx.p, ctx.key = p, key
+        return _apply(x, p, key)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _apply(grad, ctx.p, ctx.key), None, None

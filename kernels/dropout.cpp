@@ -1,0 +1,70 @@
+// Dropout with a counter-based mask, fused into one pass over the tensor.
+//
+// Element i of a call with key k is kept when its 16-bit lane of
+// mix64(k + (i / 4) * golden) is at least the drop threshold round(p * 65536):
+// one splitmix64 hash serves 4 consecutive elements (lane i % 4, lowest bits
+// first). The mask is a pure function of (key, i), so nothing is stored for
+// the backward pass: the gradient is the same operation with the same key.
+// Threads split the tensor into ranges; the result does not depend on how.
+// gnnrun/ops/dropout.py holds the NumPy reference of the same function.
+#include <torch/extension.h>
+
+#include <cstdint>
+
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+
+inline uint64_t mix64(uint64_t z) {
+  z += kGolden;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+template <typename scalar_t>
+inline scalar_t lane(uint64_t h, int j, uint32_t threshold, scalar_t value) {
+  return static_cast<uint32_t>((h >> (16 * j)) & 0xFFFF) >= threshold ? value : scalar_t(0);
+}
+
+template <typename scalar_t>
+void apply_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key, uint32_t threshold,
+                scalar_t scale) {
+  const int64_t full = n / 4;
+  at::parallel_for(0, full, 8192, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const uint64_t h = mix64(key + static_cast<uint64_t>(g) * kGolden);
+      const scalar_t* in = x + g * 4;
+      scalar_t* o = out + g * 4;
+      o[0] = lane(h, 0, threshold, in[0] * scale);
+      o[1] = lane(h, 1, threshold, in[1] * scale);
+      o[2] = lane(h, 2, threshold, in[2] * scale);
+      o[3] = lane(h, 3, threshold, in[3] * scale);
+    }
+  });
+  if (full * 4 < n) {  // the last, partial group
+    const uint64_t h = mix64(key + static_cast<uint64_t>(full) * kGolden);
+    for (int64_t i = full * 4; i < n; ++i)
+      out[i] = lane(h, static_cast<int>(i - full * 4), threshold, x[i] * scale);
+  }
+}
+
+}  // namespace
+
+// x with each element zeroed with probability p (threshold / 65536) and the rest scaled.
+torch::Tensor dropout_apply(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
+  TORCH_CHECK(x.device().is_cpu(), "dropout_apply: CPU tensors only");
+  TORCH_CHECK(threshold >= 0 && threshold <= 65536, "dropout_apply: threshold out of range");
+  x = x.contiguous();
+  auto out = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "dropout_apply", [&] {
+    apply_mask<scalar_t>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.numel(),
+                         static_cast<uint64_t>(key), static_cast<uint32_t>(threshold),
+                         static_cast<scalar_t>(scale));
+  });
+  return out;
+}
+
+TORCH_LIBRARY_FRAGMENT(gnnrun, m) {
+  m.def("dropout_apply(Tensor x, int key, int threshold, float scale) -> Tensor", &dropout_apply);
+}
