@@ -109,6 +109,7 @@ class Exchange:
     roots_own: torch.Tensor | None  # [roots, width] the roots' partial sums at the start
     received: torch.Tensor  # phase 1: leaves' partial sums at their roots; phase 2: at the leaves
     work: Any = None
+    sending: torch.Tensor | None = None  # kept alive until `work` is waited for
     roots_remote: torch.Tensor | None = None  # [roots, width] after phase 1
     result: tuple[torch.Tensor, torch.Tensor] | None = None  # (split indices, remote sums)
 
@@ -228,7 +229,7 @@ class DelayedRemoteAggregates:
             send = values.index_select(0, links.leaf_local)
             roots_own = values.index_select(0, links.roots_local)
             received = values.new_empty((sum(links.root_counts), *values.shape[1:]))
-        exchange = Exchange(self.epoch, direction, links, roots_own, received)
+        exchange = Exchange(self.epoch, direction, links, roots_own, received, sending=send)
         exchange.work = self._all_to_all(received, send, links.root_counts, links.leaf_counts)
         return exchange
 
@@ -245,7 +246,7 @@ class DelayedRemoteAggregates:
             total = exchange.roots_own + roots_remote
             send = total.index_select(0, links.root_of_link) - exchange.received
             exchange.received = send.new_empty((sum(links.leaf_counts), *send.shape[1:]))
-        exchange.roots_own, exchange.roots_remote = None, roots_remote
+        exchange.roots_own, exchange.roots_remote, exchange.sending = None, roots_remote, send
         exchange.work = self._all_to_all(
             exchange.received, send, links.leaf_counts, links.root_counts
         )
@@ -281,7 +282,7 @@ class DelayedRemoteAggregates:
         if exchange.work is not None:
             with self.timer.phase(f"rat_{exchange.direction}_wait"):
                 exchange.work.wait()
-            exchange.work = None
+            exchange.work = exchange.sending = None
 
     # ------------------------------------------------------------- checkpoints
 
