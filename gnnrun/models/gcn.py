@@ -6,7 +6,7 @@ import torch
 
 from gnnrun.config import ModelConfig
 from gnnrun.models import LAYERS
-from gnnrun.ops.aggregate import aggregate
+from gnnrun.ops.aggregate import aggregate_with_dst
 from gnnrun.ops.block import Block
 
 
@@ -16,19 +16,27 @@ class GCNConv(torch.nn.Module):
     On the full graph d is the degree, which is Kipf & Welling's
     D^-1/2 (A + I) D^-1/2. On a sampled block, d_v is v's in-degree in the
     block and d_u the number of block edges leaving u, as DGL's GraphConv does.
+    The narrower side is aggregated: the linear map goes first when it narrows
+    the features, last when it widens them (the normalisation is per row, so
+    both orders give the same result).
     """
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(in_dim, out_dim, bias=False)
         self.bias = torch.nn.Parameter(torch.zeros(out_dim))
+        self.project_first = out_dim < in_dim
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         norm_src = (block.graph_out_degrees().to(x.dtype) + 1.0).rsqrt()
         norm_dst = (block.graph_in_degrees().to(x.dtype) + 1.0).rsqrt()
-        h = self.linear(x) * norm_src[:, None]
-        total = aggregate(block, h, "sum") + h[: block.num_dst]
-        return total * norm_dst[:, None] + self.bias
+        if self.project_first:
+            h = self.linear(x) * norm_src[:, None]
+            total, h_dst = aggregate_with_dst(block, h, "sum")
+            return (total + h_dst) * norm_dst[:, None] + self.bias
+        h = x * norm_src[:, None]
+        total, h_dst = aggregate_with_dst(block, h, "sum")
+        return torch.addmm(self.bias, (total + h_dst) * norm_dst[:, None], self.linear.weight.T)
 
 
 @LAYERS.register("gcn")

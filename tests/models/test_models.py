@@ -29,11 +29,12 @@ def dense_adjacency(block: Block) -> torch.Tensor:
     return a
 
 
-def test_gcn_is_kipf_and_welling_on_the_full_graph():
+@pytest.mark.parametrize("in_dim,out_dim", [(5, 3), (3, 5)])  # projection first / aggregation first
+def test_gcn_is_kipf_and_welling_on_the_full_graph(in_dim, out_dim):
     torch.manual_seed(0)
     block = random_graph()
-    x = torch.randn(block.num_src, 5, dtype=torch.float64)
-    layer = GCNConv(5, 3).double()
+    x = torch.randn(block.num_src, in_dim, dtype=torch.float64)
+    layer = GCNConv(in_dim, out_dim).double()
     a_hat = dense_adjacency(block) + torch.eye(block.num_dst, dtype=torch.float64)
     d = a_hat.sum(1).rsqrt()
     expected = (d[:, None] * a_hat * d[None, :]) @ (x @ layer.linear.weight.T) + layer.bias
