@@ -273,6 +273,9 @@ def print_help() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gnnrun.memory import apply_memory_settings
+
+    apply_memory_settings()  # before anything imports torch
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print_help()

@@ -53,7 +53,11 @@ import threading
 import time
 from pathlib import Path
 
-import torch
+from gnnrun.memory import apply_memory_settings
+
+apply_memory_settings()  # as `gnnrun train` does, before torch is imported
+
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -45,6 +45,11 @@ import os
 import time
 from pathlib import Path
 
+# ruff: noqa: E402  (the memory settings must come before torch is imported)
+from gnnrun.memory import apply_memory_settings
+
+apply_memory_settings()  # as `gnnrun train` does
+
 import numpy as np
 import torch
 from bench_kernels import chung_lu  # scripts/ is on sys.path when this file runs
