@@ -49,7 +49,62 @@ void apply_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key, uint3
   }
 }
 
+// relu then dropout in one pass: out = (x > 0 and kept) ? x * scale : 0.
+template <typename scalar_t>
+void apply_relu_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key,
+                     uint32_t threshold, scalar_t scale) {
+  const int64_t full = n / 4;
+  at::parallel_for(0, full, 8192, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const uint64_t h = mix64(key + static_cast<uint64_t>(g) * kGolden);
+      const scalar_t* in = x + g * 4;
+      scalar_t* o = out + g * 4;
+      for (int j = 0; j < 4; ++j)
+        o[j] = lane(h, j, threshold, in[j] > scalar_t(0) ? in[j] * scale : scalar_t(0));
+    }
+  });
+  if (full * 4 < n) {
+    const uint64_t h = mix64(key + static_cast<uint64_t>(full) * kGolden);
+    for (int64_t i = full * 4; i < n; ++i)
+      out[i] = lane(h, static_cast<int>(i - full * 4), threshold,
+                    x[i] > scalar_t(0) ? x[i] * scale : scalar_t(0));
+  }
+}
+
 }  // namespace
+
+// relu(x) with dropout, fused: see apply_relu_mask.
+torch::Tensor relu_dropout_forward(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
+  TORCH_CHECK(x.device().is_cpu(), "relu_dropout_forward: CPU tensors only");
+  TORCH_CHECK(threshold >= 0 && threshold <= 65536, "relu_dropout_forward: threshold out of range");
+  x = x.contiguous();
+  auto out = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "relu_dropout_forward", [&] {
+    apply_relu_mask<scalar_t>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.numel(),
+                              static_cast<uint64_t>(key), static_cast<uint32_t>(threshold),
+                              static_cast<scalar_t>(scale));
+  });
+  return out;
+}
+
+// The gradient of relu_dropout_forward from its output: where out > 0 the input was positive
+// and kept, so the gradient passes scaled; everywhere else it is 0.
+torch::Tensor relu_dropout_backward(torch::Tensor grad, torch::Tensor out, double scale) {
+  TORCH_CHECK(grad.sizes() == out.sizes(), "relu_dropout_backward: shapes differ");
+  grad = grad.contiguous();
+  out = out.contiguous();
+  auto result = torch::empty_like(grad);
+  AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "relu_dropout_backward", [&] {
+    const scalar_t* g = grad.data_ptr<scalar_t>();
+    const scalar_t* o = out.data_ptr<scalar_t>();
+    scalar_t* r = result.data_ptr<scalar_t>();
+    const scalar_t s = static_cast<scalar_t>(scale);
+    at::parallel_for(0, grad.numel(), 32768, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) r[i] = o[i] > scalar_t(0) ? g[i] * s : scalar_t(0);
+    });
+  });
+  return result;
+}
 
 // x with each element zeroed with probability p (threshold / 65536) and the rest scaled.
 torch::Tensor dropout_apply(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
@@ -67,4 +122,8 @@ torch::Tensor dropout_apply(torch::Tensor x, int64_t key, int64_t threshold, dou
 
 TORCH_LIBRARY_FRAGMENT(gnnrun, m) {
   m.def("dropout_apply(Tensor x, int key, int threshold, float scale) -> Tensor", &dropout_apply);
+  m.def("relu_dropout_forward(Tensor x, int key, int threshold, float scale) -> Tensor",
+        &relu_dropout_forward);
+  m.def("relu_dropout_backward(Tensor grad, Tensor out, float scale) -> Tensor",
+        &relu_dropout_backward);
 }

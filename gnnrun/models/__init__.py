@@ -13,7 +13,7 @@ import torch
 
 from gnnrun.config import ModelConfig
 from gnnrun.ops.block import Block
-from gnnrun.ops.dropout import dropout
+from gnnrun.ops.dropout import dropout, relu_dropout
 from gnnrun.registry import Registry
 
 # A layer builder: (in_dim, out_dim, cfg, is_last) -> module with forward(block, x_src) -> x_dst
@@ -59,8 +59,13 @@ class GNN(torch.nn.Module):
         for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
             h = layer(block, h)
             if i < len(self.layers) - 1:
-                h = self.dropout(self.activation(h))
+                h = self._activate_and_drop(h)
         return h
+
+    def _activate_and_drop(self, h: torch.Tensor) -> torch.Tensor:
+        if self.activation is torch.relu:  # the common case, fused into one pass each way
+            return relu_dropout(h, self.dropout.p, self.training)
+        return self.dropout(self.activation(h))
 
 
 def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> GNN:

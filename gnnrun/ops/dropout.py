@@ -31,6 +31,21 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     return _Dropout.apply(x, p, key)
 
 
+def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """dropout(relu(x), p): one pass forward, one backward (the mask is read off the output)."""
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), not {p}")
+    forward = native_op("relu_dropout_forward", "dropout")
+    if not training or p == 0 or forward is None or not _native_dtype(x):
+        return dropout(torch.relu(x), p, training)
+    key = int(torch.randint(0, 1 << KEY_BITS, (1,)))
+    return _ReluDropout.apply(x, p, key)
+
+
+def _native_dtype(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+
+
 def _threshold(p: float) -> int:
     return round(p * 65536)
 
@@ -38,7 +53,7 @@ def _threshold(p: float) -> int:
 def _apply(x: torch.Tensor, p: float, key: int) -> torch.Tensor:
     op = native_op("dropout_apply", "dropout")
     scale = 1.0 / (1.0 - p)
-    if op is None or x.device.type != "cpu" or not x.dtype.is_floating_point:
+    if op is None or not _native_dtype(x):
         return dropout_reference(x, p, key)
     return op(x, key, _threshold(p), scale)
 
@@ -66,3 +81,19 @@ class _Dropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         return _apply(grad, ctx.p, ctx.key), None, None
+
+
+class _ReluDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float, key: int) -> torch.Tensor:
+        scale = 1.0 / (1.0 - p)
+        out = native_op("relu_dropout_forward", "dropout")(x, key, _threshold(p), scale)
+        ctx.scale = scale
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (out,) = ctx.saved_tensors
+        backward = native_op("relu_dropout_backward", "dropout")
+        return backward(grad, out, ctx.scale), None, None

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnrun.ops.dropout import _apply, _Dropout, dropout, dropout_reference
+from gnnrun.ops.dropout import (
+    _apply,
+    _Dropout,
+    _ReluDropout,
+    dropout,
+    dropout_reference,
+    relu_dropout,
+)
 from gnnrun.ops.native import load_kernel_file
 
 
@@ -67,3 +74,25 @@ def test_reference_fallback_without_native(monkeypatch):
     finally:
         monkeypatch.delenv("GNNRUN_NO_NATIVE")
         load_kernel_file.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [1, 5, 7007])
+def test_fused_relu_dropout_equals_relu_then_dropout(dtype, n):
+    if not load_kernel_file("dropout"):
+        pytest.skip("native kernels could not be built here (no compiler)")
+    x = torch.randn(n, dtype=dtype, requires_grad=True)
+    torch.manual_seed(5)
+    fused = relu_dropout(x, 0.3)
+    fused.backward(torch.arange(n, dtype=dtype))
+    fused_grad, x.grad = x.grad, None
+    torch.manual_seed(5)
+    plain = dropout(torch.relu(x), 0.3)
+    plain.backward(torch.arange(n, dtype=dtype))
+    assert torch.equal(fused, plain)
+    assert torch.equal(fused_grad, x.grad)
+    assert torch.autograd.gradcheck(
+        lambda t: _ReluDropout.apply(t, 0.3, 99),
+        (torch.randn(40, dtype=torch.float64, requires_grad=True),),
+    )
+    assert torch.equal(relu_dropout(x, 0.3, training=False), torch.relu(x))
