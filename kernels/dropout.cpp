@@ -22,9 +22,17 @@ inline uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// A dropped element becomes value * 0, not 0, so that NaN and inf still
+// propagate as they do through torch's dropout (the NaN-loss guard relies on it).
 template <typename scalar_t>
 inline scalar_t lane(uint64_t h, int j, uint32_t threshold, scalar_t value) {
-  return static_cast<uint32_t>((h >> (16 * j)) & 0xFFFF) >= threshold ? value : scalar_t(0);
+  return static_cast<uint32_t>((h >> (16 * j)) & 0xFFFF) >= threshold ? value : value * scalar_t(0);
+}
+
+// relu that lets NaN through, as torch.relu does.
+template <typename scalar_t>
+inline scalar_t relu_scaled(scalar_t x, scalar_t scale) {
+  return x <= scalar_t(0) ? scalar_t(0) : x * scale;
 }
 
 template <typename scalar_t>
@@ -49,7 +57,7 @@ void apply_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key, uint3
   }
 }
 
-// relu then dropout in one pass: out = (x > 0 and kept) ? x * scale : 0.
+// relu then dropout in one pass: out = (x > 0 and kept) ? x * scale : 0 (NaN stays NaN).
 template <typename scalar_t>
 void apply_relu_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key,
                      uint32_t threshold, scalar_t scale) {
@@ -60,14 +68,13 @@ void apply_relu_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key,
       const scalar_t* in = x + g * 4;
       scalar_t* o = out + g * 4;
       for (int j = 0; j < 4; ++j)
-        o[j] = lane(h, j, threshold, in[j] > scalar_t(0) ? in[j] * scale : scalar_t(0));
+        o[j] = lane(h, j, threshold, relu_scaled(in[j], scale));
     }
   });
   if (full * 4 < n) {
     const uint64_t h = mix64(key + static_cast<uint64_t>(full) * kGolden);
     for (int64_t i = full * 4; i < n; ++i)
-      out[i] = lane(h, static_cast<int>(i - full * 4), threshold,
-                    x[i] > scalar_t(0) ? x[i] * scale : scalar_t(0));
+      out[i] = lane(h, static_cast<int>(i - full * 4), threshold, relu_scaled(x[i], scale));
   }
 }
 

@@ -69,7 +69,8 @@ def dropout_reference(x: torch.Tensor, p: float, key: int) -> torch.Tensor:
         z = z ^ (z >> np.uint64(31))
     lanes = (z[:, None] >> (np.arange(4, dtype=np.uint64) * np.uint64(16))) & np.uint64(0xFFFF)
     keep = torch.from_numpy(lanes.reshape(-1)[:n] >= _threshold(p)).reshape(x.shape)
-    return torch.where(keep.to(x.device), x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype))
+    scaled = x * (1.0 / (1.0 - p))
+    return torch.where(keep.to(x.device), scaled, scaled * 0)  # NaN and inf propagate
 
 
 class _Dropout(torch.autograd.Function):

@@ -96,3 +96,10 @@ def test_fused_relu_dropout_equals_relu_then_dropout(dtype, n):
         (torch.randn(40, dtype=torch.float64, requires_grad=True),),
     )
     assert torch.equal(relu_dropout(x, 0.3, training=False), torch.relu(x))
+
+
+def test_nan_and_inf_propagate_as_through_torch():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0] * 64)
+    for p in (0.5, 0.9):
+        assert dropout(x, p).isnan().sum() >= 64  # every NaN, dropped or kept
+        assert relu_dropout(x, p).isnan().sum() >= 64
