@@ -10,6 +10,7 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace {
 
@@ -35,63 +36,51 @@ inline scalar_t relu_scaled(scalar_t x, scalar_t scale) {
   return x <= scalar_t(0) ? scalar_t(0) : x * scale;
 }
 
-template <typename scalar_t>
+// out[i] = lane(i, f(x[i]) * scale), f the identity or relu: one hash per 4 elements.
+template <typename scalar_t, bool kRelu>
 void apply_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key, uint32_t threshold,
                 scalar_t scale) {
+  const auto value = [scale](scalar_t v) { return kRelu ? relu_scaled(v, scale) : v * scale; };
   const int64_t full = n / 4;
   at::parallel_for(0, full, 8192, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const uint64_t h = mix64(key + static_cast<uint64_t>(g) * kGolden);
       const scalar_t* in = x + g * 4;
       scalar_t* o = out + g * 4;
-      o[0] = lane(h, 0, threshold, in[0] * scale);
-      o[1] = lane(h, 1, threshold, in[1] * scale);
-      o[2] = lane(h, 2, threshold, in[2] * scale);
-      o[3] = lane(h, 3, threshold, in[3] * scale);
+      for (int j = 0; j < 4; ++j) o[j] = lane(h, j, threshold, value(in[j]));
     }
   });
   if (full * 4 < n) {  // the last, partial group
     const uint64_t h = mix64(key + static_cast<uint64_t>(full) * kGolden);
     for (int64_t i = full * 4; i < n; ++i)
-      out[i] = lane(h, static_cast<int>(i - full * 4), threshold, x[i] * scale);
+      out[i] = lane(h, static_cast<int>(i - full * 4), threshold, value(x[i]));
   }
 }
 
-// relu then dropout in one pass: out = (x > 0 and kept) ? x * scale : 0 (NaN stays NaN).
-template <typename scalar_t>
-void apply_relu_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key,
-                     uint32_t threshold, scalar_t scale) {
-  const int64_t full = n / 4;
-  at::parallel_for(0, full, 8192, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const uint64_t h = mix64(key + static_cast<uint64_t>(g) * kGolden);
-      const scalar_t* in = x + g * 4;
-      scalar_t* o = out + g * 4;
-      for (int j = 0; j < 4; ++j)
-        o[j] = lane(h, j, threshold, relu_scaled(in[j], scale));
-    }
+template <bool kRelu>
+torch::Tensor masked(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
+  TORCH_CHECK(x.device().is_cpu(), "dropout: CPU tensors only");
+  TORCH_CHECK(threshold >= 0 && threshold <= 65536, "dropout: threshold out of range");
+  x = x.contiguous();
+  auto out = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "dropout", [&] {
+    apply_mask<scalar_t, kRelu>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.numel(),
+                                static_cast<uint64_t>(key), static_cast<uint32_t>(threshold),
+                                static_cast<scalar_t>(scale));
   });
-  if (full * 4 < n) {
-    const uint64_t h = mix64(key + static_cast<uint64_t>(full) * kGolden);
-    for (int64_t i = full * 4; i < n; ++i)
-      out[i] = lane(h, static_cast<int>(i - full * 4), threshold, relu_scaled(x[i], scale));
-  }
+  return out;
 }
 
 }  // namespace
 
-// relu(x) with dropout, fused: see apply_relu_mask.
+// x with each element zeroed with probability p (threshold / 65536) and the rest scaled.
+torch::Tensor dropout_apply(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
+  return masked<false>(std::move(x), key, threshold, scale);
+}
+
+// relu(x) then the same dropout, in one pass (NaN stays NaN, as through torch.relu).
 torch::Tensor relu_dropout_forward(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
-  TORCH_CHECK(x.device().is_cpu(), "relu_dropout_forward: CPU tensors only");
-  TORCH_CHECK(threshold >= 0 && threshold <= 65536, "relu_dropout_forward: threshold out of range");
-  x = x.contiguous();
-  auto out = torch::empty_like(x);
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "relu_dropout_forward", [&] {
-    apply_relu_mask<scalar_t>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.numel(),
-                              static_cast<uint64_t>(key), static_cast<uint32_t>(threshold),
-                              static_cast<scalar_t>(scale));
-  });
-  return out;
+  return masked<true>(std::move(x), key, threshold, scale);
 }
 
 // The gradient of relu_dropout_forward from its output: where out > 0 the input was positive
@@ -111,20 +100,6 @@ torch::Tensor relu_dropout_backward(torch::Tensor grad, torch::Tensor out, doubl
     });
   });
   return result;
-}
-
-// x with each element zeroed with probability p (threshold / 65536) and the rest scaled.
-torch::Tensor dropout_apply(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
-  TORCH_CHECK(x.device().is_cpu(), "dropout_apply: CPU tensors only");
-  TORCH_CHECK(threshold >= 0 && threshold <= 65536, "dropout_apply: threshold out of range");
-  x = x.contiguous();
-  auto out = torch::empty_like(x);
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "dropout_apply", [&] {
-    apply_mask<scalar_t>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.numel(),
-                         static_cast<uint64_t>(key), static_cast<uint32_t>(threshold),
-                         static_cast<scalar_t>(scale));
-  });
-  return out;
 }
 
 TORCH_LIBRARY_FRAGMENT(gnnrun, m) {
