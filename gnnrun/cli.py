@@ -107,7 +107,9 @@ def _train(cfg: DictConfig) -> None:
     config = to_objects(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     dataset = prepare_dataset(config.dataset)
-    kind = ALGORITHMS.get(config.algorithm.name).partition_kind
+    algorithm = ALGORITHMS.get(config.algorithm.name)
+    algorithm.check_config(config)
+    kind = algorithm.partition_kind
     if kind is None:  # one process on the whole dataset
         with TrainingDisplay(config) as display:
             summary = train(config, run_dir, display)

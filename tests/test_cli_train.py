@@ -18,6 +18,25 @@ import pytest
 from gnnrun.cli import main
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm=cd0", "model=gat"], "supports model.name in ('sage', 'gcn'), not 'gat'"),
+        (["algorithm=cd0", "partitioner=metis"], "needs kind vertex_cut: choose partitioner=libra"),
+        (["algorithm=cdr", "algorithm.delay=-1"], "algorithm.delay must be >= 0"),
+    ],
+)
+def test_distgnn_refuses_what_it_cannot_run_before_any_rank_starts(
+    tmp_path, monkeypatch, capsys, overrides, message
+):
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "dataset=synthetic-tiny", *overrides, "train.epochs=1"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and message in err
+    assert "rank 0 failed" not in err  # refused in the launcher, not by a rank
+    assert not (tmp_path / "data" / "checkpoints").exists()
+
+
 def test_four_ranks_train_end_to_end(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     args = [

@@ -32,6 +32,10 @@ class Algorithm:
     def __init__(self, cfg, comm: Communicator, timer: PhaseTimer) -> None:
         self.cfg, self.comm, self.timer = cfg, comm, timer
 
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Refuse, before any rank starts, a config this algorithm cannot run (GnnrunError)."""
+
     def on_step(self, done: int, total: int) -> None:
         """Called after each training step (the trainer points it at rank 0's progress bar)."""
 

@@ -38,14 +38,18 @@ class DistGNN(Algorithm):
     # Epochs between sending and using remote partial aggregates; None: never (0c).
     delay: ClassVar[int | None] = 0
 
-    def __init__(self, cfg, comm, timer) -> None:
-        super().__init__(cfg, comm, timer)
+    @classmethod
+    def check_config(cls, cfg) -> None:
         if cfg.model.name not in SUPPORTED_MODELS:
             raise GnnrunError(
                 f"algorithm={cfg.algorithm.name} supports model.name in {SUPPORTED_MODELS}, not "
                 f"{cfg.model.name!r}: GAT's edge softmax is not completed across clones. "
                 "Use model=sage_gcn, model=sage or model=gcn"
             )
+
+    def __init__(self, cfg, comm, timer) -> None:
+        super().__init__(cfg, comm, timer)
+        self.check_config(cfg)
         dataset, book = open_own_part(cfg, comm, self.partition_kind)
         part = book.load_part(comm.rank)
         self.in_dim, self.num_classes, self.task = (

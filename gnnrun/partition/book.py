@@ -169,8 +169,8 @@ def open_partition(
         )
     if kind is not None and book.kind != kind:
         raise GnnrunError(
-            f"{path} is a {book.kind} partition ({manifest['method']}) but this algorithm needs a "
-            f"{kind} one: choose partitioner={'libra' if kind == 'vertex_cut' else 'metis'}"
+            f"{path} is a partition of kind {book.kind} ({manifest['method']}) but this algorithm "
+            f"needs kind {kind}: choose partitioner={'libra' if kind == 'vertex_cut' else 'metis'}"
         )
     return book
 
