@@ -30,7 +30,7 @@ def test_open_checks_dataset_world_size_and_kind(tiny, written):
         GnnrunError, match="made from dataset 'synthetic-tiny'.*partition this dataset again"
     ):
         open_partition(written.path, dataset_checksum="0" * 64)
-    with pytest.raises(GnnrunError, match="needs a vertex_cut one: choose partitioner=libra"):
+    with pytest.raises(GnnrunError, match="needs kind vertex_cut: choose partitioner=libra"):
         open_partition(written.path, kind="vertex_cut")
 
 
