@@ -261,6 +261,27 @@ class DelayedAggregatesConfig(AlgorithmConfig):
 
 
 @dataclass
+class HistoricalEmbeddingCacheConfig(AlgorithmConfig):
+    """hec (DistGNN-MB): halo embeddings come from a per-layer cache filled by pushes.
+
+    Defaults are the paper's settings for every experiment (section 5).
+    """
+
+    cache_size: int = 1_000_000  # cs: cache lines per layer (input features included)
+    lifespan: int = 2  # ls: a line older than this many minibatches is purged
+    push_limit: int = 2000  # nc: embeddings pushed per layer to each remote rank per minibatch
+    delay: int = 1  # d: a push started at minibatch k is stored remotely at minibatch k + d
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.mode == "minibatch", "algorithm.mode: hec trains on minibatches")
+        _check(self.cache_size >= 0, "algorithm.cache_size must be >= 0 (0: local-only training)")
+        _check(self.lifespan >= 0, "algorithm.lifespan must be >= 0")
+        _check(self.push_limit >= 0, "algorithm.push_limit must be >= 0")
+        _check(self.delay >= 0, "algorithm.delay must be >= 0")
+
+
+@dataclass
 class ClusterConfig:
     name: str = MISSING  # local | slurm
     nprocs: int = 2  # ranks on this node
@@ -329,7 +350,11 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "two_level": TwoLevelPartitionerConfig,
     },
     "model": {"base": ModelConfig},
-    "algorithm": {"base": AlgorithmConfig, "delayed": DelayedAggregatesConfig},
+    "algorithm": {
+        "base": AlgorithmConfig,
+        "delayed": DelayedAggregatesConfig,
+        "hec": HistoricalEmbeddingCacheConfig,
+    },
     "cluster": {"base": ClusterConfig},
 }
 
