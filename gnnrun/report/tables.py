@@ -1,11 +1,21 @@
-"""Rich tables of a dataset's statistics and a partition's per-part figures."""
+"""Rich tables: a dataset's statistics, a partition's per-part figures, a run's
+summary, and the runs of `gnnrun report`."""
 
 from __future__ import annotations
 
-from rich.table import Table
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gnnrun.data.dataset import GraphDataset
-from gnnrun.partition.book import PartitionBook
+from rich.table import Table
+from rich.text import Text
+
+from gnnrun.report.rows import PHASES, ReportRow, hit_layers
+from gnnrun.report.runs import RunSet, distinguishing_overrides
+
+if TYPE_CHECKING:  # only named in annotations: `gnnrun report` then runs without torch
+    from gnnrun.data.dataset import GraphDataset
+    from gnnrun.partition.book import PartitionBook
 
 _EDGE_CUT_COLUMNS = ("solid", "halo", "edges", "cut_edges", "train", "val", "test")
 _VERTEX_CUT_COLUMNS = ("vertices", "split_vertices", "roots", "edges", "train", "val", "test")
@@ -82,3 +92,166 @@ def summary_table(summary: dict) -> Table:
     if "split_fraction_rank0" in summary:
         table.add_row("split vertices (rank 0)", f"{summary['split_fraction_rank0']:.1%}")
     return table
+
+
+# ------------------------------------------------------------ gnnrun report
+
+# Display precision. The CSV carries the same figures at full precision.
+_PHASE_NAMES = {"mbc": "MBC", "fwd": "FWD", "bwd": "BWD", "comm": "COMM", "ared": "ARed"}
+_MISSING = "–"
+
+
+def seconds(value: float | None) -> str:
+    return _MISSING if value is None else f"{value:.3f}"
+
+
+def megabytes(value: float | None) -> str:
+    return _MISSING if value is None else f"{value / 1e6:,.2f}"
+
+
+def score(value: float | None) -> str:
+    return _MISSING if value is None else f"{value:.4f}"
+
+
+def ratio(value: float | None) -> str:
+    return _MISSING if value is None else f"{value:.2f}x"
+
+
+@dataclass
+class _Column:
+    header: str
+    cell: Callable[[ReportRow], str]
+    text: bool = False  # left-justified name rather than a figure
+    wraps: bool = False  # may break between words; figures never do
+
+
+def runs_tables(rows: list[ReportRow], sets: list[RunSet], width: int) -> list[Table]:
+    """One row per run: what sets it apart, epoch time and its split, bytes,
+    accuracies, HEC hit rates where there are some, and whether it finished.
+
+    Where the table is wider than `width` (an 80-column terminal), its columns
+    are split over several tables that each repeat which run a row is, rather
+    than letting rich cut figures short.
+    """
+    columns = _report_columns(rows, sets)
+    keys = [c for c in columns if c.header in ("run", "point")]
+    chunks: list[list[_Column]] = [list(keys)]
+    for column in columns[len(keys) :]:
+        if _min_width(chunks[-1] + [column], rows) > width and len(chunks[-1]) > len(keys):
+            chunks.append(list(keys))
+        chunks[-1].append(column)
+    tables = []
+    for index, chunk in enumerate(chunks):
+        table = Table(title=_title(rows, sets) if index == 0 else None)
+        for column in chunk:
+            table.add_column(
+                column.header, justify="left" if column.text else "right", no_wrap=not column.wraps
+            )
+        for row in rows:
+            style = None if row.status == "done" else "yellow"
+            # Text, not markup: an override such as `x=[a]` must print as written.
+            table.add_row(*(Text(column.cell(row)) for column in chunk), style=style)
+        tables.append(table)
+    return tables
+
+
+def _min_width(columns: list[_Column], rows: list[ReportRow]) -> int:
+    """Characters the table needs at least: figures and their headers whole, names
+    broken at spaces, one space of padding either side and one rule per column."""
+    total = 1
+    for column in columns:
+        cells = [column.cell(r) for r in rows]
+        if column.wraps:
+            words = [w for text in [column.header, *cells] for w in text.split()]
+        else:
+            words = [column.header, *cells]
+        total += max((len(w) for w in words), default=1) + 3
+    return total
+
+
+def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
+    comparing = len(sets) == 2
+    columns = []
+    if comparing:
+        columns.append(_Column("run", lambda r: r.run, text=True))
+    columns.append(_Column("point", lambda r: r.point, text=True))
+    if any(r.overrides for r in rows):
+        columns.append(_Column("overrides", lambda r: " ".join(r.overrides), True, True))
+    for name in ("dataset", "model"):
+        if len({getattr(r, name) for r in rows}) > 1:  # else the title says it
+            columns.append(_Column(name, lambda r, n=name: getattr(r, n), True, True))
+    columns += [
+        _Column("algorithm", lambda r: r.algorithm, text=True),
+        _Column("ranks", lambda r: _MISSING if r.ranks is None else str(r.ranks)),
+        _Column("epoch s", lambda r: seconds(r.epoch_s)),
+    ]
+    columns += [
+        _Column(
+            f"{_PHASE_NAMES[p]} s", lambda r, p=p: seconds(r.time.get(p)) if r.time else _MISSING
+        )
+        for p in PHASES
+    ]
+    columns += [
+        _Column("MB/epoch", lambda r: megabytes(r.bytes_per_epoch)),
+        _Column("best val acc", lambda r: score(r.best.get("val_acc"))),
+        _Column("final test acc", lambda r: score(r.final.get("test_acc"))),
+    ]
+    if any("val_auc" in r.best or "test_auc" in r.final for r in rows):  # binary tasks
+        columns += [
+            _Column("best val AUC", lambda r: score(r.best.get("val_auc"))),
+            _Column("final test AUC", lambda r: score(r.final.get("test_auc"))),
+        ]
+    layers = hit_layers(rows)
+    if layers:
+        header = "hit " + "/".join(f"L{i}" for i in range(layers))
+        columns.append(
+            _Column(header, lambda r: "/".join(f"{h:.3f}" for h in r.hit_rate) or _MISSING)
+        )
+    columns.append(_Column("status", lambda r: r.status, text=True, wraps=True))
+    if comparing:
+        second = sets[1].label
+        columns += [
+            _Column("B/A epoch", lambda r: ratio(r.epoch_ratio) if r.run == second else ""),
+            _Column("B/A MB", lambda r: ratio(r.bytes_ratio) if r.run == second else ""),
+        ]
+    return columns
+
+
+def _title(rows: list[ReportRow], sets: list[RunSet]) -> str:
+    def name(run_set: RunSet) -> str:
+        what = f"sweep of {len(run_set.runs)} points" if run_set.kind == "sweep" else "run"
+        tag = f"{run_set.label}: " if run_set.label else ""
+        return f"{tag}{what} {run_set.path}"
+
+    head = " vs ".join(name(s) for s in sets)
+    same = [
+        values.pop()
+        for values in ({r.dataset for r in rows}, {r.model for r in rows})
+        if len(values) == 1
+    ]
+    return f"{head} ({' / '.join(same)})" if same else head
+
+
+def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
+    """What the tables share and what their columns mean (printed below them, at
+    the console's width rather than squeezed under the last table)."""
+    lines = []
+    for run_set in sets:
+        _, common = distinguishing_overrides(run_set.runs)
+        if common:
+            tag = f"{run_set.label}: " if run_set.label else ""
+            lines.append(f"{tag}every point: {' '.join(common)}")
+    lines.append(
+        "times: median over epochs, s (rank 0); MB/epoch: bytes rank 0 sent per epoch (median), "
+        "1e6 bytes; best val: at the epoch of best validation accuracy; final test: last evaluation"
+    )
+    if len(sets) == 2:
+        lines.append(
+            "B/A: B's figure over A's, for the A point of the same algorithm, ranks, dataset, model"
+        )
+    if any(r.status != "done" for r in rows):
+        lines.append(
+            "unfinished: no summary.json yet (still running, or stopped); "
+            "partial: summary of fewer epochs than train.epochs"
+        )
+    return lines
