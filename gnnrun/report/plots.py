@@ -1,0 +1,343 @@
+"""PNG figures of a report: epoch-time breakdown and speedup against rank count
+(as in the DistGNN / DistGNN-MB papers' Figures 3 and 4), accuracy per epoch,
+and HEC's cache hit rate per layer.
+
+Figures are drawn on matplotlib's Agg canvas directly, never through pyplot:
+no display is needed and no global figure state is left behind.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from gnnrun.errors import GnnrunError
+from gnnrun.report.rows import PHASES
+from gnnrun.report.runs import RANK_KEYS, Run, RunSet, distinguishing_overrides, override_key
+
+_PHASE_COLOURS = {
+    "mbc": "#4c72b0",
+    "fwd": "#dd8452",
+    "bwd": "#55a868",
+    "comm": "#c44e52",
+    "ared": "#8172b3",
+    "other": "#cccccc",
+}
+_PHASE_LABELS = {
+    "mbc": "MBC (minibatch creation)",
+    "fwd": "FWD (forward)",
+    "bwd": "BWD (backward)",
+    "comm": "COMM (communication)",
+    "ared": "ARed (gradient all-reduce)",
+    "other": "other (optimizer, evaluation, ...)",
+}
+# Second run set of a comparison: hatched bars, dashed lines.
+_HATCHES = (None, "//")
+_LINESTYLES = ("-", "--")
+_DPI = 110
+
+
+@dataclass
+class PlotResult:
+    written: list[Path] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file name, why)
+
+
+def write_plots(sets: list[RunSet], out_dir: Path) -> PlotResult:
+    """Every figure that has data, as out_dir/<name>.png; the others are listed as skipped."""
+    figures: dict[str, tuple[Callable[[list[RunSet]], Figure | None], str]] = {
+        "epoch_time": (epoch_time_figure, "no finished run has an epoch-time split"),
+        "speedup": (speedup_figure, "no algorithm was run at two or more rank counts"),
+        "accuracy": (accuracy_figure, "no run has evaluated an epoch yet"),
+        "hit_rate": (hit_rate_figure, "no run records cache hit rates (algorithm=hec does)"),
+    }
+    result = PlotResult()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GnnrunError(f"cannot create the report directory {out_dir}: {exc.strerror}") from None
+    for name, (draw, why_not) in figures.items():
+        figure = draw(sets)
+        if figure is None:
+            result.skipped.append((f"{name}.png", why_not))
+            continue
+        path = out_dir / f"{name}.png"
+        FigureCanvasAgg(figure)
+        figure.savefig(path, dpi=_DPI)
+        result.written.append(path)
+    return result
+
+
+# ------------------------------------------------------------------ scaling
+
+
+@dataclass
+class _Scaling:
+    """One algorithm (with the same other overrides) at several rank counts, in one run set."""
+
+    name: str
+    set_index: int
+    by_ranks: dict[int, Run]
+
+
+def _scaling_series(sets: list[RunSet]) -> list[_Scaling]:
+    series: dict[tuple[str, int], _Scaling] = {}
+    for index, run_set in enumerate(sets):
+        own, _ = distinguishing_overrides(run_set.runs)
+        for run, overrides in zip(run_set.runs, own, strict=True):
+            if run.summary is None or run.summary.get("epoch_s_median") is None:
+                continue
+            if run_set.kind == "run":
+                overrides = []  # a lone run: every override would be "distinguishing"
+            rest = [o for o in overrides if override_key(o) not in (*RANK_KEYS, "algorithm")]
+            name = " ".join([run.algorithm, *rest])
+            entry = series.setdefault((name, index), _Scaling(name, index, {}))
+            entry.by_ranks.setdefault(run.summary["ranks"], run)
+    return list(series.values())
+
+
+def epoch_time_figure(sets: list[RunSet]) -> Figure | None:
+    """Stacked median epoch time (MBC, FWD, BWD, COMM, ARed, the rest) per rank count,
+    one panel per algorithm; a comparison's second run set is hatched beside the first."""
+    series = [
+        s
+        for s in _scaling_series(sets)
+        if any(r.summary["time_median"] for r in s.by_ranks.values())
+    ]
+    if not series:
+        return None
+    names = list(dict.fromkeys(s.name for s in series))
+    figure, axes = _panels(len(names), sharey=True)
+    width = 0.8 / len(sets)
+    for ax, name in zip(axes, names, strict=False):
+        mine = [s for s in series if s.name == name]
+        ranks = sorted({r for s in mine for r in s.by_ranks})
+        for s in mine:
+            for position, rank in enumerate(ranks):
+                run = s.by_ranks.get(rank)
+                if run is None:
+                    continue
+                x = position + (s.set_index - (len(sets) - 1) / 2) * width
+                bottom = 0.0
+                for phase, seconds in _phase_split(run.summary).items():
+                    ax.bar(
+                        x,
+                        seconds,
+                        width * 0.95,
+                        bottom=bottom,
+                        color=_PHASE_COLOURS[phase],
+                        hatch=_HATCHES[s.set_index],
+                        edgecolor="white" if s.set_index == 0 else "black",
+                        linewidth=0.5,
+                    )
+                    bottom += seconds
+        ax.set_xticks(range(len(ranks)), [str(r) for r in ranks])
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("ranks")
+        ax.grid(axis="y", alpha=0.3)
+    for ax in axes[:: _columns(len(names))]:
+        ax.set_ylabel("median epoch time (s)")
+    handles = [Patch(color=_PHASE_COLOURS[p], label=_PHASE_LABELS[p]) for p in _PHASE_COLOURS]
+    handles += _set_handles(sets, bars=True)
+    _legend(figure, handles)
+    figure.suptitle("Epoch time breakdown against rank count (rank 0, medians over epochs)")
+    return figure
+
+
+def _phase_split(summary: dict) -> dict[str, float]:
+    """The five phases' medians and what is left of the median epoch (clipped at 0:
+    a sum of medians is not the median of sums)."""
+    time = summary.get("time_median") or {}
+    split = {p: float(time.get(p, 0.0)) for p in PHASES}
+    split["other"] = max(float(summary["epoch_s_median"]) - sum(split.values()), 0.0)
+    return split
+
+
+def speedup_figure(sets: list[RunSet]) -> Figure | None:
+    """Epoch-time speedup over each algorithm's smallest rank count, with linear scaling."""
+    series = [s for s in _scaling_series(sets) if len(s.by_ranks) >= 2]
+    if not series:
+        return None
+    figure = Figure(figsize=(7.5, 4.8), layout="constrained")
+    ax = figure.add_subplot()
+    colours = _colours(len({s.name for s in series}))
+    colour_of = {name: colours[i] for i, name in enumerate(dict.fromkeys(s.name for s in series))}
+    all_ranks = set()
+    for s in series:
+        ranks = sorted(s.by_ranks)
+        base = s.by_ranks[ranks[0]].summary["epoch_s_median"]
+        speedup = [base / s.by_ranks[r].summary["epoch_s_median"] for r in ranks]
+        label = s.name + (f" ({sets[s.set_index].label})" if len(sets) > 1 else "")
+        label += f", over {ranks[0]} rank{'s' if ranks[0] > 1 else ''}"
+        ax.plot(
+            ranks,
+            speedup,
+            marker="o",
+            linestyle=_LINESTYLES[s.set_index],
+            color=colour_of[s.name],
+            label=label,
+        )
+        all_ranks.update(ranks)
+    smallest = min(all_ranks)
+    ticks = sorted(all_ranks)
+    ax.plot(ticks, [r / smallest for r in ticks], color="grey", linestyle=":", label="linear")
+    ax.set_xticks(ticks)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("speedup (epoch time at smallest rank count / epoch time)")
+    ax.set_title("Speedup against rank count (median epoch time, rank 0)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return figure
+
+
+# ------------------------------------------------------------ per epoch
+
+
+def _labelled_runs(sets: list[RunSet]) -> list[tuple[int, int, Run, str]]:
+    """(set index, colour index, run, legend label) for every run of every set."""
+    labelled = []
+    for index, run_set in enumerate(sets):
+        own, _ = distinguishing_overrides(run_set.runs)
+        for position, (run, overrides) in enumerate(zip(run_set.runs, own, strict=True)):
+            if run_set.kind == "sweep":
+                text = f"{run.point}: {' '.join(overrides) or run.algorithm}"
+            else:
+                ranks = f", {run.ranks} rank{'s' if (run.ranks or 0) > 1 else ''}"
+                text = f"{run.algorithm}{ranks if run.ranks else ''}"
+            if len(text) > 48:
+                text = text[:47] + "…"
+            tag = f"{run_set.label}  " if run_set.label else ""
+            labelled.append((index, position, run, tag + text))
+    return labelled
+
+
+def accuracy_figure(sets: list[RunSet]) -> Figure | None:
+    """Validation and test accuracy against epoch, one line per run (rank 0's records)."""
+    curves = [
+        (index, position, label, [r for r in run.history if "val_acc" in r])
+        for index, position, run, label in _labelled_runs(sets)
+    ]
+    curves = [c for c in curves if c[3]]
+    if not curves:
+        return None
+    figure = Figure(figsize=(11, 4.5), layout="constrained")
+    axes = figure.subplots(1, 2, sharey=True)
+    colours = _colours(max(c[1] for c in curves) + 1)
+    for ax, split, title in zip(axes, ("val", "test"), ("validation", "test"), strict=True):
+        for index, position, label, records in curves:
+            points = [(r["epoch"] + 1, r[f"{split}_acc"]) for r in records if f"{split}_acc" in r]
+            if not points:
+                continue
+            ax.plot(
+                *zip(*points, strict=True),
+                marker="." if len(points) < 30 else None,
+                linestyle=_LINESTYLES[index],
+                color=colours[position],
+                label=label,
+            )
+        ax.set_title(f"{title} accuracy")
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0].set_ylabel("accuracy (fraction correct)")
+    handles = axes[0].get_legend_handles_labels()[0] + _set_handles(sets, bars=False)
+    _legend(figure, handles)
+    figure.suptitle("Accuracy against epoch (rank 0's metrics)")
+    return figure
+
+
+def hit_rate_figure(sets: list[RunSet]) -> Figure | None:
+    """HEC's cache hit rate against epoch, one panel per layer (L0: the input layer).
+    A run with a hit rate in summary.json only is one marker at its last epoch."""
+    curves = []
+    for index, position, run, label in _labelled_runs(sets):
+        records = [r for r in run.history if r.get("hit_rate")]
+        per_epoch = [(r["epoch"] + 1, list(r["hit_rate"])) for r in records]
+        if not per_epoch and run.summary and run.summary.get("hit_rate"):
+            per_epoch = [(run.summary.get("epochs") or 1, list(run.summary["hit_rate"]))]
+        if per_epoch:
+            curves.append((index, position, label, per_epoch))
+    if not curves:
+        return None
+    layers = max(len(rates) for *_, per_epoch in curves for _, rates in per_epoch)
+    figure, axes = _panels(layers, sharey=True)
+    colours = _colours(max(c[1] for c in curves) + 1)
+    for layer, ax in enumerate(axes):
+        for index, position, label, per_epoch in curves:
+            points = [(e, rates[layer]) for e, rates in per_epoch if layer < len(rates)]
+            if not points:
+                continue
+            ax.plot(
+                *zip(*points, strict=True),
+                marker="o" if len(points) == 1 else ("." if len(points) < 30 else None),
+                linestyle=_LINESTYLES[index],
+                color=colours[position],
+                label=label,
+            )
+        ax.set_title(f"layer L{layer}" + (" (input)" if layer == 0 else ""), fontsize=10)
+        ax.set_xlabel("epoch")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    for ax in axes[:: _columns(layers)]:
+        ax.set_ylabel("hit rate (fraction of lookups)")
+    handles = axes[0].get_legend_handles_labels()[0] + _set_handles(sets, bars=False)
+    _legend(figure, handles)
+    figure.suptitle("HEC cache hit rate per layer (rank 0)")
+    return figure
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _legend(figure: Figure, handles: list) -> None:
+    """Below the panels, across the figure's width: long labels (paths, overrides)
+    then never crowd the title or squeeze the panels."""
+    figure.legend(
+        handles=handles, loc="outside lower center", ncols=min(len(handles), 3), fontsize=8
+    )
+
+
+def _columns(panels: int) -> int:
+    return min(panels, 3)
+
+
+def _panels(count: int, sharey: bool) -> tuple[Figure, list]:
+    columns = _columns(count)
+    rows = math.ceil(count / columns)
+    figure = Figure(figsize=(3.6 * columns + 3.2, 3.4 * rows + 0.8), layout="constrained")
+    axes = figure.subplots(rows, columns, sharey=sharey, squeeze=False).ravel().tolist()
+    for ax in axes[count:]:
+        ax.set_visible(False)
+    return figure, axes[:count]
+
+
+def _colours(count: int) -> list:
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return list(colormaps["tab10"].colors[:count])
+    return [colormaps["viridis"](i / max(count - 1, 1)) for i in range(count)]
+
+
+def _set_handles(sets: list[RunSet], bars: bool) -> list:
+    """Legend entries telling a comparison's two run sets apart."""
+    if len(sets) < 2:
+        return []
+    handles = []
+    for index, run_set in enumerate(sets):
+        label = f"{run_set.label}: {run_set.path}"
+        if bars:
+            handles.append(
+                Patch(facecolor="white", edgecolor="black", hatch=_HATCHES[index], label=label)
+            )
+        else:
+            handles.append(Line2D([], [], color="black", linestyle=_LINESTYLES[index], label=label))
+    return handles
