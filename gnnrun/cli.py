@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gnnrun.errors import GnnrunError
 from gnnrun.progress import console, out
+from gnnrun.report.command import cmd_report
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 GROUPS = ("dataset", "partitioner", "model", "algorithm", "cluster")
@@ -127,25 +128,11 @@ def _train(cfg: DictConfig) -> None:
     out.print(f"run directory: {run_dir}")
 
 
-def _not_yet(command: str, issue: str) -> Callable[[list[str]], int]:
-    def run(args: list[str]) -> int:
-        console.print(
-            f"`gnnrun {command}` is not yet available: it arrives with {issue}. "
-            "Today gnnrun prepares datasets (`gnnrun data`) and partitions them (`gnnrun partition`)."
-        )
-        return 2
-
-    return run
-
-
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "train": (cmd_train, "train a model on cluster.nprocs ranks (partitions first when needed)"),
     "partition": (cmd_partition, "partition a dataset and write the parts atomically"),
     "data": (cmd_data, "`info`: a dataset's statistics; `prepare`: write its prepared format"),
-    "report": (
-        _not_yet("report", "the report work"),
-        "tables and plots of runs (not yet available)",
-    ),
+    "report": (cmd_report, "table, CSV and PNG plots of a run or sweep directory; --compare"),
     "env": (cmd_env, "torch, threads, CPU topology, working backends, native kernels"),
 }
 

@@ -1,0 +1,73 @@
+"""`gnnrun report RUN_DIR [--compare OTHER] [--csv FILE] [--out DIR]`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gnnrun.progress import out
+
+DESCRIPTION = """\
+Tables and plots of training runs. RUN_DIR is a run directory of `gnnrun train`
+(outputs/train/<date>/<time>) or a sweep directory of `gnnrun train -m`
+(outputs/multirun/<date>/<time>, one row per point). Prints one table row per
+run, writes report.csv and the PNG plots into --out."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gnnrun report", description=DESCRIPTION)
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run or sweep directory")
+    p.add_argument(
+        "--compare",
+        type=Path,
+        metavar="OTHER_RUN_DIR",
+        help="a second run or sweep directory: one table (A, B) with B/A ratios, overlaid plots",
+    )
+    p.add_argument(
+        "--csv", type=Path, metavar="FILE", help="also write the table as CSV (full precision) here"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="where report.csv and the PNGs go (default RUN_DIR/report, "
+        "RUN_DIR/report/compare-<name of OTHER_RUN_DIR> with --compare)",
+    )
+    return p
+
+
+def cmd_report(args: list[str]) -> int:
+    from gnnrun.report.export import write_csv
+    from gnnrun.report.plots import write_plots
+    from gnnrun.report.rows import report_rows
+    from gnnrun.report.runs import load_run_set
+    from gnnrun.report.tables import report_notes, runs_tables
+
+    try:
+        options = parser().parse_args(args)
+    except SystemExit as exc:  # --help, or a usage error argparse has printed
+        return exc.code if isinstance(exc.code, int) else 2
+    if options.compare is None:
+        sets = [load_run_set(options.run_dir)]
+        out_dir = options.out or options.run_dir / "report"
+    else:
+        sets = [load_run_set(options.run_dir, "A"), load_run_set(options.compare, "B")]
+        name = options.compare.resolve().name
+        out_dir = options.out or options.run_dir / "report" / f"compare-{name}"
+    rows = report_rows(sets)
+    for table in runs_tables(rows, sets, out.width):
+        out.print(table)
+    for line in report_notes(rows, sets):
+        out.print(line, markup=False, highlight=False, style="dim")
+    write_csv(rows, out_dir / "report.csv")
+    if options.csv is not None:
+        write_csv(rows, options.csv)
+    plots = write_plots(sets, out_dir)
+    # Paths are printed without markup: a [ in a directory name is not a style.
+    csv_files = [out_dir / "report.csv", *([options.csv] if options.csv else [])]
+    out.print(f"table as CSV: {', '.join(map(str, csv_files))}", markup=False)
+    for path in plots.written:
+        out.print(f"plot: {path}", markup=False)
+    for name, why in plots.skipped:
+        out.print(f"not drawn: {name} ({why})", markup=False, style="dim")
+    return 0
