@@ -73,7 +73,7 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
 
 
 def _register_algorithms() -> None:
-    from gnnrun.algorithms import distgnn, minibatch, single  # noqa: F401
+    from gnnrun.algorithms import distgnn, hec, minibatch, single  # noqa: F401
 
 
 _register_algorithms()

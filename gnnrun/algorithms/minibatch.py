@@ -36,6 +36,14 @@ class SampledTraining(Algorithm):
     def labels_of(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def training_source(self) -> GraphSource:
+        """Where training minibatches come from (evaluation always uses `source`)."""
+        return self.source
+
+    def forward(self, model, blocks, x, epoch: int, step: int, steps: int) -> torch.Tensor:
+        """The model on one training minibatch; runs on every rank at every step."""
+        return model(blocks, x)
+
     def _steps(self, count: int) -> int:
         # Every rank runs the same number of steps: the collectives inside
         # sampling and the gradient all-reduce must pair up.
@@ -57,14 +65,16 @@ class SampledTraining(Algorithm):
             seeds = order[step * batch : (step + 1) * batch]
             key = step_key(cfg.train.seed, epoch, step)
             with timer.phase("mbc"):
-                blocks, x = make_minibatch(self.source, seeds, cfg.model.fanouts, key)
+                blocks, x = make_minibatch(self.training_source(), seeds, cfg.model.fanouts, key)
                 y = self.labels_of(seeds)
             optimizer.zero_grad(set_to_none=False)
             # A rank without training vertices still joins every collective,
             # contributing zero gradients.
+            with timer.phase("fwd"):
+                logits = self.forward(model, blocks, x, epoch, step, steps)
             if seeds.numel():
                 with timer.phase("fwd"):
-                    loss = torch.nn.functional.cross_entropy(model(blocks, x), y)
+                    loss = torch.nn.functional.cross_entropy(logits, y)
                 with timer.phase("bwd"):
                     loss.backward()
                 losses.append(float(loss.detach()))
@@ -111,7 +121,7 @@ class DistributedMinibatch(SampledTraining):
         super().__init__(cfg, comm, timer)
         dataset, book = open_own_part(cfg, comm, self.partition_kind)
         self.source = PartitionGraphSource(book, comm)
-        part = book.load_part(comm.rank)
+        self.part = part = book.load_part(comm.rank)
         nodes = self.source.nodes
 
         def owned(split: str) -> torch.Tensor:

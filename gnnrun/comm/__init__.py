@@ -8,6 +8,7 @@ exchanged first (see NOTES.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -28,6 +29,21 @@ class ByteCounter:
         return sent
 
 
+@dataclass
+class PendingExchange:
+    """An all-to-all-v in flight; `wait()` returns the tensors received, one per rank."""
+
+    received: list[torch.Tensor]
+    work: Any = None
+    sending: torch.Tensor | None = None  # kept alive until the exchange completes
+
+    def wait(self) -> list[torch.Tensor]:
+        if self.work is not None:
+            self.work.wait()
+            self.work = self.sending = None
+        return self.received
+
+
 class Communicator:
     """This rank's view of the process group (a 1-rank stand-in when not distributed)."""
 
@@ -43,8 +59,13 @@ class Communicator:
         All tensors share dtype and trailing shape; only the first dimension
         varies. The tensor a rank sends to itself is passed through.
         """
+        return self.exchange_start(outgoing, purpose).wait()
+
+    def exchange_start(self, outgoing: list[torch.Tensor], purpose: str) -> PendingExchange:
+        """`exchange`, returning at once: the sizes go synchronously (a few bytes per
+        rank), the payload asynchronously; `wait()` on the result gives what arrived."""
         if not self.distributed:
-            return [outgoing[0]]
+            return PendingExchange([outgoing[0]])
         trailing = outgoing[0].shape[1:]
         counts = torch.tensor([t.shape[0] for t in outgoing], dtype=torch.int64)
         incoming_counts = torch.empty_like(counts)
@@ -52,12 +73,12 @@ class Communicator:
         row = int(torch.tensor(trailing).prod()) if len(trailing) else 1
         send = torch.cat([t.reshape(-1) for t in outgoing])
         recv = torch.empty(int(incoming_counts.sum()) * row, dtype=send.dtype)
-        dist.all_to_all_single(
-            recv, send, (incoming_counts * row).tolist(), (counts * row).tolist()
-        )
+        incoming = (incoming_counts * row).tolist()
+        work = dist.all_to_all_single(recv, send, incoming, (counts * row).tolist(), async_op=True)
         remote = int(counts.sum() - counts[self.rank]) * row * send.element_size()
         self.bytes.add(purpose, remote + counts.numel() * 8)
-        return [part.view(-1, *trailing) for part in recv.split((incoming_counts * row).tolist())]
+        parts = [part.view(-1, *trailing) for part in recv.split(incoming)]
+        return PendingExchange(parts, work, send)
 
     def all_reduce_mean(self, tensors: list[torch.Tensor], purpose: str = "allreduce") -> None:
         """Average tensors across ranks in place, as one flat bucket."""

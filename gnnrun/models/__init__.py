@@ -18,6 +18,7 @@ from gnnrun.registry import Registry
 
 # A layer builder: (in_dim, out_dim, cfg, is_last) -> module with forward(block, x_src) -> x_dst
 LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry("model")
+LayerInput = Callable[[int, Block, torch.Tensor], tuple[Block, torch.Tensor]]
 ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch.nn.functional.gelu}
 
 
@@ -50,13 +51,20 @@ class GNN(torch.nn.Module):
         self.input_dropout = Dropout(cfg.input_dropout)
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, blocks: list[Block], x: torch.Tensor, layer_input: LayerInput | None = None
+    ) -> torch.Tensor:
+        """`layer_input(i, block, h)`, when given, sees what layer i is about to consume
+        (after dropout) and may replace it: the block and the source rows (DistGNN-MB's
+        halo embeddings come in this way)."""
         if len(blocks) != len(self.layers):
             raise ValueError(
                 f"{len(self.layers)} layers need {len(self.layers)} blocks, got {len(blocks)}"
             )
         h = self.input_dropout(x)
         for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
+            if layer_input is not None:
+                block, h = layer_input(i, block, h)
             h = layer(block, h)
             if i < len(self.layers) - 1:
                 h = self._activate_and_drop(h)

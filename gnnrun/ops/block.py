@@ -72,6 +72,17 @@ class Block:
         """The destination of every edge, in CSR order."""
         return torch.repeat_interleave(torch.arange(self.num_dst), self.in_degrees())
 
+    def without_sources(self, dropped: torch.Tensor) -> Block:
+        """This block minus the edges whose source is marked in `dropped` (bool [num_src]).
+
+        The vertices stay (ids and rows keep their positions); only their edges go,
+        so degree normalisations see the smaller neighbourhoods.
+        """
+        keep = ~dropped[self.indices]
+        kept_before = torch.zeros(self.num_edges + 1, dtype=torch.int64)
+        torch.cumsum(keep, 0, out=kept_before[1:])
+        return Block(kept_before[self.indptr], self.indices[keep], self.num_src, self.src_ids)
+
     @classmethod
     def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, num_src: int | None = None) -> Block:
         """A full-graph block over a CSR (destinations = all rows)."""

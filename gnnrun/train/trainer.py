@@ -72,12 +72,15 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
             "rank": comm.rank,
             "epoch_s": epoch_seconds,
             **stats,
+            # Training traffic only: evaluation's goes to eval_bytes, so that
+            # algorithms compare by what training costs them.
+            "bytes": comm.bytes.reset(),
         }
         if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
             with timer.phase("eval"):
                 record.update(evaluate_outputs(algorithm.evaluate(model), algorithm.task, comm))
+            record["eval_bytes"] = comm.bytes.reset()
         record["time"] = timer.reset()
-        record["bytes"] = comm.bytes.reset()
         record["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         with open(metrics_file, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -163,4 +166,6 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
             if history and "split_fraction" in history[-1]
             else {}
         ),
+        # hec: the cache hit rate per layer (input layer first) over all ranks, last epoch.
+        **({"hit_rate": history[-1]["hit_rate"]} if history and "hit_rate" in history[-1] else {}),
     }

@@ -150,3 +150,57 @@ def drpa_on_hand_built_tree(rank: int, world: int, delay: int | None, bins: int,
 def distgnn_trajectories(rank: int, world: int, cfgs: list, epochs: int) -> list[dict]:
     """distgnn_trajectory for several configs in one launch (same ranks and partition)."""
     return [distgnn_trajectory(rank, world, cfg, epochs) for cfg in cfgs]
+
+
+def hec_trace(rank: int, world: int, cfg, epochs: int) -> dict:
+    """Train `hec` with dropout off; every push, load and miss of this rank, and per-epoch stats."""
+    from gnnrun.algorithms.hec import HistoricalEmbeddingCacheTraining
+
+    comm = Communicator()
+    algorithm = HistoricalEmbeddingCacheTraining(cfg, comm, PhaseTimer())
+    algorithm.trace = []
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
+    epochs_out = []
+    for epoch in range(epochs):
+        comm.bytes.reset()
+        stats = algorithm.train_epoch(model, optimizer, epoch)
+        epochs_out.append({**stats, "bytes": comm.bytes.reset()})
+    return {"trace": algorithm.trace, "epochs": epochs_out}
+
+
+def hec_local_only_logits(rank: int, world: int, cfg) -> dict:
+    """With cache size 0, `hec`'s forward equals the model on its local minibatch with
+    every edge from a halo vertex removed (removed here, independently of the algorithm)."""
+    from gnnrun.algorithms.hec import HistoricalEmbeddingCacheTraining
+    from gnnrun.ops.block import Block
+
+    comm = Communicator()
+    algorithm = HistoricalEmbeddingCacheTraining(cfg, comm, PhaseTimer())
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes).eval()
+    seeds = algorithm.train_ids[:64]
+    blocks, x = make_minibatch(algorithm.training_source(), seeds, cfg.model.fanouts, 777)
+    owner = algorithm.source.owner
+    local_blocks, halo_edges = [], 0
+    for block in blocks:
+        rows = [[] for _ in range(block.num_dst)]
+        for dst in range(block.num_dst):
+            for e in range(int(block.indptr[dst]), int(block.indptr[dst + 1])):
+                src = int(block.indices[e])
+                if int(owner[block.src_ids[src]]) == rank:
+                    rows[dst].append(src)
+                else:
+                    halo_edges += 1
+        indptr = torch.tensor([0] + np.cumsum([len(r) for r in rows]).tolist(), dtype=torch.int64)
+        indices = torch.tensor([i for r in rows for i in r], dtype=torch.int64)
+        local_blocks.append(Block(indptr, indices, block.num_src, block.src_ids))
+    with torch.no_grad():
+        expected = model(local_blocks, x)
+        got = algorithm.forward(model, blocks, x, epoch=0, step=0, steps=1)
+    return {
+        "max_error": float((got - expected).abs().max()),
+        "halo_edges": halo_edges,
+        "sent": comm.bytes.sent.get("hec_push", 0),
+    }

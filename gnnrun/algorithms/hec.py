@@ -1,0 +1,252 @@
+"""DistGNN-MB (`algorithm=hec`): local sampling, Historical Embedding Caches, Asynchronous Embedding Push.
+
+Each rank samples its minibatches on its own METIS part alone: halo vertices
+(owned by other ranks) are not expanded and their features are not fetched.
+At every layer l, what a halo vertex contributes is its embedding from this
+rank's cache for layer l (layer 0 caches input features); a halo vertex that
+misses is dropped from the minibatch (its edges go). The owners fill the
+caches: at every layer of every minibatch each rank pushes what its minibatch
+computed for its solid vertices that are halo vertices on other ranks
+(`db_halo`, Algorithm 1), at most `push_limit` per remote rank, drawn at
+random weighted by degree (Algorithm 2). What a layer consumes is pushed and
+loaded after dropout, as the layer sees it.
+
+The delay, defined once: an embedding computed at minibatch k is usable in the
+remote caches from minibatch k + max(delay, 1). With delay d >= 1 the push is
+an asynchronous all-to-all-v started at k and completed at k + d, just before
+that minibatch searches the same layer's cache, so d minibatches of compute
+overlap it (the paper's d). With delay 0 the exchange completes at once (no
+overlap), for the next minibatch. So a rank loading at minibatch j gets the
+latest embedding pushed at j - max(d, 1) or before. Minibatches are numbered
+on across epochs; as in Algorithm 2 the last d minibatches of an epoch start
+no push, so no exchange is in flight between epochs and a checkpoint holds the
+caches alone.
+
+Evaluation uses the exact distributed sampler of `minibatch` (owners sample
+their vertices and send their features), so accuracies measure the trained
+model the same way for both algorithms.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnrun.algorithms import ALGORITHMS
+from gnnrun.algorithms.minibatch import DistributedMinibatch, step_key
+from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource
+from gnnrun.comm import PendingExchange
+from gnnrun.ops.block import Block
+from gnnrun.ops.hec import HistoricalEmbeddingCache
+from gnnrun.ops.rows import take_rows
+from gnnrun.ops.sampling import sample_neighbors
+
+
+class LocalPartSource(GraphSource):
+    """Minibatches from this rank's part alone: halo vertices have no neighbours
+    (their rows are empty) and no features (zero rows, which the layer-0 cache fills).
+
+    Solid vertices are sampled exactly as the exact sampler samples them (same
+    CSR rows, randomness keyed by global id): only halo subtrees are missing.
+    """
+
+    def __init__(self, exact: PartitionGraphSource, rank: int) -> None:
+        self.exact, self.rank = exact, rank
+
+    def sample(self, nodes, fanout, key, hop):
+        exact = self.exact
+        offsets, neighbours = sample_neighbors(exact.indptr, exact.indices, nodes, fanout, key, hop)
+        return offsets, exact.nodes[neighbours]
+
+    def features(self, nodes):
+        exact = self.exact
+        out = torch.zeros(nodes.numel(), exact.feat.shape[1])
+        solid = exact.owner[nodes] == self.rank
+        out[solid] = torch.from_numpy(take_rows(exact.feat, exact.local[nodes[solid]].numpy()))
+        return out
+
+
+@dataclass
+class Push:
+    """One layer's embeddings on their way to the other ranks' caches."""
+
+    started: int  # the minibatch that computed them
+    ids: PendingExchange
+    rows: PendingExchange
+
+
+@ALGORITHMS.register("hec")
+class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
+    def __init__(self, cfg, comm, timer) -> None:
+        super().__init__(cfg, comm, timer)
+        algo = cfg.algorithm
+        self.cache_size, self.lifespan = algo.cache_size, algo.lifespan
+        self.push_limit, self.delay = algo.push_limit, algo.delay
+        self.local_source = LocalPartSource(self.source, comm.rank)
+        part = self.part
+        nodes = torch.from_numpy(np.array(part["nodes"], dtype=np.int64))
+        self.halos = nodes[part.num_solid :]
+        self.degree = torch.from_numpy(np.diff(np.asarray(part["indptr"], dtype=np.int64)))
+        self.halo_on = self._build_db_halo(part.num_solid)
+        layers = cfg.model.layers
+        self.caches: list[HistoricalEmbeddingCache | None] = [None] * layers
+        self.in_flight: list[deque[Push]] = [deque() for _ in range(layers)]
+        self.hits, self.lookups = [0] * layers, [0] * layers
+        # Tests set a list here to see every push, load and miss:
+        # (kind, minibatch, layer, peer rank, ids, rows); the peer of a push is its target.
+        self.trace: list[tuple[str, int, int, int, torch.Tensor, torch.Tensor]] | None = None
+
+    def _build_db_halo(self, num_solid: int) -> list[torch.Tensor | None]:
+        """Algorithm 1's db_halo: for each other rank, which of my solid vertices are
+        halo vertices there (a mask over my solid vertices' local ids)."""
+        halo_owner = torch.from_numpy(np.array(self.part["halo_owner"], dtype=np.int64))
+        mine_there = self.comm.exchange(
+            [self.halos[halo_owner == q] for q in range(self.comm.world_size)], "db_halo"
+        )
+        masks: list[torch.Tensor | None] = []
+        for q, ids in enumerate(mine_there):
+            if q == self.comm.rank:
+                masks.append(None)
+                continue
+            mask = torch.zeros(num_solid, dtype=torch.bool)
+            mask[self.source.local[ids]] = True
+            masks.append(mask)
+        return masks
+
+    # ------------------------------------------------------------------ training
+
+    def training_source(self) -> GraphSource:
+        return self.local_source
+
+    def train_epoch(self, model, optimizer, epoch):
+        layers = len(self.caches)
+        self.hits, self.lookups = [0] * layers, [0] * layers
+        stats = super().train_epoch(model, optimizer, epoch)
+        counts = torch.tensor([self.hits, self.lookups], dtype=torch.float64)
+        self.comm.all_reduce_sum(counts)
+        stats["hit_rate"] = [
+            float(h / n) if n else None for h, n in zip(counts[0], counts[1], strict=True)
+        ]
+        return stats
+
+    def forward(self, model, blocks, x, epoch, step, steps):
+        now = epoch * steps + step
+        push = (
+            self.cache_size > 0
+            and self.push_limit > 0
+            and (self.delay == 0 or step < steps - self.delay)
+        )
+
+        def layer_input(layer: int, block: Block, h: torch.Tensor) -> tuple[Block, torch.Tensor]:
+            return self._layer_input(layer, block, h, now, push)
+
+        return model(blocks, x, layer_input=layer_input)
+
+    def _layer_input(
+        self, layer: int, block: Block, h: torch.Tensor, now: int, push: bool
+    ) -> tuple[Block, torch.Tensor]:
+        cache = self.caches[layer]
+        if cache is None:
+            cache = self.caches[layer] = HistoricalEmbeddingCache(
+                self.halos, self.cache_size, h.shape[1]
+            )
+        arrived = self._arrivals(layer, now)
+        with self.timer.phase("hec"):
+            for stamp, ids, rows in arrived:
+                cache.store(ids, rows, stamp)
+            halo = self.source.owner[block.src_ids] != self.comm.rank
+            positions = halo.nonzero().squeeze(1)
+            tags = block.src_ids[positions]
+            lines = cache.search(tags, now, self.lifespan)
+            hit = lines >= 0
+            self.hits[layer] += int(hit.sum())
+            self.lookups[layer] += int(positions.numel())
+            if bool(hit.any()):
+                loaded = cache.load(lines[hit])
+                h = h.index_put((positions[hit],), loaded)
+                self._record("load", now, layer, self.comm.rank, tags[hit], loaded)
+            if not bool(hit.all()):
+                self._record("miss", now, layer, self.comm.rank, tags[~hit], h[:0])
+                missed = torch.zeros(block.num_src, dtype=torch.bool)
+                missed[positions[~hit]] = True
+                block = block.without_sources(missed)
+            outgoing = self._select_pushes(layer, block.src_ids, halo, h, now) if push else None
+        if outgoing is not None:
+            ids, rows = outgoing
+            pending = Push(
+                now,
+                self.comm.exchange_start(ids, "hec_push"),
+                self.comm.exchange_start(rows, "hec_push"),
+            )
+            if self.delay == 0:
+                for stamp, ids, rows in self._complete([pending], now + 1):
+                    with self.timer.phase("hec"):
+                        cache.store(ids, rows, stamp)
+            else:
+                self.in_flight[layer].append(pending)
+        return block, h
+
+    def _arrivals(self, layer: int, now: int) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+        """The pushes of this layer due at minibatch `now` (started `delay` minibatches ago)."""
+        due = []
+        queue = self.in_flight[layer]
+        while queue and queue[0].started + self.delay <= now:
+            due.append(queue.popleft())
+        return self._complete(due, now)
+
+    def _complete(
+        self, pushes: list[Push], stamp: int
+    ) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+        out = []
+        with self.timer.phase("hec_wait"):
+            for push in pushes:
+                ids, rows = torch.cat(push.ids.wait()), torch.cat(push.rows.wait())
+                out.append((stamp, ids, rows))
+        return out
+
+    def _select_pushes(
+        self, layer: int, src_ids: torch.Tensor, halo: torch.Tensor, h: torch.Tensor, now: int
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per rank: my solid vertices of this layer that are halo vertices there, at most
+        push_limit of them, drawn without replacement with probability by degree."""
+        world, rank = self.comm.world_size, self.comm.rank
+        solid = (~halo).nonzero().squeeze(1)
+        local = self.source.local[src_ids[solid]]
+        ids, rows = [], []
+        for q in range(world):
+            chosen = solid[:0] if q == rank else solid[self.halo_on[q][local]]
+            if chosen.numel() > self.push_limit:
+                weights = self.degree[self.source.local[src_ids[chosen]]].clamp(min=1).double()
+                key = step_key(self.cfg.train.seed, now, layer * world + q)
+                generator = torch.Generator().manual_seed(key)
+                pick = torch.multinomial(
+                    weights, self.push_limit, replacement=False, generator=generator
+                )
+                chosen = chosen[torch.sort(pick).values]
+            ids.append(src_ids[chosen])
+            rows.append(h[chosen].detach())
+            self._record("push", now, layer, q, ids[-1], rows[-1])
+        return ids, rows
+
+    def _record(
+        self, kind: str, now: int, layer: int, peer: int, ids: torch.Tensor, rows: torch.Tensor
+    ) -> None:
+        if self.trace is not None:
+            self.trace.append((kind, now, layer, peer, ids.clone(), rows.detach().clone()))
+
+    # --------------------------------------------------------------- checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"caches": [None if c is None else c.state_dict() for c in self.caches]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for layer, saved in enumerate(state["caches"]):
+            if saved is None:
+                continue
+            cache = HistoricalEmbeddingCache(self.halos, self.cache_size, saved["data"].shape[1])
+            cache.load_state_dict(saved)
+            self.caches[layer] = cache
