@@ -89,16 +89,65 @@ def _partition(cfg: DictConfig) -> None:
 
 
 def cmd_train(args: list[str]) -> int:
+    from gnnrun.launch.slurm_launcher import install
+
+    install()  # cluster=slurm's launcher
+    if "--resume-sweep" in args:
+        args = _resume_sweep_args(args)
+    elif not any(a in ("-m", "--multirun") for a in args) and _asks_for_slurm(args):
+        args = _slurm_run_args(args)
     return run_hydra(_train, "train", args, keep_run_dir=True)
+
+
+def _resume_sweep_args(args: list[str]) -> list[str]:
+    """`--resume-sweep DIR [more overrides]`: the command that made DIR, pointed at DIR again."""
+    from gnnrun.launch.sweep import resume_arguments
+
+    at = args.index("--resume-sweep")
+    if at + 1 >= len(args) or args[at + 1].startswith("-") or "=" in args[at + 1]:
+        raise GnnrunError("usage: gnnrun train --resume-sweep SWEEP_DIR [overrides]")
+    rest = [a for a in args[:at] + args[at + 2 :] if a not in ("-m", "--multirun")]
+    resumed = resume_arguments(Path(args[at + 1]))
+    console.print(
+        f"resuming the sweep in {args[at + 1]}: gnnrun train {' '.join(resumed + rest)}",
+        soft_wrap=True,
+    )
+    return resumed + rest
+
+
+def _asks_for_slurm(args: list[str]) -> bool:
+    return any(a.replace(" ", "") == "cluster=slurm" for a in args)
+
+
+def _slurm_run_args(args: list[str]) -> list[str]:
+    """`gnnrun train cluster=slurm` without -m: a sweep of one point in the run's directory.
+
+    The point goes through the same launcher as a sweep (one job, its id and logs
+    printed, waited for, cancelled on Ctrl-C). Inside a job step (srun) each task
+    is a rank instead, and nothing is submitted.
+    """
+    from gnnrun.launch.slurm import in_slurm_step
+
+    if in_slurm_step():
+        return args
+    run_dir = "outputs/train/${now:%Y-%m-%d}/${now:%H-%M-%S}"
+    for a in args:
+        if a.startswith("hydra.run.dir="):
+            run_dir = a.split("=", 1)[1]
+    rest = [a for a in args if not a.startswith("hydra.run.dir=")]
+    return ["-m", *rest, f"hydra.sweep.dir={run_dir}", "hydra.sweep.subdir=."]
 
 
 def _train(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from gnnrun.algorithms import ALGORITHMS
     from gnnrun.config import to_objects
     from gnnrun.data import prepare_dataset
+    from gnnrun.launch import sweep
     from gnnrun.launch.local import run_ranks
+    from gnnrun.launch.slurm import run_slurm_rank
     from gnnrun.partition import find_partition, partition_dataset
     from gnnrun.partition.book import open_partition
     from gnnrun.report.tables import summary_table
@@ -106,23 +155,52 @@ def _train(cfg: DictConfig) -> None:
     from gnnrun.train.trainer import train
 
     config = to_objects(cfg)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    dataset = prepare_dataset(config.dataset)
+    hydra = HydraConfig.get()
+    run_dir = Path(hydra.runtime.output_dir)
+    in_sweep = hydra.mode == RunMode.MULTIRUN
+    overrides = list(hydra.overrides.task)
+    if in_sweep and sweep.finished_point(run_dir, overrides):
+        console.print(sweep.skip_message(hydra.job.num, overrides, run_dir), soft_wrap=True)
+        return
     algorithm = ALGORITHMS.get(config.algorithm.name)
-    algorithm.check_config(config)
     kind = algorithm.partition_kind
-    if kind is None:  # one process on the whole dataset
+    slurm = config.cluster.name == "slurm"
+    if slurm and kind is None and config.cluster.nprocs != 1:
+        raise GnnrunError(
+            f"algorithm={config.algorithm.name} runs one process: use cluster.nodes=1 "
+            "cluster.tasks_per_node=1 with cluster=slurm"
+        )
+
+    def prepare() -> None:
+        """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
+        dataset = prepare_dataset(config.dataset)
+        algorithm.check_config(config)
+        if kind is not None:
+            if find_partition(dataset, config.partitioner) is None:
+                partition_dataset(dataset, config.partitioner)
+            open_partition(
+                Path(config.partitioner.output_dir),
+                dataset_checksum=dataset.checksum,
+                world_size=config.cluster.nprocs,
+                kind=kind,
+            )
+        if in_sweep:
+            moved = sweep.begin_point(run_dir, overrides, keep_partial=config.train.resume)
+            if moved is not None:
+                console.print(
+                    f"point {hydra.job.num}: the earlier attempt's files moved to {moved}"
+                )
+
+    if slurm:  # this process is one SLURM task, hence one rank
+        summary = run_slurm_rank(config, run_dir, prepare)
+        if summary is None:  # not rank 0
+            return
+    elif kind is None:  # one process on the whole dataset
+        prepare()
         with TrainingDisplay(config) as display:
             summary = train(config, run_dir, display)
     else:
-        if find_partition(dataset, config.partitioner) is None:
-            partition_dataset(dataset, config.partitioner)
-        open_partition(
-            Path(config.partitioner.output_dir),
-            dataset_checksum=dataset.checksum,
-            world_size=config.cluster.nprocs,
-            kind=kind,
-        )
+        prepare()
         summary = run_ranks(config, run_dir)
     out.print(summary_table(summary))
     out.print(f"run directory: {run_dir}")

@@ -8,6 +8,7 @@ starts. `validate()` then checks what types cannot (ranges, sums, choices).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,7 +285,7 @@ class HistoricalEmbeddingCacheConfig(AlgorithmConfig):
 @dataclass
 class ClusterConfig:
     name: str = MISSING  # local | slurm
-    nprocs: int = 2  # ranks on this node
+    nprocs: int = 2  # ranks (the world size); local: on this node
     backend: str = "auto"  # auto | gloo | nccl | ccl
     threads_per_rank: int = 0  # 0: cores of one socket (or all cores / nprocs)
     comm_cores: int = 0  # cores per rank left to communication
@@ -301,6 +302,85 @@ class ClusterConfig:
             "cluster thread counts must be >= 0",
         )
         _check(self.timeout_s > 0, "cluster.timeout_s must be positive")
+
+
+# sbatch options gnnrun sets itself from the fields above (or submitit does).
+_SBATCH_MANAGED = {
+    "nodes": "cluster.nodes",
+    "ntasks": "cluster.nodes and cluster.tasks_per_node",
+    "ntasks-per-node": "cluster.tasks_per_node",
+    "cpus-per-task": "cluster.cpus_per_task",
+    "gpus-per-node": "cluster.gpus_per_node",
+    "partition": "cluster.partition",
+    "account": "cluster.account",
+    "qos": "cluster.qos",
+    "time": "cluster.time_limit_min",
+    "mem": "cluster.mem_gb",
+    "output": "nothing (logs go to <sweep dir>/.submitit/)",
+    "error": "nothing (logs go to <sweep dir>/.submitit/)",
+    "array": "nothing (a sweep submits one job array per resource shape)",
+}
+
+
+@dataclass
+class SlurmClusterConfig(ClusterConfig):
+    """cluster=slurm: one SLURM task per rank, submitted through submitit.
+
+    The world size is nodes x tasks_per_node; nprocs follows it (and with it
+    partitioner.num_parts). The fields map onto sbatch options (configs/cluster/slurm.yaml
+    passes them to Hydra's submitit launcher).
+    """
+
+    name: str = "slurm"
+    nodes: int = 1
+    tasks_per_node: int = 1  # ranks per node: one per socket (CPU) or one per GPU
+    nprocs: int = II("gnnrun.product:${cluster.nodes},${cluster.tasks_per_node}")
+    cpus_per_task: int | None = None  # None: SLURM's default (1)
+    gpus_per_node: int | None = None
+    mem_gb: int | None = None  # per node; None: the partition's default
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit_min: int = 60
+    sbatch: dict[str, Any] = field(default_factory=dict)  # more sbatch options, without "--"
+    setup: list[str] = field(default_factory=list)  # shell lines run before srun (module load ...)
+    master_port: int = 0  # rendezvous port on the first node; 0: derived from the job id
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.nodes >= 1, "cluster.nodes must be at least 1")
+        _check(self.tasks_per_node >= 1, "cluster.tasks_per_node must be at least 1")
+        world = self.nodes * self.tasks_per_node
+        _check(
+            self.nprocs == world,
+            f"cluster.nprocs ({self.nprocs}) must be the world size under SLURM, "
+            f"cluster.nodes x cluster.tasks_per_node = {world}: set those instead",
+        )
+        _check(
+            self.cpus_per_task is None or self.cpus_per_task >= 1,
+            "cluster.cpus_per_task must be at least 1 (or null: SLURM's default)",
+        )
+        _check(
+            self.gpus_per_node is None or self.gpus_per_node >= 0,
+            "cluster.gpus_per_node must be >= 0 (or null)",
+        )
+        _check(self.mem_gb is None or self.mem_gb >= 1, "cluster.mem_gb must be at least 1")
+        _check(self.time_limit_min >= 1, "cluster.time_limit_min must be at least 1")
+        _check(
+            self.master_port == 0 or 1024 <= self.master_port <= 65535,
+            "cluster.master_port must be 0 (from the job id) or in [1024, 65535]",
+        )
+        for key in self.sbatch:
+            option = str(key).lstrip("-").replace("_", "-")
+            _check(
+                option not in _SBATCH_MANAGED,
+                f"cluster.sbatch.{key}: gnnrun sets --{option} from {_SBATCH_MANAGED.get(option)}",
+            )
+
+
+OmegaConf.register_new_resolver(
+    "gnnrun.product", lambda *factors: math.prod(int(f) for f in factors), replace=True
+)
 
 
 @dataclass
@@ -355,7 +435,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "delayed": DelayedAggregatesConfig,
         "hec": HistoricalEmbeddingCacheConfig,
     },
-    "cluster": {"base": ClusterConfig},
+    "cluster": {"base": ClusterConfig, "slurm": SlurmClusterConfig},
 }
 
 

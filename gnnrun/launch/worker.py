@@ -25,19 +25,25 @@ def rank_main(cfg, run_dir: str, backend: str):
     torch.set_num_threads(threads)
     dist.init_process_group(backend, timeout=collective_timeout(cfg))
     try:
-        from gnnrun.train.trainer import train
-
-        if rank != 0:
-            summary = train(cfg, Path(run_dir))
-        else:
-            from gnnrun.train.display import TrainingDisplay
-
-            with TrainingDisplay(cfg) as display:
-                summary = train(cfg, Path(run_dir), display)
-        dist.barrier()
-        return summary
+        return train_rank(cfg, run_dir, rank)
     finally:
         dist.destroy_process_group()
+
+
+def train_rank(cfg, run_dir: str | Path, rank: int):
+    """Train in the process group this rank has joined; rank 0 shows progress and
+    returns the summary. Every rank leaves together (a barrier)."""
+    from gnnrun.train.trainer import train
+
+    if rank != 0:
+        summary = train(cfg, Path(run_dir))
+    else:
+        from gnnrun.train.display import TrainingDisplay
+
+        with TrainingDisplay(cfg) as display:
+            summary = train(cfg, Path(run_dir), display)
+    dist.barrier()
+    return summary
 
 
 def _interrupt_once(signum, frame):

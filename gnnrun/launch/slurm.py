@@ -1,0 +1,328 @@
+"""cluster=slurm inside a job: every SLURM task is one rank.
+
+SLURM's environment gives the rendezvous, with no ssh and no ip_config file:
+rank = SLURM_PROCID, world size = SLURM_NTASKS, local rank = SLURM_LOCALID,
+the master is the first host of the step's node list (SLURM_STEP_NODELIST,
+else SLURM_JOB_NODELIST, else SLURM_NODELIST: with SLURM's block distribution
+rank 0 runs there) and the port is derived from the job id, so that every task
+computes the same address without talking to the others. Host lists are
+expanded here (`node[01-04]`, `a1,b[2-3,7]`, `n[1-2]-ib`, several ranges in
+one name); `scontrol show hostnames` is only a fallback for syntax this parser
+does not know.
+
+`run_slurm_rank` is what `gnnrun train cluster=slurm` runs in each task: join
+the process group (env://), let rank 0 prepare the dataset and partition while
+the others wait, train, leave.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from gnnrun.errors import GnnrunError
+
+PORT_BASE = 15000  # rendezvous ports lie in [PORT_BASE, PORT_BASE + PORT_SPAN)
+PORT_SPAN = 15000  # below Linux's ephemeral range (32768-60999)
+NODELIST_VARS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+# How long ranks wait for rank 0 to prepare the dataset and partition. Generous:
+# partitioning a large graph takes minutes; the job's time limit bounds it anyway.
+PREPARE_TIMEOUT = timedelta(hours=12)
+
+
+# ------------------------------------------------------------------ host lists
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """`a1,b[2-3,7],n[01-02]-ib` -> a1, b2, b3, b7, n01-ib, n02-ib (SLURM's order).
+
+    Zero padding follows the range's lower bound (`[08-10]` -> 08, 09, 10).
+    Raises ValueError on syntax it does not understand.
+    """
+    text = hostlist.strip()
+    if not text:
+        raise ValueError("empty host list")
+    hosts: list[str] = []
+    for item in _split_top_level(text):
+        if not item:
+            raise ValueError(f"empty host name in {hostlist!r}")
+        hosts.extend(_expand_host(item, hostlist))
+    return hosts
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split at the commas that are not inside brackets."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "[":
+            depth += 1
+            if depth > 1:
+                raise ValueError(f"nested brackets in {text!r}")
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in {text!r}")
+        elif char == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    if depth != 0:
+        raise ValueError(f"unbalanced '[' in {text!r}")
+    items.append(text[start:].strip())
+    return items
+
+
+def _expand_host(pattern: str, hostlist: str) -> list[str]:
+    """One host pattern, any number of bracket groups: their cartesian product."""
+    open_at = pattern.find("[")
+    if open_at < 0:
+        if "]" in pattern:
+            raise ValueError(f"unbalanced ']' in {hostlist!r}")
+        return [pattern]
+    close_at = pattern.index("]", open_at)
+    prefix, body, rest = pattern[:open_at], pattern[open_at + 1 : close_at], pattern[close_at + 1 :]
+    tails = _expand_host(rest, hostlist)
+    return [prefix + number + tail for number in _expand_ranges(body, hostlist) for tail in tails]
+
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _expand_ranges(body: str, hostlist: str) -> list[str]:
+    numbers: list[str] = []
+    for part in body.split(","):
+        match = _RANGE.match(part.strip())
+        if match is None:
+            raise ValueError(f"cannot read the range {part!r} in {hostlist!r}")
+        low, high = match.group(1), match.group(2)
+        if high is None:
+            numbers.append(low)
+            continue
+        if int(high) < int(low):
+            raise ValueError(f"descending range {part!r} in {hostlist!r}")
+        width = len(low) if low.startswith("0") else 0
+        numbers.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
+    return numbers
+
+
+def hostnames(hostlist: str) -> list[str]:
+    """expand_hostlist, falling back to `scontrol show hostnames` for syntax it does not know."""
+    try:
+        return expand_hostlist(hostlist)
+    except ValueError as exc:
+        scontrol = shutil.which("scontrol")
+        if scontrol is None:
+            raise GnnrunError(f"cannot expand the SLURM node list {hostlist!r}: {exc}") from None
+        done = subprocess.run(
+            [scontrol, "show", "hostnames", hostlist], capture_output=True, text=True, timeout=30
+        )
+        hosts = done.stdout.split()
+        if done.returncode != 0 or not hosts:
+            raise GnnrunError(
+                f"cannot expand the SLURM node list {hostlist!r}: {exc}; "
+                f"scontrol said: {done.stderr.strip() or 'nothing'}"
+            ) from None
+        return hosts
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """SLURM_TASKS_PER_NODE `2(x3),1` -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if match is None:
+            raise ValueError(f"cannot read tasks per node {text!r}")
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    return counts
+
+
+# ------------------------------------------------------------------ rendezvous
+
+
+@dataclass(frozen=True)
+class SlurmRendezvous:
+    """Where this task stands in the job, and where every task meets."""
+
+    job_id: str
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    nodes: tuple[str, ...]
+    master_addr: str
+    master_port: int
+
+    def env(self) -> dict[str, str]:
+        """The variables torch.distributed's env:// rendezvous reads (and torchrun sets)."""
+        return {
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "GROUP_RANK": str(self.node_rank),
+        }
+
+
+def port_for_job(job_id: str | int) -> int:
+    """The rendezvous port of a job: the same in every task, different for neighbouring ids."""
+    digits = re.match(r"\d+", str(job_id))
+    if digits is None:
+        raise GnnrunError(f"SLURM_JOB_ID {job_id!r} is not a number")
+    return PORT_BASE + int(digits.group()) % PORT_SPAN
+
+
+def in_slurm_step(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is a task of a SLURM job step (started by srun), not a batch script."""
+    env = os.environ if env is None else env
+    return "SLURM_STEP_ID" in env and "SLURM_PROCID" in env and "SLURM_JOB_ID" in env
+
+
+def rendezvous_from_env(
+    env: Mapping[str, str] | None = None, master_port: int = 0
+) -> SlurmRendezvous:
+    """Read this task's place in the job from SLURM's variables (`master_port` 0: from the job id)."""
+    env = os.environ if env is None else env
+    nodelist_var = next((name for name in NODELIST_VARS if env.get(name)), None)
+    required = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+    missing = [name for name in required if not env.get(name)]
+    if nodelist_var is None:
+        missing.append("SLURM_JOB_NODELIST (or SLURM_NODELIST)")
+    if missing:
+        raise GnnrunError(
+            f"cluster=slurm: not inside a SLURM job step ({', '.join(missing)} not set). "
+            "Ranks are the tasks srun starts in a job: run `gnnrun train cluster=slurm ...` "
+            "where sbatch works and gnnrun submits the job, or start it with srun inside an "
+            "allocation (srun -n WORLD gnnrun train cluster=slurm ...)"
+        )
+    rank = _int_var(env, "SLURM_PROCID")
+    world = _int_var(env, "SLURM_NTASKS")
+    local_rank = _int_var(env, "SLURM_LOCALID")
+    node_rank = _int_var(env, "SLURM_NODEID") if env.get("SLURM_NODEID") else 0
+    nodes = tuple(hostnames(env[nodelist_var]))
+    local_world = _local_world_size(env, node_rank, world, len(nodes))
+    if not 0 <= rank < world:
+        raise GnnrunError(f"SLURM_PROCID={rank} lies outside SLURM_NTASKS={world}")
+    if not 0 <= local_rank < local_world:
+        raise GnnrunError(
+            f"SLURM_LOCALID={local_rank} lies outside this node's {local_world} task(s)"
+        )
+    job_id = env["SLURM_JOB_ID"]
+    return SlurmRendezvous(
+        job_id=job_id,
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        local_world_size=local_world,
+        node_rank=node_rank,
+        nodes=nodes,
+        master_addr=nodes[0],
+        master_port=master_port or port_for_job(job_id),
+    )
+
+
+def _int_var(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise GnnrunError(f"{name}={env[name]!r} is not a number") from None
+
+
+def _local_world_size(env: Mapping[str, str], node_rank: int, world: int, num_nodes: int) -> int:
+    """Tasks on this node: the step's per-node counts, else the job's, else an even split."""
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        if env.get(name):
+            try:
+                counts = expand_tasks_per_node(env[name])
+            except ValueError as exc:
+                raise GnnrunError(f"{name}: {exc}") from None
+            if node_rank < len(counts):
+                return counts[node_rank]
+    if env.get("SLURM_NTASKS_PER_NODE"):
+        return _int_var(env, "SLURM_NTASKS_PER_NODE")
+    return max(1, world // max(1, num_nodes))
+
+
+# ------------------------------------------------------------------ the rank
+
+
+def slurm_rank_cpus(local_rank: int, local_world: int, cluster) -> tuple[list[int], int]:
+    """CPUs and compute threads of this task.
+
+    When SLURM (task/affinity, cgroups) or the user already confined the task
+    to fewer CPUs than the node has, that set is the task's own; otherwise the
+    node's CPUs are shared out among its tasks socket by socket, as for
+    cluster=local.
+    """
+    from gnnrun.launch.local import rank_cpus
+
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    node_cpus = os.cpu_count() or len(allowed)
+    if allowed and len(allowed) < node_cpus:
+        threads = cluster.threads_per_rank or max(1, len(allowed) - cluster.comm_cores)
+        return allowed, threads
+    return rank_cpus(local_rank, local_world, cluster.threads_per_rank, cluster.comm_cores)
+
+
+READY = "ready"
+
+
+def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str, Any] | None:
+    """Be one rank of a cluster=slurm run; rank 0 returns the summary.
+
+    Rank 0 runs `prepare` (dataset, partition, run directory) while the other
+    ranks wait for it in a broadcast with a long timeout; if it fails, they stop
+    with its message instead of training on a partition that is not there.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from gnnrun.launch.local import choose_backend, collective_timeout
+    from gnnrun.launch.worker import train_rank
+
+    rdzv = rendezvous_from_env(master_port=cfg.cluster.master_port)
+    if rdzv.world_size != cfg.cluster.nprocs:
+        raise GnnrunError(
+            f"SLURM started {rdzv.world_size} task(s) but the config asks for "
+            f"cluster.nprocs={cfg.cluster.nprocs} (cluster.nodes x cluster.tasks_per_node): "
+            "start one task per rank"
+        )
+    os.environ.update(rdzv.env())
+    backend = choose_backend(cfg.cluster.backend)
+    cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+    torch.set_num_threads(threads)
+    if backend == "nccl":
+        torch.cuda.set_device(rdzv.local_rank % torch.cuda.device_count())
+    dist.init_process_group(
+        backend,
+        init_method="env://",
+        rank=rdzv.rank,
+        world_size=rdzv.world_size,
+        timeout=collective_timeout(cfg),
+    )
+    try:
+        gate = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
+        status: list[Any] = [READY]
+        if rdzv.rank == 0:
+            try:
+                prepare()
+            except BaseException as exc:
+                status = [f"{exc}" or type(exc).__name__]
+                dist.broadcast_object_list(status, src=0, group=gate)
+                raise
+        dist.broadcast_object_list(status, src=0, group=gate)
+        if status[0] != READY:
+            raise GnnrunError(f"rank 0 could not prepare the run: {status[0]}")
+        return train_rank(cfg, run_dir, rdzv.rank)
+    finally:
+        dist.destroy_process_group()
