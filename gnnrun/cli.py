@@ -274,9 +274,10 @@ def check_overrides(overrides: list[str]) -> None:
         raise GnnrunError(f"cannot parse the overrides: {exc}") from None
     choices = []
     for o in parsed:
-        if o.key_or_group in GROUPS:
+        # +sweep=NAME (configs/sweep/) may choose groups too, e.g. algorithm=cdr
+        if o.key_or_group in GROUPS or o.key_or_group == "sweep":
             value = next(iter(o.sweep_string_iterator())) if o.is_sweep_override() else o.value()
-            choices.append(f"{o.key_or_group}={value}")
+            choices.append(f"{'+' if o.is_add() else ''}{o.key_or_group}={value}")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
             base = compose("config", overrides=choices)
