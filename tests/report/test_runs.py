@@ -1,0 +1,51 @@
+"""Finding runs: sweeps point by point, lone runs, and what a run in progress leaves."""
+
+from __future__ import annotations
+
+import pytest
+
+from gnnrun.errors import GnnrunError
+from gnnrun.report.runs import distinguishing_overrides, load_run_set
+
+
+def test_a_sweep_and_a_run(sweep, single):
+    found = load_run_set(sweep)
+    assert found.kind == "sweep" and [r.point for r in found.runs] == ["0", "1"]
+    assert [(r.algorithm, r.ranks, r.status) for r in found.runs] == [
+        ("minibatch", 1, "done"),
+        ("minibatch", 2, "done"),
+    ]
+    own, common = distinguishing_overrides(found.runs)
+    assert own == [["cluster.nprocs=1"], ["cluster.nprocs=2"]]
+    assert common == ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=2"]
+    lone = load_run_set(single)
+    assert lone.kind == "run" and lone.runs[0].point == "single"
+    assert lone.runs[0].ranks == 1 and lone.runs[0].dataset == "synthetic-tiny"
+
+
+def test_a_run_in_progress_is_read_as_far_as_it_goes(sweep):
+    (sweep / "1" / "summary.json").unlink()
+    with open(sweep / "1" / "metrics.rank0.jsonl", "a") as f:
+        f.write('{"epoch": 2, "ra')  # the line being written
+    run = load_run_set(sweep).runs[1]
+    assert run.summary is None and run.algorithm == "minibatch"  # from .hydra/config.yaml
+    assert [r["epoch"] for r in run.history] == [0, 1]
+    assert run.status == "unfinished (2/2 epochs)"
+
+
+def test_a_damaged_summary_is_a_status_not_a_crash(sweep):
+    (sweep / "0" / "summary.json").write_text('{"dataset": "synth')
+    run = load_run_set(sweep).runs[0]
+    assert run.summary is None and run.status == "unreadable summary.json (JSONDecodeError)"
+
+
+def test_a_sweep_whose_points_have_not_started(tmp_path):
+    (tmp_path / "s" / "0").mkdir(parents=True)
+    (tmp_path / "s" / "multirun.yaml").write_text("hydra: {}\n")
+    (run,) = load_run_set(tmp_path / "s").runs
+    assert run.status == "no results yet" and run.ranks is None
+
+
+def test_a_directory_of_something_else(tmp_path):
+    with pytest.raises(GnnrunError, match="neither a run nor a sweep directory"):
+        load_run_set(tmp_path)

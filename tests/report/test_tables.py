@@ -1,0 +1,49 @@
+"""The runs table: hit-rate columns for HEC, and the split over several tables on a
+narrow console that keeps every figure whole."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rich.console import Console
+
+from gnnrun.report.rows import report_rows
+from gnnrun.report.runs import load_run_set
+from gnnrun.report.tables import report_notes, runs_tables
+
+
+def render(sets, width: int) -> str:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    rows = report_rows(sets)
+    for table in runs_tables(rows, sets, width):
+        console.print(table)
+    for line in report_notes(rows, sets):
+        console.print(line)
+    return console.export_text()
+
+
+def test_hec_hit_rates_per_layer(hec_sweep, tables):
+    rows = tables(render([load_run_set(hec_sweep)], 300))
+    assert [r["point"] for r in rows] == ["0", "1", "2"]
+    for row in rows:
+        summary = json.loads((hec_sweep / row["point"] / "summary.json").read_text())
+        assert row["hit L0/L1/L2"] == "/".join(f"{h:.3f}" for h in summary["hit_rate"])
+        assert row["ranks"] == str(summary["ranks"])
+        assert row["MB/epoch"] == f"{summary['bytes_per_epoch_rank0'] / 1e6:,.2f}"
+
+
+def test_a_run_without_hit_rates_has_no_hit_column(sweep, tables):
+    text = render([load_run_set(sweep)], 300)
+    assert "hit L" not in text
+    assert len(tables(text)) == 2
+
+
+def test_a_narrow_console_splits_the_table_and_keeps_figures_whole(hec_sweep, sweep, tables):
+    sets = [load_run_set(sweep, "A"), load_run_set(hec_sweep, "B")]
+    wide = tables(render(sets, 400))
+    text = render(sets, 80)
+    assert "…" not in text  # rich cut nothing short
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert len(re.findall("┏", text)) >= 2  # split into several tables
+    assert tables(text) == wide  # the same cells, joined again by (run, point)
