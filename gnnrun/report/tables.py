@@ -249,9 +249,9 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
         lines.append(
             "B/A: B's figure over A's, for the A point of the same algorithm, ranks, dataset, model"
         )
-    if any(r.status != "done" for r in rows):
-        lines.append(
-            "unfinished: no summary.json yet (still running, or stopped); "
-            "partial: summary of fewer epochs than train.epochs"
-        )
+    statuses = {r.status.split(" ")[0] for r in rows}
+    if "unfinished" in statuses:
+        lines.append("unfinished: no summary.json yet (still running, or it stopped)")
+    if "partial" in statuses:
+        lines.append("partial: its summary covers fewer epochs than train.epochs")
     return lines
