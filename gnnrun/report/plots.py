@@ -82,9 +82,14 @@ def write_plots(sets: list[RunSet], out_dir: Path) -> PlotResult:
 class _Scaling:
     """One algorithm (with the same other overrides) at several rank counts, in one run set."""
 
-    name: str
+    algorithm: str
+    extra: str  # the other overrides that set this series apart, space-separated
     set_index: int
     by_ranks: dict[int, Run]
+
+    @property
+    def name(self) -> str:
+        return f"{self.algorithm} {self.extra}".strip()
 
 
 def _scaling_series(sets: list[RunSet]) -> list[_Scaling]:
@@ -96,9 +101,11 @@ def _scaling_series(sets: list[RunSet]) -> list[_Scaling]:
                 continue
             if run_set.kind == "run":
                 overrides = []  # a lone run: every override would be "distinguishing"
-            rest = [o for o in overrides if override_key(o) not in (*RANK_KEYS, "algorithm")]
-            name = " ".join([run.algorithm, *rest])
-            entry = series.setdefault((name, index), _Scaling(name, index, {}))
+            extra = _brief(
+                [o for o in overrides if override_key(o) not in (*RANK_KEYS, "algorithm")]
+            )
+            key = (run.algorithm, extra, index)
+            entry = series.setdefault(key, _Scaling(run.algorithm, extra, index, {}))
             entry.by_ranks.setdefault(run.summary["ranks"], run)
     return list(series.values())
 
@@ -113,15 +120,22 @@ def epoch_time_figure(sets: list[RunSet]) -> Figure | None:
     ]
     if not series:
         return None
-    names = list(dict.fromkeys(s.name for s in series))
-    figure, axes = _panels(len(names), sharey=True)
+    # One panel per algorithm; inside it one bar (per run set) for each rank
+    # count of each of its series, so that a grid over other settings stays one panel.
+    algorithms = list(dict.fromkeys(s.algorithm for s in series))
+    figure, axes = _panels(len(algorithms), sharey=True)
     width = 0.8 / len(sets)
-    for ax, name in zip(axes, names, strict=False):
-        mine = [s for s in series if s.name == name]
-        ranks = sorted({r for s in mine for r in s.by_ranks})
+    for ax, algorithm in zip(axes, algorithms, strict=False):
+        mine = [s for s in series if s.algorithm == algorithm]
+        extras = list(dict.fromkeys(s.extra for s in mine))
+        slots = [
+            (e, r)
+            for e in extras
+            for r in sorted({r for s in mine if s.extra == e for r in s.by_ranks})
+        ]
         for s in mine:
-            for position, rank in enumerate(ranks):
-                run = s.by_ranks.get(rank)
+            for position, (extra, rank) in enumerate(slots):
+                run = s.by_ranks.get(rank) if extra == s.extra else None
                 if run is None:
                     continue
                 x = position + (s.set_index - (len(sets) - 1) / 2) * width
@@ -138,11 +152,16 @@ def epoch_time_figure(sets: list[RunSet]) -> Figure | None:
                         linewidth=0.5,
                     )
                     bottom += seconds
-        ax.set_xticks(range(len(ranks)), [str(r) for r in ranks])
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("ranks")
+        if extras == [""]:
+            ax.set_xticks(range(len(slots)), [str(r) for _, r in slots])
+            ax.set_xlabel("ranks")
+        else:
+            labels = [f"{r} rank{'s' if r > 1 else ''} {_shorten(e, 32)}" for e, r in slots]
+            ax.set_xticks(range(len(slots)), labels, rotation=30, ha="right", fontsize=8)
+            ax.set_xlabel("ranks and overrides")
+        ax.set_title(algorithm, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    for ax in axes[:: _columns(len(names))]:
+    for ax in axes[:: _columns(len(algorithms))]:
         ax.set_ylabel("median epoch time (s)")
     handles = [Patch(color=_PHASE_COLOURS[p], label=_PHASE_LABELS[p]) for p in _PHASE_COLOURS]
     handles += _set_handles(sets, bars=True)
@@ -207,12 +226,11 @@ def _labelled_runs(sets: list[RunSet]) -> list[tuple[int, int, Run, str]]:
         own, _ = distinguishing_overrides(run_set.runs)
         for position, (run, overrides) in enumerate(zip(run_set.runs, own, strict=True)):
             if run_set.kind == "sweep":
-                text = f"{run.point}: {' '.join(overrides) or run.algorithm}"
+                text = f"{run.point}: {_brief(overrides) or run.algorithm}"
             else:
                 ranks = f", {run.ranks} rank{'s' if (run.ranks or 0) > 1 else ''}"
                 text = f"{run.algorithm}{ranks if run.ranks else ''}"
-            if len(text) > 48:
-                text = text[:47] + "…"
+            text = _shorten(text, 48)
             tag = f"{run_set.label}  " if run_set.label else ""
             labelled.append((index, position, run, tag + text))
     return labelled
@@ -303,6 +321,18 @@ def _legend(figure: Figure, handles: list) -> None:
     figure.legend(
         handles=handles, loc="outside lower center", ncols=min(len(handles), 3), fontsize=8
     )
+
+
+def _brief(overrides: list[str]) -> str:
+    """Overrides for a legend or tick label: a key by its last part
+    (`algorithm.cache_size=1000` as `cache_size=1000`)."""
+    return " ".join(
+        f"{override_key(o).rsplit('.', 1)[-1]}={o.partition('=')[2]}" for o in overrides
+    )
+
+
+def _shorten(text: str, length: int) -> str:
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def _columns(panels: int) -> int:

@@ -21,7 +21,7 @@ from gnnrun.errors import GnnrunError
 
 # Overrides that set the rank count: plots put them on the x axis rather than
 # in a series' name.
-RANK_KEYS = ("cluster.nprocs", "partitioner.num_parts")
+RANK_KEYS = ("cluster.nprocs", "cluster.nodes", "cluster.tasks_per_node", "partitioner.num_parts")
 
 
 @dataclass

@@ -74,3 +74,30 @@ def test_speedup_is_over_the_smallest_rank_count(hec_sweep):
     ]
     assert list(line.get_xdata()) == [1, 2, 4]
     assert list(line.get_ydata()) == pytest.approx([epoch[0] / e for e in epoch])
+
+
+def test_a_grid_over_other_settings_stays_one_panel_per_algorithm(hec_sweep, tmp_path):
+    # the same three rank counts again with another cache size: 6 bars, one panel
+    grid = tmp_path / "grid"
+    for point in ("0", "1", "2"):
+        for copy, size in ((point, 1000), (str(int(point) + 3), 5000)):
+            source = hec_sweep / point
+            target = grid / copy
+            target.mkdir(parents=True)
+            for name in ("summary.json", "metrics.rank0.jsonl"):
+                (target / name).write_bytes((source / name).read_bytes())
+            overrides = (source / ".hydra" / "overrides.yaml").read_text()
+            (target / ".hydra").mkdir()
+            (target / ".hydra" / "overrides.yaml").write_text(
+                overrides + f"- algorithm.cache_size={size}\n"
+            )
+    (grid / "multirun.yaml").write_text("hydra: {}\n")
+    figure = epoch_time_figure([load_run_set(grid)])
+    (ax,) = figure.axes
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == [
+        f"{r} rank{'s' if r > 1 else ''} cache_size={s}" for s in (1000, 5000) for r in (1, 2, 4)
+    ]
+    assert len(ax.patches) == 6 * (len(PHASES) + 1)
+    speedup = speedup_figure([load_run_set(grid)])
+    assert len([ln for ln in speedup.axes[0].get_lines() if ln.get_label() != "linear"]) == 2
