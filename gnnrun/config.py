@@ -8,7 +8,6 @@ starts. `validate()` then checks what types cannot (ranges, sums, choices).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -334,7 +333,7 @@ class SlurmClusterConfig(ClusterConfig):
     name: str = "slurm"
     nodes: int = 1
     tasks_per_node: int = 1  # ranks per node: one per socket (CPU) or one per GPU
-    nprocs: int = II("gnnrun.product:${cluster.nodes},${cluster.tasks_per_node}")
+    nprocs: int = II("gnnrun.world_size:${cluster.nodes},${cluster.tasks_per_node}")
     cpus_per_task: int | None = None  # None: SLURM's default (1)
     gpus_per_node: int | None = None
     mem_gb: int | None = None  # per node; None: the partition's default
@@ -378,9 +377,16 @@ class SlurmClusterConfig(ClusterConfig):
             )
 
 
-OmegaConf.register_new_resolver(
-    "gnnrun.product", lambda *factors: math.prod(int(f) for f in factors), replace=True
-)
+def _world_size(nodes: Any, tasks_per_node: Any) -> int:
+    """${gnnrun.world_size:nodes,tasks_per_node}: SLURM's world size (checked here because
+    partitioner.num_parts, validated first, follows it)."""
+    for name, value in (("nodes", nodes), ("tasks_per_node", tasks_per_node)):
+        if int(value) < 1:
+            raise ValueError(f"cluster.{name} must be at least 1")
+    return int(nodes) * int(tasks_per_node)
+
+
+OmegaConf.register_new_resolver("gnnrun.world_size", _world_size, replace=True)
 
 
 @dataclass
