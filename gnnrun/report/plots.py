@@ -97,7 +97,7 @@ def _scaling_series(sets: list[RunSet]) -> list[_Scaling]:
     for index, run_set in enumerate(sets):
         own, _ = distinguishing_overrides(run_set.runs)
         for run, overrides in zip(run_set.runs, own, strict=True):
-            if run.summary is None or run.summary.get("epoch_s_median") is None:
+            if run.summary is None or not run.summary.get("epoch_s_median") or run.ranks is None:
                 continue
             if run_set.kind == "run":
                 overrides = []  # a lone run: every override would be "distinguishing"
@@ -106,7 +106,7 @@ def _scaling_series(sets: list[RunSet]) -> list[_Scaling]:
             )
             key = (run.algorithm, extra, index)
             entry = series.setdefault(key, _Scaling(run.algorithm, extra, index, {}))
-            entry.by_ranks.setdefault(run.summary["ranks"], run)
+            entry.by_ranks.setdefault(run.ranks, run)
     return list(series.values())
 
 
@@ -116,7 +116,7 @@ def epoch_time_figure(sets: list[RunSet]) -> Figure | None:
     series = [
         s
         for s in _scaling_series(sets)
-        if any(r.summary["time_median"] for r in s.by_ranks.values())
+        if any(r.summary.get("time_median") for r in s.by_ranks.values())
     ]
     if not series:
         return None
@@ -159,6 +159,8 @@ def epoch_time_figure(sets: list[RunSet]) -> Figure | None:
             labels = [f"{r} rank{'s' if r > 1 else ''} {_shorten(e, 32)}" for e, r in slots]
             ax.set_xticks(range(len(slots)), labels, rotation=30, ha="right", fontsize=8)
             ax.set_xlabel("ranks and overrides")
+        pad = max(0.0, (3 - len(slots)) / 2)  # one or two bars do not fill a panel
+        ax.set_xlim(-0.5 - pad, len(slots) - 0.5 + pad)
         ax.set_title(algorithm, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     for ax in axes[:: _columns(len(algorithms))]:
@@ -289,7 +291,11 @@ def hit_rate_figure(sets: list[RunSet]) -> Figure | None:
     colours = _colours(max(c[1] for c in curves) + 1)
     for layer, ax in enumerate(axes):
         for index, position, label, per_epoch in curves:
-            points = [(e, rates[layer]) for e, rates in per_epoch if layer < len(rates)]
+            points = [
+                (e, rates[layer])
+                for e, rates in per_epoch
+                if layer < len(rates) and rates[layer] is not None
+            ]
             if not points:
                 continue
             ax.plot(

@@ -3,6 +3,7 @@ the CSV and the comparison ratios are all built from these rows."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,8 @@ def _row(run: Run, label: str, overrides: list[str]) -> ReportRow:
     row.best_epoch = best_epoch + 1 if best_epoch is not None else None
     row.best = best
     row.final = dict(summary.get("final") or {})
-    row.hit_rate = [float(h) for h in summary.get("hit_rate") or []]
+    # a layer without lookups may have no rate (null): NaN keeps the layers in place
+    row.hit_rate = [math.nan if h is None else float(h) for h in summary.get("hit_rate") or []]
     return row
 
 
