@@ -127,11 +127,6 @@ def test_unknown_command_suggests(capsys):
     assert code == 2 and "Did you mean `gnnrun partition`?" in err
 
 
-def test_not_yet_available_commands_say_so(capsys):
-    code, out, err = run(capsys, "report")
-    assert code == 2 and "not yet available" in out + err
-
-
 def test_nothing_is_written_to_the_working_directory(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run(capsys, "data", "info", "dataset=synthetic-tiny")
