@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow lint format bench-partition bench-fullbatch bench-train clean
+.PHONY: setup run test test-slow test-slurm lint format bench-partition bench-fullbatch bench-train clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,11 @@ test: setup lint
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
+
+# Starts a single-node SLURM on this machine (scripts/slurm_cluster.sh; installs
+# slurm-wlm and munge with apt-get when missing) and submits real jobs to it.
+test-slurm: setup
+	$(BIN)/python -m pytest -q -m slurm
 
 lint: setup
 	$(BIN)/ruff check gnnrun tests scripts

@@ -28,7 +28,8 @@ export SLURM_CONF=$CONF
 say() { echo "slurm_cluster: $*" >&2; }
 
 alive() { # pid file -> 0 when its process runs
-    [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null
+    local pid
+    pid=$(cat "$1" 2>/dev/null) && [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
 }
 
 install() {
@@ -135,17 +136,32 @@ start() {
     exit 1
 }
 
+drain() { # cancel what is still queued or running, so that no job step outlives slurmd
+    local jobs
+    jobs=$(squeue -h -t PD,R,CG,S -o %A 2>/dev/null | sort -u) || return 0
+    [[ -z $jobs ]] && return 0
+    # shellcheck disable=SC2086
+    scancel $jobs 2>/dev/null || true
+    for _ in $(seq 1 40); do
+        [[ -z $(squeue -h -t PD,R,CG,S -o %A 2>/dev/null) ]] && return 0
+        sleep 0.5
+    done
+    say "jobs still running after scancel: $(squeue -h -o %A | tr '\n' ' ')"
+}
+
 stop() {
     local stopped=()
+    alive "$DIR/slurmctld.pid" && alive "$DIR/slurmd.pid" && drain
     for daemon in slurmd slurmctld munged; do
-        local pidfile=$DIR/$daemon.pid
-        if alive "$pidfile"; then
-            kill "$(cat "$pidfile")"
+        local pidfile=$DIR/$daemon.pid pid
+        pid=$(cat "$pidfile" 2>/dev/null) || pid=
+        if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+            kill "$pid"
             for _ in $(seq 1 50); do
-                alive "$pidfile" || break
+                kill -0 "$pid" 2>/dev/null || break
                 sleep 0.1
             done
-            alive "$pidfile" && kill -9 "$(cat "$pidfile")" 2>/dev/null
+            if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; fi
             stopped+=("$daemon")
         fi
         rm -f "$pidfile"

@@ -105,6 +105,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
         from gnnrun.memory import apply_memory_settings
 
         apply_memory_settings()
+        # Log files, not a terminal: one line per message, so that the submit
+        # host can quote a rank's `error:` line whole.
+        console.soft_wrap = True
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit as exc:  # the CLI has printed the error to this task's stderr
@@ -141,7 +144,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
             console.print(
                 f"[bold red]error:[/] {len(failed)} of {len(points)} point(s) failed: "
                 + ", ".join(f"{p.index} ({p.label})" for p in failed)
-                + f". Resume with: gnnrun train --resume-sweep {sweep_dir}"
+                + f". Resume with: gnnrun train --resume-sweep {sweep_dir}",
+                soft_wrap=True,
             )
             raise SystemExit(1)
         return [returns[i] for i in sorted(returns)]
@@ -163,7 +167,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 with open_dict(cfg.hydra.job):
                     cfg.hydra.job.num = index
                 hydra_config.set_config(cfg)  # the ${hydra:job.num} of sweep.subdir
-                run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+                run_dir = (Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)).absolute()
                 params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
                 assert isinstance(params, dict)
                 params.pop("_target_", None)

@@ -1,0 +1,158 @@
+"""cluster=slurm on a real single-node SLURM (scripts/slurm_cluster.sh): `make test-slurm`.
+
+The session starts SLURM (installing it with apt-get when missing) and stops
+it again if it was not already running; the tests skip, saying why, only where
+SLURM cannot be installed or started. Every job here really goes through
+sbatch and srun: a sweep of 1- and 2-task jobs, a run without -m, a failing
+rank, and the same sweep started again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "slurm_cluster.sh"
+EPOCHS = 10
+SWEEP = [
+    "-m",
+    "dataset=synthetic-tiny",
+    "algorithm=minibatch",
+    f"train.epochs={EPOCHS}",
+    "cluster=slurm",
+    "cluster.tasks_per_node=1,2",
+    "hydra.sweep.dir=sweep",
+]
+JOB_LINE = re.compile(r"point (\d+) \((.*?)\): SLURM job (\S+), (\d+) task")
+
+
+@pytest.fixture(scope="session")
+def slurm_env(tmp_path_factory) -> dict[str, str]:
+    """The environment a gnnrun subprocess needs to reach the test SLURM."""
+    was_running = subprocess.run([SCRIPT, "status"], capture_output=True).returncode == 0
+    try:
+        started = subprocess.run([SCRIPT, "start"], capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        pytest.skip("SLURM could not be installed within 15 minutes (apt-get)")
+    reason = started.stderr.strip().splitlines()[-1] if started.stderr.strip() else ""
+    if started.returncode == 3:
+        pytest.skip(f"SLURM cannot be installed here: {reason}")
+    if started.returncode != 0:
+        pytest.skip(f"SLURM could not be started here: {reason}")
+    conf = subprocess.run([SCRIPT, "env"], capture_output=True, text=True, check=True).stdout
+    env = dict(os.environ)
+    env["SLURM_CONF"] = conf.strip().split("=", 1)[1]
+    env["GNNRUN_DATA_ROOT"] = str(tmp_path_factory.mktemp("slurm-data"))
+    env.pop("SLURM_JOB_ID", None)  # never look like a job step ourselves
+    env.pop("SLURM_STEP_ID", None)
+    yield env
+    if not was_running:
+        subprocess.run([SCRIPT, "stop"], capture_output=True)
+
+
+def gnnrun(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 480):
+    return subprocess.run(
+        [sys.executable, "-m", "gnnrun.cli", "train", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def sweep(slurm_env, tmp_path_factory):
+    """The 1- and 2-task sweep, submitted once: (working dir, finished process)."""
+    cwd = tmp_path_factory.mktemp("slurm-sweep")
+    done = gnnrun(SWEEP, cwd, slurm_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return cwd, done
+
+
+def test_every_point_of_the_sweep_ran_as_its_own_job(sweep):
+    cwd, done = sweep
+    jobs = {int(m[0]): (m[2], int(m[3])) for m in JOB_LINE.findall(" ".join(done.stderr.split()))}
+    assert sorted(jobs) == [0, 1] and jobs[0][1] == 1 and jobs[1][1] == 2
+    assert jobs[0][0] != jobs[1][0]
+    for point, (job_id, tasks) in jobs.items():
+        run_dir = cwd / "sweep" / str(point)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["complete"] is True and summary["epochs"] == EPOCHS
+        assert summary["ranks"] == tasks
+        assert summary["algorithm"] == "minibatch" and summary["dataset"] == "synthetic-tiny"
+        assert 0.6 < summary["final"]["test_acc"] <= 1.0  # 8 classes: chance is 0.125
+        # the job's logs are where gnnrun said, one pair per task
+        logs = cwd / "sweep" / ".submitit" / job_id
+        for task in range(tasks):
+            assert (logs / f"{job_id}_{task}_log.out").is_file()
+            assert (logs / f"{job_id}_{task}_log.err").is_file()
+        assert "run directory: " + str(run_dir) in " ".join(
+            (logs / f"{job_id}_0_log.out").read_text().split()
+        )
+        assert f"done in job {job_id}" in done.stderr
+
+
+def test_the_two_tasks_rendezvous_as_two_ranks(sweep, slurm_env, tmp_path):
+    cwd, _ = sweep
+    run_dir = cwd / "sweep" / "1"
+    ranks = [read_jsonl(run_dir / f"metrics.rank{r}.jsonl") for r in (0, 1)]
+    for rank, records in enumerate(ranks):
+        assert [(r["epoch"], r["rank"]) for r in records] == [(e, rank) for e in range(EPOCHS)]
+        # each rank pulled remote features from the other: the ranks really talked
+        assert all(r["bytes"]["features"] > 0 and r["bytes"]["allreduce"] > 0 for r in records)
+    assert not (cwd / "sweep" / "0" / "metrics.rank1.jsonl").exists()
+    # Two SLURM tasks train exactly as two local ranks of the elastic launcher do.
+    local = gnnrun([*SWEEP[1:4], "cluster.nprocs=2", "hydra.run.dir=local"], tmp_path, slurm_env)
+    assert local.returncode == 0, local.stderr[-3000:]
+    reference = read_jsonl(tmp_path / "local" / "metrics.rank0.jsonl")
+    assert [r["loss"] for r in ranks[0]] == pytest.approx([r["loss"] for r in reference], rel=1e-4)
+
+
+def test_the_same_sweep_again_submits_nothing(sweep, slurm_env):
+    cwd, _ = sweep
+    before = sorted(p.name for p in (cwd / "sweep" / ".submitit").iterdir())
+    again = gnnrun(SWEEP, cwd, slurm_env, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    err = " ".join(again.stderr.split())
+    assert "SLURM job" not in err
+    assert err.count(", skipped") == 2
+    assert sorted(p.name for p in (cwd / "sweep" / ".submitit").iterdir()) == before
+
+
+def test_a_run_without_m_submits_one_job_and_waits(slurm_env, tmp_path):
+    args = ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=2", "cluster=slurm"]
+    args.append("cluster.tasks_per_node=2")
+    done = gnnrun([*args, "hydra.run.dir=run"], tmp_path, slurm_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = JOB_LINE.findall(" ".join(done.stderr.split()))
+    assert len(jobs) == 1 and jobs[0][3] == "2"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["ranks"] == 2 and summary["complete"] is True
+    assert (tmp_path / "run" / ".submitit" / jobs[0][2]).is_dir()
+    assert f"run directory: {tmp_path / 'run'}" in " ".join(done.stdout.split())
+
+
+def test_a_rank_that_fails_fails_its_point_with_the_message(slurm_env, tmp_path):
+    start = time.monotonic()
+    args = ["dataset=cora", "paths.raw_root=/nonexistent", "algorithm=minibatch", "train.epochs=1"]
+    done = gnnrun([*args, "cluster=slurm", "cluster.tasks_per_node=2"], tmp_path, slurm_env)
+    err = " ".join(done.stderr.split())
+    assert done.returncode == 1, err[-3000:]
+    assert "failed in job" in err and "/nonexistent/cora/raw" in err  # rank 0's own error
+    assert "1 of 1 point(s) failed" in err and "--resume-sweep" in err
+    assert time.monotonic() - start < 120  # rank 1 did not wait for the collective timeout
