@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import copyreg
 import json
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -196,6 +197,12 @@ class SlurmLauncher(SubmititSlurmLauncher):
     def _submit(self, points: list[_Point]) -> None:
         import submitit
 
+        missing = [tool for tool in ("sbatch", "srun", "squeue") if shutil.which(tool) is None]
+        if missing:
+            raise GnnrunError(
+                f"cluster=slurm: {', '.join(missing)} not found on PATH; submit from a SLURM "
+                "login node (scripts/slurm_cluster.sh start runs a one-node SLURM here for tests)"
+            )
         groups: dict[str, list[_Point]] = {}
         for point in points:
             groups.setdefault(json.dumps(point.params, sort_keys=True, default=str), []).append(

@@ -268,3 +268,15 @@ def test_launcher_gets_the_cluster_fields(compose_slurm):
     assert launcher.timeout_min == 30 and dict(launcher.additional_parameters) == {
         "constraint": "a100"
     }
+
+
+def test_without_slurm_tools_gnnrun_says_so(tmp_path, monkeypatch, capsys):
+    from gnnrun.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch, srun or squeue here
+    code = main(["train", "dataset=synthetic-tiny", "cluster=slurm", "hydra.run.dir=run"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1
+    assert "cluster=slurm: sbatch, srun, squeue not found on PATH" in err
+    assert "Traceback" not in err
