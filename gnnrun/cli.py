@@ -126,10 +126,15 @@ def _slurm_run_args(args: list[str]) -> list[str]:
     printed, waited for, cancelled on Ctrl-C). Inside a job step (srun) each task
     is a rank instead, and nothing is submitted.
     """
+    import os
+
     from gnnrun.launch.slurm import in_slurm_step
 
-    if in_slurm_step():
-        return args
+    if in_slurm_step():  # every task must pick the same run directory
+        if any(a.startswith("hydra.run.dir=") for a in args):
+            return args
+        step = f"{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}"
+        return [*args, f"hydra.run.dir=outputs/train/slurm-{step}"]
     run_dir = "outputs/train/${now:%Y-%m-%d}/${now:%H-%M-%S}"
     for a in args:
         if a.startswith("hydra.run.dir="):

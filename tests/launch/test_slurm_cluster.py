@@ -156,3 +156,19 @@ def test_a_rank_that_fails_fails_its_point_with_the_message(slurm_env, tmp_path)
     assert "failed in job" in err and "/nonexistent/cora/raw" in err  # rank 0's own error
     assert "1 of 1 point(s) failed" in err and "--resume-sweep" in err
     assert time.monotonic() - start < 120  # rank 1 did not wait for the collective timeout
+
+
+def test_srun_tasks_become_ranks_directly(slurm_env, tmp_path):
+    """`srun -n 2 gnnrun train cluster=slurm ...`: no submission, each task is a rank."""
+    args = ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=2", "cluster=slurm"]
+    command = [sys.executable, "-m", "gnnrun.cli", "train", *args, "cluster.tasks_per_node=2"]
+    done = subprocess.run(
+        ["srun", "-n", "2", *command], cwd=tmp_path, env=slurm_env, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SLURM job" not in done.stderr
+    (run_dir,) = (tmp_path / "outputs" / "train").iterdir()  # both tasks chose the same one
+    assert run_dir.name.startswith("slurm-")
+    assert json.loads((run_dir / "summary.json").read_text())["ranks"] == 2
+    assert (run_dir / "metrics.rank1.jsonl").is_file()
