@@ -18,9 +18,11 @@ that minibatch searches the same layer's cache, so d minibatches of compute
 overlap it (the paper's d). With delay 0 the exchange completes at once (no
 overlap), for the next minibatch. So a rank loading at minibatch j gets the
 latest embedding pushed at j - max(d, 1) or before. Minibatches are numbered
-on across epochs; as in Algorithm 2 the last d minibatches of an epoch start
-no push, so no exchange is in flight between epochs and a checkpoint holds the
-caches alone.
+on across epochs and pushes cross epoch boundaries (Algorithm 2 stops pushing d
+minibatches before an epoch ends, which leaves a dataset with few minibatches
+per epoch with no pushes at all). A checkpoint waits for the pushes in flight
+and keeps what they carried with the caches, so a resumed run stores them when
+they fall due, as an uninterrupted run does.
 
 Evaluation uses the exact distributed sampler of `minibatch` (owners sample
 their vertices and send their features), so accuracies measure the trained
@@ -135,11 +137,7 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
 
     def forward(self, model, blocks, x, epoch, step, steps):
         now = epoch * steps + step
-        push = (
-            self.cache_size > 0
-            and self.push_limit > 0
-            and (self.delay == 0 or step < steps - self.delay)
-        )
+        push = self.cache_size > 0 and self.push_limit > 0
 
         def layer_input(layer: int, block: Block, h: torch.Tensor) -> tuple[Block, torch.Tensor]:
             return self._layer_input(layer, block, h, now, push)
@@ -167,7 +165,12 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
             self.lookups[layer] += int(positions.numel())
             if bool(hit.any()):
                 loaded = cache.load(lines[hit])
-                h = h.index_put((positions[hit],), loaded)
+                # Input features carry no gradient and can take the rows in place; a
+                # hidden layer's output is saved for its backward pass and cannot.
+                if h.requires_grad:
+                    h = h.index_put((positions[hit],), loaded)
+                else:
+                    h.index_put_((positions[hit],), loaded)
                 self._record("load", now, layer, self.comm.rank, tags[hit], loaded)
             if not bool(hit.all()):
                 self._record("miss", now, layer, self.comm.rank, tags[~hit], h[:0])
@@ -241,7 +244,14 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     # --------------------------------------------------------------- checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        return {"caches": [None if c is None else c.state_dict() for c in self.caches]}
+        in_flight = [
+            [(push.started, push.ids.wait(), push.rows.wait()) for push in queue]
+            for queue in self.in_flight
+        ]
+        return {
+            "caches": [None if c is None else c.state_dict() for c in self.caches],
+            "in_flight": in_flight,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for layer, saved in enumerate(state["caches"]):
@@ -250,3 +260,7 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
             cache = HistoricalEmbeddingCache(self.halos, self.cache_size, saved["data"].shape[1])
             cache.load_state_dict(saved)
             self.caches[layer] = cache
+        for queue, saved in zip(self.in_flight, state["in_flight"], strict=True):
+            queue.clear()
+            for started, ids, rows in saved:
+                queue.append(Push(started, PendingExchange(ids), PendingExchange(rows)))

@@ -58,8 +58,10 @@ def test_resume_continues_the_same_trajectory(tmp_path, mode):
         ["algorithm=minibatch", "model=sage", "model.batch_size=128"],
         # Delayed and binned: the exchanges in flight at the checkpoint must be restored.
         ["algorithm=cdr", "algorithm.delay=2", "algorithm.bins=2", "model=sage_gcn"],
+        # Pushes in flight at the checkpoint, and the caches, must be restored.
+        ["algorithm=hec", "algorithm.delay=2", "model=sage", "model.batch_size=32"],
     ],
-    ids=["minibatch", "cdr"],
+    ids=["minibatch", "cdr", "hec"],
 )
 def test_distributed_resume_continues_the_same_trajectory(tmp_path, monkeypatch, capsys, algorithm):
     monkeypatch.chdir(tmp_path)
