@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -172,3 +173,35 @@ def test_srun_tasks_become_ranks_directly(slurm_env, tmp_path):
     assert run_dir.name.startswith("slurm-")
     assert json.loads((run_dir / "summary.json").read_text())["ranks"] == 2
     assert (run_dir / "metrics.rank1.jsonl").is_file()
+
+
+def test_ctrl_c_cancels_the_submitted_jobs(slurm_env, tmp_path):
+    args = ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=10000", "cluster=slurm"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gnnrun.cli", "train", *args, "hydra.run.dir=run"],
+        cwd=tmp_path, env=slurm_env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        seen = ""
+        while (match := JOB_LINE.search(" ".join(seen.split()))) is None:
+            line = process.stderr.readline()
+            assert line, f"gnnrun ended before submitting: {seen[-2000:]}"
+            seen += line
+        time.sleep(3)  # let the job start
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, rest[-2000:]
+    job_id = match.group(3)
+    assert f"cancelled SLURM job(s) {job_id}" in " ".join(rest.split())
+    for _ in range(40):  # scancel is asynchronous; KillWait is 5 s on the test SLURM
+        queue = subprocess.run(
+            ["squeue", "-h", "-t", "PD,R,CG", "-j", job_id], env=slurm_env, capture_output=True,
+            text=True,
+        )  # fmt: skip
+        if not queue.stdout.strip():
+            break
+        time.sleep(0.5)
+    assert not queue.stdout.strip(), f"job {job_id} still queued or running: {queue.stdout}"
