@@ -94,7 +94,11 @@ def cmd_train(args: list[str]) -> int:
     install()  # cluster=slurm's launcher
     if "--resume-sweep" in args:
         args = _resume_sweep_args(args)
-    elif not any(a in ("-m", "--multirun") for a in args) and _asks_for_slurm(args):
+    elif not any(a.startswith("-") for a in args) and _asks_for_slurm(args):
+        from gnnrun.config import register_schemas
+
+        register_schemas()
+        check_overrides(args)  # as for any single run, before anything is submitted
         args = _slurm_run_args(args)
     return run_hydra(_train, "train", args, keep_run_dir=True)
 
@@ -124,7 +128,8 @@ def _slurm_run_args(args: list[str]) -> list[str]:
 
     The point goes through the same launcher as a sweep (one job, its id and logs
     printed, waited for, cancelled on Ctrl-C). Inside a job step (srun) each task
-    is a rank instead, and nothing is submitted.
+    is a rank instead, and nothing is submitted. (With a flag such as --cfg or
+    --help, Hydra only prints, and nothing is converted.)
     """
     import os
 

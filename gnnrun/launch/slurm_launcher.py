@@ -30,7 +30,7 @@ import json
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,6 @@ class _Point:
     gone_since: float | None = None
     result: JobReturn | None = None
     error: str | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -122,7 +121,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        points, returns = self._plan(job_overrides, initial_job_idx)
+        points = self._plan(job_overrides, initial_job_idx)
         failed = [p for p in points if p.error is not None]
         todo = [p for p in points if p.error is None and p.result is None]
         if todo:
@@ -134,24 +133,26 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 raise
             except GnnrunError as exc:
                 self._cancel(todo)
-                console.print(f"[bold red]error:[/] {exc}")
+                console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
                 raise SystemExit(1) from None
             failed += [p for p in todo if p.error is not None]
-        for point in points:
-            returns[point.index] = point.result or JobReturn(
-                overrides=point.overrides, status=JobStatus.COMPLETED
-            )
         if failed:
             console.print(
                 f"[bold red]error:[/] {len(failed)} of {len(points)} point(s) failed: "
                 + ", ".join(f"{p.index} ({p.label})" for p in failed)
-                + f". Resume with: gnnrun train --resume-sweep {sweep_dir}",
+                + (
+                    f". Resume with: gnnrun train --resume-sweep {sweep_dir}"
+                    if any(p.job is not None for p in failed)
+                    else ""
+                ),
                 soft_wrap=True,
             )
             raise SystemExit(1)
-        return [returns[i] for i in sorted(returns)]
+        return [
+            p.result or JobReturn(overrides=p.overrides, status=JobStatus.COMPLETED) for p in points
+        ]
 
-    def _plan(self, job_overrides, initial_job_idx: int) -> tuple[list[_Point], dict]:
+    def _plan(self, job_overrides, initial_job_idx: int) -> list[_Point]:
         """Each point's run directory and resources; finished points are answered at once."""
         from gnnrun.config import to_objects
 
@@ -160,7 +161,6 @@ class SlurmLauncher(SubmititSlurmLauncher):
         hydra_config = HydraConfig.instance()
         saved = hydra_config.cfg
         points: list[_Point] = []
-        returns: dict[int, JobReturn] = {}
         try:
             for index, overrides in enumerate(job_overrides, initial_job_idx):
                 overrides = list(overrides)
@@ -189,10 +189,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 if done:
                     console.print(sweep.skip_message(index, overrides, run_dir), soft_wrap=True)
                     point.result = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
-                    returns[index] = point.result
         finally:
             hydra_config.cfg = saved
-        return points, returns
+        return points
 
     def _submit(self, points: list[_Point]) -> None:
         import submitit
@@ -230,7 +229,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                     self, *zip(*[(*a, state) for a in arguments], strict=True)
                 )
             except Exception as exc:  # sbatch refused: bad partition, account, limits ...
-                raise GnnrunError(f"sbatch refused the job: {_first_line(str(exc))}") from None
+                raise GnnrunError(f"sbatch refused the job: {_last_line(str(exc))}") from None
             tasks = params.get("nodes", 1) * params.get("tasks_per_node", 1)
             for point, job in zip(members, jobs, strict=True):
                 point.job, point.tasks = job, tasks
@@ -390,10 +389,6 @@ def _first_task_error(job, tasks: int) -> str | None:
         if message:
             return f"rank {task}: {message}"
     return None
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
 
 
 def _last_line(text: Any) -> str:

@@ -280,3 +280,15 @@ def test_without_slurm_tools_gnnrun_says_so(tmp_path, monkeypatch, capsys):
     assert code == 1
     assert "cluster=slurm: sbatch, srun, squeue not found on PATH" in err
     assert "Traceback" not in err
+
+
+def test_a_bad_slurm_run_is_refused_before_submission(tmp_path, monkeypatch, capsys):
+    from gnnrun.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # were anything submitted, sbatch would be missing
+    code = main(["train", "dataset=synthetic-tiny", "cluster=slurm", "cluster.nprocs=4"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1
+    assert err.startswith("error: invalid config: cluster.nprocs (4) must be the world size")
+    assert "not found on PATH" not in err and not (tmp_path / "outputs").exists()
