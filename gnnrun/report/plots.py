@@ -314,7 +314,7 @@ def hit_rate_figure(sets: list[RunSet]) -> Figure | None:
         ax.set_ylabel("hit rate (fraction of lookups)")
     handles = axes[0].get_legend_handles_labels()[0] + _set_handles(sets, bars=False)
     _legend(figure, handles)
-    figure.suptitle("HEC cache hit rate per layer (rank 0)")
+    figure.suptitle("HEC cache hit rate per layer (all ranks)")
     return figure
 
 
