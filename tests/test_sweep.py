@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
 import gnnrun.train.trainer as trainer
-from gnnrun.cli import main
+from gnnrun.cli import CONFIG_DIR, main
+from gnnrun.config import register_schemas, to_objects
 from gnnrun.launch.sweep import begin_point, finished_point, resume_arguments
 
 SWEEP = ["dataset=synthetic-tiny", "algorithm=single", "train.epochs=2", "train.seed=0,1,2"]
@@ -161,3 +163,26 @@ def test_points_record_their_overrides_and_keep_earlier_attempts(tmp_path):
     # train.resume=true continues the files instead
     assert begin_point(run, ["a=1"], keep_partial=True) is None
     assert (run / "summary.json").exists()
+
+
+SWEEPS = sorted(p.stem for p in (CONFIG_DIR / "sweep").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_sweep_config_expands_to_valid_points(name):
+    """Each configs/sweep/ file composes, and every value of every swept key gives a valid config."""
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        base = compose("config", overrides=[f"+sweep={name}"], return_hydra_config=True)
+        params = {str(k): str(v).split(",") for k, v in base.hydra.sweeper.params.items()}
+        assert params, f"+sweep={name} sweeps nothing"
+        for key, values in params.items():
+            assert len(values) > 1, f"+sweep={name}: {key} has a single value"
+            for value in values:
+                point = compose("config", overrides=[f"+sweep={name}", f"{key}={value}"])
+                config = to_objects(point)
+                if "." in key:
+                    section, field = key.split(".", 1)
+                    assert str(getattr(getattr(config, section), field)) == value
+                else:
+                    assert getattr(config, key).name == value
