@@ -39,7 +39,7 @@ class GATConv(torch.nn.Module):
         el = (h * self.attn_src).sum(-1)
         er = (h[: block.num_dst] * self.attn_dst).sum(-1)
         out = gat_aggregate(with_self_loops(block), h, el, er, self.negative_slope)
-        out = out.reshape(block.num_dst, -1) if self.concat else out.mean(1)
+        out = out.flatten(1) if self.concat else out.mean(1)
         return out + self.bias
 
 

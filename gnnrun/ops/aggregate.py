@@ -44,7 +44,7 @@ def local_aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch
     forward = native_op("csr_aggregate", "aggregate")
     if forward is None or x.dtype not in NATIVE_DTYPES or x.device.type != "cpu":
         return aggregate_reference(block, x, reduce)
-    flat = x.reshape(x.shape[0], -1)
+    flat = x.flatten(1)
     out = _Aggregate.apply(block, flat, reduce == "mean")
     return out.reshape((block.num_dst, *x.shape[1:]))
 
@@ -69,7 +69,7 @@ def aggregate_with_dst(
         or not (x.requires_grad and torch.is_grad_enabled())
     ):
         return aggregate(block, x, reduce), x[: block.num_dst]
-    flat = x.reshape(x.shape[0], -1)
+    flat = x.flatten(1)
     out, dst = _AggregateWithDst.apply(block, flat, reduce == "mean")
     return out.reshape((block.num_dst, *x.shape[1:])), dst.reshape((block.num_dst, *x.shape[1:]))
 

@@ -88,3 +88,17 @@ def test_every_model_runs_full_batch_and_on_sampled_blocks_with_gradients(name):
     assert torch.allclose(
         model(all_blocks, x[all_blocks[0].src_ids]), model([block, block], x)[seeds], atol=1e-5
     )
+
+
+@pytest.mark.parametrize(
+    "name, aggregator", [("sage", "mean"), ("sage", "gcn"), ("gcn", "mean"), ("gat", "mean")]
+)
+def test_every_model_runs_on_an_empty_minibatch(name, aggregator):
+    # A rank whose part has no training vertices still runs each step (hec's pushes are collectives).
+    cfg = ModelConfig(name=name, aggregator=aggregator, layers=2, hidden=8, fanouts=[2, 2], heads=2)
+    model = build_model(cfg, 5, 3)
+    empty = Block(torch.zeros(1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 0)
+    x = torch.zeros(0, 5, requires_grad=True)
+    out = model([empty, empty], x)
+    out.sum().backward()
+    assert out.shape == (0, 3) and x.grad.shape == (0, 5)
