@@ -16,38 +16,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnrun.testing import run_on_ranks
-
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
-import rank_train  # noqa: E402
+from accuracy_runs import summaries_per_algorithm  # noqa: E402
 
 ALGORITHMS = ("minibatch", "hec")
 
 
 def mean_test_accuracy(configure, tmp_path, dataset, nprocs, epochs, seeds, *overrides) -> dict:
-    cfgs = [
-        configure(
-            f"dataset={dataset}",
-            "model=sage",
-            "model.batch_size=256",
-            f"algorithm={algorithm}",
-            f"cluster.nprocs={nprocs}",
-            f"train.epochs={epochs}",
-            f"train.seed={seed}",
-            f"train.checkpoint_dir={tmp_path}/ckpt/{algorithm}/{seed}",
-            *overrides,
-        )
-        for seed in range(seeds)
-        for algorithm in ALGORITHMS
-    ]
-    summaries = run_on_ranks(
-        rank_train.train_each_config, nprocs, cfgs, str(tmp_path / "runs"), timeout_s=3000
-    )[0]
+    runs_of = summaries_per_algorithm(
+        configure,
+        tmp_path,
+        ALGORITHMS,
+        dataset,
+        nprocs,
+        epochs,
+        seeds,
+        "model=sage",
+        "model.batch_size=256",
+        *overrides,
+    )
     print(f"\n{dataset} on {nprocs} ranks, {epochs} epochs:")
     means = {}
-    for i, algorithm in enumerate(ALGORITHMS):
-        runs = summaries[i :: len(ALGORITHMS)]
+    for algorithm, runs in runs_of.items():
         best = [run["best"]["test_acc"] for run in runs]
         print(
             f"  {algorithm:>9}: test accuracy at best val {np.round(best, 4).tolist()} "
