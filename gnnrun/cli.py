@@ -276,8 +276,7 @@ def check_overrides(overrides: list[str]) -> None:
 
     from gnnrun.config import to_objects
 
-    flags = [a for a in overrides if a.startswith("-")]
-    settings = [a for a in overrides if not a.startswith("-")]
+    flags, settings = _split_flags(overrides)
     try:
         parsed = OverridesParser.create().parse_overrides(settings)
     except HydraException as exc:
@@ -310,6 +309,23 @@ def check_overrides(overrides: list[str]) -> None:
 
 
 _ABSENT = object()
+# Hydra's flags that take a value: `--cfg job`, `--info config`, `--package _global_`.
+_FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p")
+
+
+def _split_flags(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra's flags with their values, the overrides)."""
+    flags, settings = [], []
+    taking_value = False
+    for a in arguments:
+        if taking_value and not a.startswith("-") and "=" not in a:
+            flags.append(a)
+        elif a.startswith("-"):
+            flags.append(a)
+        else:
+            settings.append(a)
+        taking_value = a in _FLAGS_WITH_VALUE
+    return flags, settings
 
 
 def _unknown_key_message(cfg: DictConfig, key: str) -> str:

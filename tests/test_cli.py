@@ -131,3 +131,8 @@ def test_nothing_is_written_to_the_working_directory(capsys, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     run(capsys, "data", "info", "dataset=synthetic-tiny")
     assert sorted(os.listdir(tmp_path)) == ["data"]
+
+
+def test_cfg_job_prints_the_composed_config(capsys):
+    code, out, err = run(capsys, "train", "--cfg", "job", "algorithm=hec", "algorithm.delay=3")
+    assert code == 0 and "cache_size: 1000000" in out and "delay: 3" in out
