@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm lint format bench-partition bench-fullbatch bench-train clean
+.PHONY: setup run test test-slow test-slurm lint format bench-partition bench-fullbatch bench-train bench-hec clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,9 @@ bench-fullbatch: setup
 
 bench-train: setup
 	$(BIN)/python scripts/bench_train.py
+
+bench-hec: setup
+	$(BIN)/python scripts/bench_hec.py
 
 clean:
 	rm -rf $(VENV) outputs

@@ -23,7 +23,7 @@ edges) with 2% / 5% of the vertices for validation / test instead of 10% / 80%,
 so that evaluating stays a small part of the run; it is prepared under its
 own name.
 
-    .venv/bin/python scripts/bench_hec.py                 # about 30 minutes here
+    .venv/bin/python scripts/bench_hec.py                 # about 20 minutes here
     .venv/bin/python scripts/bench_hec.py --quick         # synthetic-small, 2 epochs: a smoke test
     .venv/bin/python scripts/bench_hec.py --json out.json
 """
