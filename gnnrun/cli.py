@@ -318,12 +318,8 @@ def _split_flags(arguments: list[str]) -> tuple[list[str], list[str]]:
     flags, settings = [], []
     taking_value = False
     for a in arguments:
-        if taking_value and not a.startswith("-") and "=" not in a:
-            flags.append(a)
-        elif a.startswith("-"):
-            flags.append(a)
-        else:
-            settings.append(a)
+        is_value = taking_value and not a.startswith("-") and "=" not in a
+        (flags if is_value or a.startswith("-") else settings).append(a)
         taking_value = a in _FLAGS_WITH_VALUE
     return flags, settings
 
