@@ -73,4 +73,42 @@ def test_hec_within_one_point_of_minibatch(
     means = mean_test_accuracy(configure, tmp_path, dataset, nprocs, epochs, 3)
     # Within 1 point below minibatch (being better is allowed).
     assert means["hec"] >= means["minibatch"] - 0.01, means
-    assert means["hec_bytes"] < means["minibatch_bytes"], means
+
+
+def bytes_per_epoch(configure, tmp_path, nprocs, dataset, *overrides) -> dict[str, float]:
+    """One epoch of each algorithm with the papers' minibatch preset (sage_products: batch
+    1000, 3 layers, fanouts 15/10/5); training bytes rank 0 sent, by algorithm."""
+    runs_of = summaries_per_algorithm(
+        configure, tmp_path, ALGORITHMS, dataset, nprocs, 1, 1, "model=sage_products", *overrides
+    )
+    sent = {a: runs[0]["bytes_per_epoch_rank0"] for a, runs in runs_of.items()}
+    print(
+        f"\n{dataset}, {nprocs} ranks, MB per epoch: {sent}; fewer by {sent['minibatch'] / sent['hec']:.2f}x"
+    )
+    return sent
+
+
+def test_hec_sends_fewer_bytes_than_minibatch(configure, tmp_path):
+    # hec's pushes have a fixed budget (push_limit rows per layer, peer and minibatch)
+    # whatever the graph; minibatch pulls what its minibatches reach. On synthetic-small
+    # the budget undercuts the pulls on 2 ranks (1.25x fewer) but not on 4 (0.63x: 3
+    # peers' budgets, 2 minibatches per epoch); the slow test checks the issue's 3x
+    # where the benchmark measures it.
+    sent = bytes_per_epoch(configure, tmp_path, 2, "synthetic-small")
+    assert sent["hec"] < sent["minibatch"], sent
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_hec_sends_3x_fewer_bytes_on_synthetic_medium(configure, tmp_path, nprocs):
+    # scripts/bench_hec.py's dataset: synthetic-medium with small evaluation splits.
+    sent = bytes_per_epoch(
+        configure,
+        tmp_path,
+        nprocs,
+        "synthetic-medium",
+        "dataset.name=synthetic-medium-bench",
+        "dataset.split.val=0.02",
+        "dataset.split.test=0.05",
+    )
+    assert sent["minibatch"] >= 3 * sent["hec"], sent
