@@ -177,9 +177,12 @@ def test_srun_tasks_become_ranks_directly(slurm_env, tmp_path):
 
 def test_ctrl_c_cancels_the_submitted_jobs(slurm_env, tmp_path):
     args = ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=10000", "cluster=slurm"]
+    # As in a terminal, whatever this test runs under: a shell starts background jobs
+    # with SIGINT ignored, and Python then never turns Ctrl-C into KeyboardInterrupt.
     process = subprocess.Popen(
         [sys.executable, "-m", "gnnrun.cli", "train", *args, "hydra.run.dir=run"],
         cwd=tmp_path, env=slurm_env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         seen = ""
