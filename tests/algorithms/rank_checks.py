@@ -63,14 +63,21 @@ def parameters_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
-def distgnn_trajectory(rank: int, world: int, cfg, epochs: int) -> dict:
-    """Train a DistGNN algorithm `epochs` epochs; per epoch its loss, summed gradients and bytes,
-    then the logits of every local clone with exact aggregation, by original vertex id."""
+def algorithm_and_model(cfg):
+    """This rank's communicator, the config's algorithm, and the model and optimizer the
+    trainer would build (the same initial weights on every rank)."""
     comm = Communicator()
     algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, PhaseTimer())
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
+    return comm, algorithm, model, optimizer
+
+
+def distgnn_trajectory(rank: int, world: int, cfg, epochs: int) -> dict:
+    """Train a DistGNN algorithm `epochs` epochs; per epoch its loss, summed gradients and bytes,
+    then the logits of every local clone with exact aggregation, by original vertex id."""
+    comm, algorithm, model, optimizer = algorithm_and_model(cfg)
     epochs_out = []
     for epoch in range(epochs):
         comm.bytes.reset()
@@ -154,14 +161,8 @@ def distgnn_trajectories(rank: int, world: int, cfgs: list, epochs: int) -> list
 
 def hec_trace(rank: int, world: int, cfg, epochs: int) -> dict:
     """Train `hec` with dropout off; every push, load and miss of this rank, and per-epoch stats."""
-    from gnnrun.algorithms.hec import HistoricalEmbeddingCacheTraining
-
-    comm = Communicator()
-    algorithm = HistoricalEmbeddingCacheTraining(cfg, comm, PhaseTimer())
+    comm, algorithm, model, optimizer = algorithm_and_model(cfg)
     algorithm.trace = []
-    torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
     epochs_out = []
     for epoch in range(epochs):
         comm.bytes.reset()
