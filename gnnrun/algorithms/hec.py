@@ -42,6 +42,7 @@ from gnnrun.algorithms import ALGORITHMS
 from gnnrun.algorithms.minibatch import DistributedMinibatch, step_key
 from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource
 from gnnrun.comm import PendingExchange
+from gnnrun.errors import GnnrunError
 from gnnrun.ops.block import Block
 from gnnrun.ops.hec import HistoricalEmbeddingCache
 from gnnrun.ops.rows import take_rows
@@ -254,13 +255,25 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["caches"]) != len(self.caches):
+            raise GnnrunError(self._mismatch(f"{len(state['caches'])} layers"))
         for layer, saved in enumerate(state["caches"]):
             if saved is None:
                 continue
             cache = HistoricalEmbeddingCache(self.halos, self.cache_size, saved["data"].shape[1])
-            cache.load_state_dict(saved)
+            try:
+                cache.load_state_dict(saved)
+            except ValueError as exc:
+                raise GnnrunError(self._mismatch(str(exc))) from None
             self.caches[layer] = cache
         for queue, saved in zip(self.in_flight, state["in_flight"], strict=True):
             queue.clear()
             for started, ids, rows in saved:
                 queue.append(Push(started, PendingExchange(ids), PendingExchange(rows)))
+
+    def _mismatch(self, what: str) -> str:
+        return (
+            f"the checkpoint's embedding caches do not fit this run ({what}): resume with the "
+            "model, partition and algorithm.cache_size of the checkpoint, or start again "
+            "without train.resume"
+        )
