@@ -33,6 +33,11 @@ import time
 import warnings
 from functools import partial
 
+from gnnrun.memory import apply_memory_settings
+
+apply_memory_settings()  # as `gnnrun train` does, before torch is imported: both sides get huge pages
+
+# ruff: noqa: E402
 import numpy as np
 import torch
 

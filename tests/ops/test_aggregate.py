@@ -82,10 +82,11 @@ def test_native_matches_reference(reduce, width, index_dtype):
 @needs_native
 @pytest.mark.parametrize("sort_rows", [True, False])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
-def test_cache_blocks_give_the_same_result(sort_rows, index_dtype):
+@pytest.mark.parametrize("width", [37, 300])  # one column tile; three (128 + 128 + 44)
+def test_cache_blocks_give_the_same_result(sort_rows, index_dtype, width):
     op = native_op("csr_aggregate", "aggregate")
     block = random_block(200, 333, seed=3, index_dtype=index_dtype, sort_rows=sort_rows)
-    x = features(block, 37)
+    x = features(block, width)
     for mean in (False, True):
         ref = reference(block, x, "mean" if mean else "sum")
         for block_rows in (7, 64, 332, 333, 10_000):
@@ -96,7 +97,7 @@ def test_cache_blocks_give_the_same_result(sort_rows, index_dtype):
 def test_scaled_aggregation():
     op = native_op("csr_aggregate_scaled", "aggregate")
     block = random_block(50, 80, seed=4)
-    x = features(block, 19)
+    x = features(block, 150)  # two column tiles
     scale = torch.rand(block.num_src)
     for block_rows in (0, 9):
         close(
