@@ -1,0 +1,35 @@
+"""Where native kernels are cached, and what happens to a build lock a killed build left."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from gnnrun.ops import native
+
+
+def test_cache_folder_names_the_cpu_torch_and_python(monkeypatch, tmp_path):
+    monkeypatch.setenv("GNNRUN_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.delenv("GNNRUN_MARCH", raising=False)
+    root = native.build_root()
+    assert root.parent == tmp_path
+    assert "native-" in root.name and f"torch{native.torch.__version__}" in root.name
+    assert "-march=native" in native.compile_flags()
+    monkeypatch.setattr(native, "cpu_signature", lambda: "model name=another CPU")
+    assert native.build_root() != root  # another CPU never loads this one's binary
+    monkeypatch.setenv("GNNRUN_MARCH", "x86-64-v3")
+    assert native.build_root().name.endswith("x86-64-v3")
+    assert "-march=x86-64-v3" in native.compile_flags()
+
+
+def test_stale_build_lock_is_removed_and_a_live_one_kept(tmp_path, capsys):
+    lock = tmp_path / "lock"
+    lock.touch()
+    native._clear_stale_lock(lock, "aggregate")
+    assert lock.exists()  # a build may be running: wait for it, and say so
+    assert "waiting for another process" in capsys.readouterr().err
+    old = time.time() - native.STALE_LOCK_SECONDS - 60
+    os.utime(lock, (old, old))
+    native._clear_stale_lock(lock, "aggregate")
+    assert not lock.exists()
+    assert "removed a stale build lock" in capsys.readouterr().err
