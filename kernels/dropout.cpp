@@ -71,6 +71,16 @@ torch::Tensor masked(torch::Tensor x, int64_t key, int64_t threshold, double sca
   return out;
 }
 
+// r = o > 0 ? g * s : 0. A vector select, not a branch: the elements are dropped
+// at random, and the branch the compiler made of it inside the parallel_for
+// lambda (mispredicted on every other element) made this pass 3.5x slower.
+template <typename scalar_t>
+void relu_dropout_grad(const scalar_t* __restrict g, const scalar_t* __restrict o,
+                       scalar_t* __restrict r, const scalar_t s, const int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) r[i] = o[i] > scalar_t(0) ? g[i] * s : scalar_t(0);
+}
+
 }  // namespace
 
 // x with each element zeroed with probability p (threshold / 65536) and the rest scaled.
@@ -96,7 +106,7 @@ torch::Tensor relu_dropout_backward(torch::Tensor grad, torch::Tensor out, doubl
     scalar_t* r = result.data_ptr<scalar_t>();
     const scalar_t s = static_cast<scalar_t>(scale);
     at::parallel_for(0, grad.numel(), 32768, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) r[i] = o[i] > scalar_t(0) ? g[i] * s : scalar_t(0);
+      relu_dropout_grad(g + begin, o + begin, r + begin, s, end - begin);
     });
   });
   return result;

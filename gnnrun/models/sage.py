@@ -30,8 +30,14 @@ class SAGEConv(torch.nn.Module):
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         if self.aggregator == "mean":
             if self.project_first:
-                neigh = aggregate(block, self.neigh(x), "mean")
-                return self.self_loop(x[: block.num_dst]) + neigh
+                # Both maps in one GEMM: x is read once and gets one gradient
+                # buffer (x[:num_dst] for the self term would cost autograd a
+                # zero-filled [num_src, in_dim] gradient, then a copy and an add).
+                out_dim = self.neigh.out_features
+                weight = torch.cat([self.neigh.weight, self.self_loop.weight])
+                both = x @ weight.T
+                neigh = aggregate(block, both[:, :out_dim].contiguous(), "mean")
+                return both[: block.num_dst, out_dim:] + self.self_loop.bias + neigh
             # One gradient buffer for x (aggregate_with_dst), and the neighbour
             # term accumulated by the GEMM into the self term (no extra add pass).
             mean, x_dst = aggregate_with_dst(block, x, "mean")
