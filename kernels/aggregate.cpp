@@ -183,21 +183,43 @@ inline void accumulate(scalar_t* __restrict acc, const index_t* __restrict idx, 
   }
 }
 
+// What becomes of an output row once its edges are summed: first the self term
+// (GCN's self loop) scale[v] * x[v] for rows that have a source row, then the
+// row's factor, 1 / in-degree (mean) or post[v].
 template <typename scalar_t>
-inline void finish_row(scalar_t* __restrict o, const int64_t F, const bool mean,
-                       const int64_t degree) {
-  if (mean && degree > 1) {
-    const scalar_t inv = scalar_t(1) / static_cast<scalar_t>(degree);
+struct RowFinish {
+  bool mean = false;
+  const scalar_t* post = nullptr;  // [n_dst] or null
+  bool self_loop = false;
+};
+
+template <typename scalar_t, bool kScaled>
+inline void finish_row(scalar_t* __restrict o, const int64_t v, const int64_t degree,
+                       const scalar_t* __restrict x, const scalar_t* __restrict scale,
+                       const int64_t W, const int64_t stride, const int64_t n_src,
+                       const RowFinish<scalar_t>& finish) {
+  if (finish.self_loop && v < n_src) {
+    const scalar_t* __restrict own = x + v * stride;
+    const scalar_t w = kScaled ? scale[v] : scalar_t(1);
 #pragma omp simd
-    for (int64_t f = 0; f < F; ++f) o[f] *= inv;
+    for (int64_t f = 0; f < W; ++f) o[f] += w * own[f];
   }
+  scalar_t factor;
+  if (finish.post != nullptr)
+    factor = finish.post[v];
+  else if (finish.mean && degree > 1)
+    factor = scalar_t(1) / static_cast<scalar_t>(degree);
+  else
+    return;
+#pragma omp simd
+  for (int64_t f = 0; f < W; ++f) o[f] *= factor;
 }
 
 template <typename scalar_t, typename index_t, bool kScaled>
 void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict idx,
                       const scalar_t* __restrict x, const scalar_t* __restrict scale,
                       scalar_t* __restrict out, const int64_t n_dst, const int64_t n_src,
-                      const int64_t W, const int64_t stride, const bool mean,
+                      const int64_t W, const int64_t stride, const RowFinish<scalar_t>& finish,
                       const int64_t block_rows, const int num_threads) {
   const int64_t num_edges = ptr[n_dst];
   const int64_t num_blocks = block_rows >= n_src ? 1 : (n_src + block_rows - 1) / block_rows;
@@ -208,7 +230,7 @@ void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict 
 #pragma omp simd
       for (int64_t f = 0; f < W; ++f) o[f] = scalar_t(0);
       accumulate<scalar_t, index_t, kScaled>(o, idx, ptr[v], ptr[v + 1], x, scale, W, stride, num_edges);
-      finish_row(o, W, mean, ptr[v + 1] - ptr[v]);
+      finish_row<scalar_t, kScaled>(o, v, ptr[v + 1] - ptr[v], x, scale, W, stride, n_src, finish);
     }
     return;
   }
@@ -234,7 +256,8 @@ void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict 
         cur[v] = stop;
       }
       if (stop > e) accumulate<scalar_t, index_t, kScaled>(o, idx, e, stop, x, scale, W, stride, stop);
-      if (last) finish_row(o, W, mean, end - ptr[v]);
+      if (last)
+        finish_row<scalar_t, kScaled>(o, v, end - ptr[v], x, scale, W, stride, n_src, finish);
     }  // implicit barrier: a block is finished by all threads before the next starts
   }
 }
@@ -249,12 +272,12 @@ template <typename scalar_t, typename index_t, bool kScaled>
 void aggregate_kernel(const int64_t* __restrict ptr, const index_t* __restrict idx,
                       const scalar_t* __restrict x, const scalar_t* __restrict scale,
                       scalar_t* __restrict out, const int64_t n_dst, const int64_t n_src,
-                      const int64_t F, const bool mean, const int64_t block_rows,
-                      const int num_threads) {
+                      const int64_t F, const RowFinish<scalar_t>& finish,
+                      const int64_t block_rows, const int num_threads) {
   const int64_t tile = std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(sizeof(scalar_t)));
   for (int64_t c0 = 0; c0 < F; c0 += tile)
     aggregate_columns<scalar_t, index_t, kScaled>(ptr, idx, x + c0, scale, out + c0, n_dst, n_src,
-                                                  std::min(tile, F - c0), F, mean, block_rows,
+                                                  std::min(tile, F - c0), F, finish, block_rows,
                                                   num_threads);
 }
 
@@ -315,7 +338,8 @@ void check_csr(const torch::Tensor& indptr, const torch::Tensor& indices) {
 
 torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& indices,
                              const torch::Tensor& x, const c10::optional<torch::Tensor>& scale,
-                             bool mean, int64_t block_rows);
+                             const c10::optional<torch::Tensor>& post, bool mean, bool self_loop,
+                             int64_t block_rows);
 
 }  // namespace
 
@@ -340,7 +364,8 @@ namespace {
 
 torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& indices,
                              const torch::Tensor& x_in, const c10::optional<torch::Tensor>& scale,
-                             bool mean, int64_t block_rows) {
+                             const c10::optional<torch::Tensor>& post, bool mean, bool self_loop,
+                             int64_t block_rows) {
   check_csr(indptr, indices);
   TORCH_CHECK(x_in.dim() == 2 && x_in.is_cpu(), "x: 2-d CPU tensor [num_src, F]");
   TORCH_CHECK(x_in.scalar_type() == torch::kFloat || x_in.scalar_type() == torch::kDouble,
@@ -361,6 +386,11 @@ torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& i
     s = scale->to(x.scalar_type()).contiguous();
     TORCH_CHECK(s.dim() == 1 && s.numel() == n_src, "scale: one value per source row");
   }
+  torch::Tensor p;
+  if (post.has_value()) {
+    p = post->to(x.scalar_type()).contiguous();
+    TORCH_CHECK(p.dim() == 1 && p.numel() == n_dst, "post: one value per destination row");
+  }
   if (num_edges > 0) {
     const auto [lo, hi] = torch::aminmax(indices);
     TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < n_src,
@@ -378,12 +408,14 @@ torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& i
       const index_t* idx = indices.data_ptr<index_t>();
       const scalar_t* xp = x.data_ptr<scalar_t>();
       scalar_t* op = out.data_ptr<scalar_t>();
+      const RowFinish<scalar_t> finish{mean, p.defined() ? p.data_ptr<scalar_t>() : nullptr,
+                                       self_loop};
       if (s.defined())
         aggregate_kernel<scalar_t, index_t, true>(ptr, idx, xp, s.data_ptr<scalar_t>(), op, n_dst,
-                                                  n_src, F, mean, block_rows, num_threads);
+                                                  n_src, F, finish, block_rows, num_threads);
       else
         aggregate_kernel<scalar_t, index_t, false>(ptr, idx, xp, nullptr, op, n_dst, n_src, F,
-                                                   mean, block_rows, num_threads);
+                                                   finish, block_rows, num_threads);
     });
   });
   return out;
@@ -393,14 +425,25 @@ torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& i
 
 torch::Tensor csr_aggregate(torch::Tensor indptr, torch::Tensor indices, torch::Tensor x, bool mean,
                             int64_t block_rows) {
-  return aggregate_impl(indptr, indices, x, c10::nullopt, mean, block_rows);
+  return aggregate_impl(indptr, indices, x, c10::nullopt, c10::nullopt, mean, false, block_rows);
 }
 
 // out[v] = sum over e in row v of scale[u] * x[u], u = indices[e]: the backward
 // of mean aggregation over the transposed CSR, with scale = 1 / in-degree.
 torch::Tensor csr_aggregate_scaled(torch::Tensor indptr, torch::Tensor indices, torch::Tensor x,
                                    torch::Tensor scale, int64_t block_rows) {
-  return aggregate_impl(indptr, indices, x, scale, false, block_rows);
+  return aggregate_impl(indptr, indices, x, scale, c10::nullopt, false, false, block_rows);
+}
+
+// out[v] = post[v] * (sum over u in N(v) + {v} of pre[u] * x[u]): GCN's propagation
+// (pre, post: the inverse square roots of the degrees plus one) and DistGNN's
+// GraphSAGE-gcn (no pre, post = 1 / (in-degree + 1)) in one pass, with no scaled
+// copy of x. The self term applies to rows v < num_src. Its gradient is the same
+// operation over the transposed CSR with pre and post swapped.
+torch::Tensor csr_aggregate_normalized(torch::Tensor indptr, torch::Tensor indices, torch::Tensor x,
+                                       c10::optional<torch::Tensor> pre,
+                                       c10::optional<torch::Tensor> post, int64_t block_rows) {
+  return aggregate_impl(indptr, indices, x, pre, post, false, true, block_rows);
 }
 
 // The transposed CSR: row u lists the destinations v of the edges u -> v in
@@ -455,6 +498,10 @@ TORCH_LIBRARY_FRAGMENT(gnnrun, m) {
       "csr_aggregate_scaled(Tensor indptr, Tensor indices, Tensor x, Tensor scale, "
       "int block_rows=0) -> Tensor",
       &gnnrun::csr_aggregate_scaled);
+  m.def(
+      "csr_aggregate_normalized(Tensor indptr, Tensor indices, Tensor x, Tensor? pre, "
+      "Tensor? post, int block_rows=0) -> Tensor",
+      &gnnrun::csr_aggregate_normalized);
   m.def("csr_transpose(Tensor indptr, Tensor indices, int num_src) -> (Tensor, Tensor, Tensor)",
         &gnnrun::csr_transpose);
   m.def(

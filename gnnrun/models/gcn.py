@@ -6,7 +6,7 @@ import torch
 
 from gnnrun.config import ModelConfig
 from gnnrun.models import LAYERS
-from gnnrun.ops.aggregate import aggregate_with_dst
+from gnnrun.ops.aggregate import aggregate_normalized
 from gnnrun.ops.block import Block
 
 
@@ -31,12 +31,9 @@ class GCNConv(torch.nn.Module):
         norm_src = (block.graph_out_degrees().to(x.dtype) + 1.0).rsqrt()
         norm_dst = (block.graph_in_degrees().to(x.dtype) + 1.0).rsqrt()
         if self.project_first:
-            h = self.linear(x) * norm_src[:, None]
-            total, h_dst = aggregate_with_dst(block, h, "sum")
-            return (total + h_dst) * norm_dst[:, None] + self.bias
-        h = x * norm_src[:, None]
-        total, h_dst = aggregate_with_dst(block, h, "sum")
-        return torch.addmm(self.bias, (total + h_dst) * norm_dst[:, None], self.linear.weight.T)
+            return aggregate_normalized(block, self.linear(x), norm_src, norm_dst) + self.bias
+        propagated = aggregate_normalized(block, x, norm_src, norm_dst)
+        return torch.addmm(self.bias, propagated, self.linear.weight.T)
 
 
 @LAYERS.register("gcn")

@@ -6,7 +6,7 @@ import torch
 
 from gnnrun.config import ModelConfig
 from gnnrun.models import LAYERS
-from gnnrun.ops.aggregate import aggregate, aggregate_with_dst
+from gnnrun.ops.aggregate import aggregate, aggregate_normalized, aggregate_with_dst
 from gnnrun.ops.block import Block
 
 
@@ -45,10 +45,8 @@ class SAGEConv(torch.nn.Module):
         scale = 1.0 / (block.graph_in_degrees().to(x.dtype) + 1.0)
         if self.project_first:
             projected = x @ self.neigh.weight.T
-            total = aggregate(block, projected, "sum") + projected[: block.num_dst]
-            return total * scale[:, None] + self.neigh.bias
-        total, x_dst = aggregate_with_dst(block, x, "sum")
-        return self.neigh((total + x_dst) * scale[:, None])
+            return aggregate_normalized(block, projected, None, scale) + self.neigh.bias
+        return self.neigh(aggregate_normalized(block, x, None, scale))
 
 
 @LAYERS.register("sage")

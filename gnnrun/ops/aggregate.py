@@ -5,9 +5,10 @@ of destination v (`"mean"`: divided by v's in-degree; 0 for a vertex without
 any). The forward pass is the native kernel in kernels/aggregate.cpp (cache
 blocked, OpenMP); the backward pass is the same kernel over the transposed CSR,
 computed once per Block and kept on it. `aggregate_with_dst` also returns the
-destination rows of x (SAGE's and GCN's self term) with a single gradient
-buffer for x. `aggregate_reference` is the
-pure-PyTorch oracle and the fallback when the kernel cannot be built.
+destination rows of x (SAGE's self term) with a single gradient buffer for x;
+`aggregate_normalized` is GCN's propagation (self loop and degree scaling) in
+the same single pass. `aggregate_reference` is the pure-PyTorch oracle and the
+fallback when the kernel cannot be built.
 
 On a vertex-cut part (a Block with a `completion`), the part's edges give a
 split vertex only a partial sum: the completion adds its clones' partial sums
@@ -72,6 +73,38 @@ def aggregate_with_dst(
     flat = x.flatten(1)
     out, dst = _AggregateWithDst.apply(block, flat, reduce == "mean")
     return out.reshape((block.num_dst, *x.shape[1:])), dst.reshape((block.num_dst, *x.shape[1:]))
+
+
+def aggregate_normalized(
+    block: Block, x: torch.Tensor, pre: torch.Tensor | None, post: torch.Tensor
+) -> torch.Tensor:
+    """`post[v] * (pre[v] x[v] + sum over in-neighbours u of pre[u] x[u])` (`pre` None: 1).
+
+    GCN's propagation (pre, post: inverse square roots of degree + 1) and
+    DistGNN's GraphSAGE-gcn (post = 1 / (in-degree + 1)). Natively one pass
+    each way, against four elementwise passes over [num_src, F] for the
+    scaled copy, the self term and the row scaling, and their gradients. On a
+    vertex-cut part the completion must see the plain sum, and the self term
+    counts once per vertex, not once per clone: that takes the separate passes.
+    """
+    _check(block, x, "sum")
+    forward = native_op("csr_aggregate_normalized", "aggregate")
+    if (
+        forward is None
+        or block.completion is not None
+        or x.dtype not in NATIVE_DTYPES
+        or x.device.type != "cpu"
+    ):
+        return _aggregate_normalized_composite(block, x, pre, post)
+    out = _AggregateNormalized.apply(block, x.flatten(1), pre, post)
+    return out.reshape((block.num_dst, *x.shape[1:]))
+
+
+def _aggregate_normalized_composite(block, x, pre, post):
+    column = (-1, *([1] * (x.dim() - 1)))
+    h = x if pre is None else x * pre.to(x.dtype).reshape(column)
+    total, h_dst = aggregate_with_dst(block, h, "sum")
+    return (total + h_dst) * post.to(x.dtype).reshape(column)
 
 
 def aggregate_reference(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
@@ -146,6 +179,25 @@ class _AggregateWithDst(torch.autograd.Function):
         if grad_dst is not None:
             grad_x[: ctx.block.num_dst].add_(grad_dst)
         return None, grad_x, None
+
+
+class _AggregateNormalized(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, block: Block, x: torch.Tensor, pre, post) -> torch.Tensor:
+        ctx.block, ctx.pre, ctx.post = block, pre, post
+        op = native_op("csr_aggregate_normalized", "aggregate")
+        return op(block.indptr, _contiguous(block.indices), x.contiguous(), pre, post)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        if not ctx.needs_input_grad[1]:
+            return None, None, None, None
+        # d out[v] / d x[u] = post[v] pre[u] for u in N(v) + {v}: the same
+        # operation over the transposed CSR, pre and post swapped.
+        indptr_t, indices_t, _ = transposed_csr(ctx.block)
+        op = native_op("csr_aggregate_normalized", "aggregate")
+        grad_x = op(indptr_t, indices_t, grad_out.contiguous(), ctx.post, ctx.pre)
+        return None, grad_x, None, None
 
 
 def _aggregate_backward(block: Block, grad_out: torch.Tensor, mean: bool) -> torch.Tensor:
