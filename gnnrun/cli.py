@@ -363,8 +363,10 @@ def print_help() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gnnrun.memory import apply_memory_settings
+    from gnnrun.memory import apply_memory_settings, reexec_with_allocator
 
+    if argv is None:  # the gnnrun command itself, not a call from Python (tests)
+        reexec_with_allocator()  # first: it may restart this process with tcmalloc
     apply_memory_settings()  # before anything imports torch
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help", "help"):

@@ -53,9 +53,9 @@ import threading
 import time
 from pathlib import Path
 
-from gnnrun.memory import apply_memory_settings
+from gnnrun.memory import allocator_in_use, reexec_with_allocator
 
-apply_memory_settings()  # as `gnnrun train` does, before torch is imported
+reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when installed), before torch is imported
 
 import torch  # noqa: E402
 
@@ -346,7 +346,8 @@ def single_rank(args: argparse.Namespace) -> list[dict]:
     nodes, edges = args.dgl_nodes, args.dgl_edges
     print(
         f"\n## Single rank against DGL 2.1: Chung-Lu {nodes:,} vertices, {edges:,} edges, "
-        f"128-d features, {args.threads} threads, in-process; load {load()}"
+        f"128-d features, {args.threads} threads, in-process, allocator {allocator_in_use()}; "
+        f"load {load()}"
     )
     block = chung_lu(nodes, edges, args.seed)
     generator = torch.Generator().manual_seed(args.seed)

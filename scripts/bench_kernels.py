@@ -33,9 +33,9 @@ import time
 import warnings
 from functools import partial
 
-from gnnrun.memory import apply_memory_settings
+from gnnrun.memory import reexec_with_allocator
 
-apply_memory_settings()  # as `gnnrun train` does, before torch is imported: both sides get huge pages
+reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when installed), before torch is imported
 
 # ruff: noqa: E402
 import numpy as np

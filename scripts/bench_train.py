@@ -46,9 +46,9 @@ import time
 from pathlib import Path
 
 # ruff: noqa: E402  (the memory settings must come before torch is imported)
-from gnnrun.memory import apply_memory_settings
+from gnnrun.memory import allocator_in_use, reexec_with_allocator
 
-apply_memory_settings()  # as `gnnrun train` does
+reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when installed), before torch is imported
 
 import numpy as np
 import torch
@@ -266,7 +266,7 @@ def main() -> None:
     print(
         f"preset {PRESET.name}: {cfg.layers} x {cfg.hidden} SAGE-{cfg.aggregator}, batch {batch}, "
         f"fanouts {cfg.fanouts} (seeds first; DGL order {cfg.fanouts[::-1]}), lr {cfg.lr}, "
-        f"dropout {cfg.dropout}; threads {args.threads}"
+        f"dropout {cfg.dropout}; threads {args.threads}; allocator {allocator_in_use()}"
     )
     print(f"first minibatch blocks (input layer first): {sizes}; max |gnnrun - plain| {diff:.1e}")
 

@@ -44,7 +44,17 @@ def environment_rows() -> list[tuple[str, str]]:
             )
         )
     rows.append(("native kernels", native_status()))
+    rows.append(("allocator", _allocator_status()))
     return rows
+
+
+def _allocator_status() -> str:
+    from gnnrun.memory import allocator_in_use, allocator_library
+
+    text = f"{allocator_in_use()}, THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')}"
+    if allocator_library() is None and os.environ.get("GNNRUN_ALLOCATOR", "auto") == "auto":
+        text += "; install tcmalloc (libtcmalloc-minimal4) for faster, steadier epochs"
+    return text
 
 
 def print_environment() -> None:
