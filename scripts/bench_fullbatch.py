@@ -144,7 +144,7 @@ def train_run(
     if algorithm == "single":
         overrides.append("algorithm.mode=full")
     if algorithm == "cdr":
-        overrides.append(f"algorithm.delay={args.delay}")
+        overrides += [f"algorithm.delay={args.delay}", f"algorithm.bins={args.bins}"]
     watcher = EpochWatcher(run_dir / "metrics.rank0.jsonl")
     watcher.start()
     start = time.perf_counter()
@@ -235,7 +235,7 @@ def threads_note(ranks: int) -> str:
 def training(args: argparse.Namespace, tmp: Path) -> list[dict]:
     print(
         f"\n## Full-batch epochs: {args.dataset}, model=sage_gcn (3 x 256), "
-        f"{args.epochs} epochs, cdr delay {args.delay}; load {load()}"
+        f"{args.epochs} epochs, cdr delay {args.delay} bins {args.bins}; load {load()}"
     )
     print(f"{os.cpu_count()} cores; threads per rank set by gnnrun (cluster.threads_per_rank=0)")
     runs = []
@@ -507,6 +507,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2, help="epochs left out of the medians")
     parser.add_argument("--delay", type=int, default=5, help="cdr's algorithm.delay")
+    parser.add_argument("--bins", type=int, default=1, help="cdr's algorithm.bins")
     parser.add_argument("--ranks", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
     parser.add_argument(
         "--algorithms", type=lambda s: s.split(","), default=["cd0", "cdr", "zero_comm"]
