@@ -55,20 +55,14 @@ def aggregate_with_dst(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(aggregate(block, x, reduce), x[:block.num_dst])`, sharing one gradient buffer for x.
 
-    What SAGE's self term and GCN's self loop need. Taken apart, autograd gives
+    What SAGE's self term needs. Taken apart, autograd gives
     the slice its own zero-filled [num_src, ...] gradient and then adds the two
     [num_src, ...] gradients; here the backward adds the destination rows'
     gradient into the aggregation's gradient in place (num_dst rows).
     """
     _check(block, x, reduce)
-    forward = native_op("csr_aggregate", "aggregate")
-    if (
-        forward is None
-        or block.completion is not None
-        or x.dtype not in NATIVE_DTYPES
-        or x.device.type != "cpu"
-        or not (x.requires_grad and torch.is_grad_enabled())
-    ):
+    fused = _native_applies("csr_aggregate", block, x)
+    if not (fused and x.requires_grad and torch.is_grad_enabled()):
         return aggregate(block, x, reduce), x[: block.num_dst]
     flat = x.flatten(1)
     out, dst = _AggregateWithDst.apply(block, flat, reduce == "mean")
@@ -88,16 +82,20 @@ def aggregate_normalized(
     counts once per vertex, not once per clone: that takes the separate passes.
     """
     _check(block, x, "sum")
-    forward = native_op("csr_aggregate_normalized", "aggregate")
-    if (
-        forward is None
-        or block.completion is not None
-        or x.dtype not in NATIVE_DTYPES
-        or x.device.type != "cpu"
-    ):
+    if not _native_applies("csr_aggregate_normalized", block, x):
         return _aggregate_normalized_composite(block, x, pre, post)
     out = _AggregateNormalized.apply(block, x.flatten(1), pre, post)
     return out.reshape((block.num_dst, *x.shape[1:]))
+
+
+def _native_applies(op: str, block: Block, x: torch.Tensor) -> bool:
+    """Whether a fused native op serves: built, a block without completion, float CPU x."""
+    return (
+        native_op(op, "aggregate") is not None
+        and block.completion is None
+        and x.dtype in NATIVE_DTYPES
+        and x.device.type == "cpu"
+    )
 
 
 def _aggregate_normalized_composite(block, x, pre, post):
