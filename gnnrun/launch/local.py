@@ -9,7 +9,10 @@ KeyboardInterrupt (SIGINT) or GnnrunError (other signals).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import shutil
 import signal
 import socket
@@ -111,7 +114,8 @@ def launch_local(
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {sig: signal.getsignal(sig) for sig in _AGENT_SIGNALS} if main_thread else {}
     try:
-        results = elastic_launch(launch, entrypoint)(*args)
+        with _quiet_agent():
+            results = elastic_launch(launch, entrypoint)(*args)
     except ChildFailedError as exc:
         raise GnnrunError(_describe_failures(exc.failures, log_dir)) from None
     except SignalException as exc:  # the agent has already stopped every rank
@@ -137,6 +141,28 @@ _SECONDARY = (
 )
 
 
+@contextlib.contextmanager
+def _quiet_agent():
+    """Keep the elastic agent's logs off the console: it logs every failed rank's whole
+    traceback (dozens of lines) and warnings on Ctrl-C, and gnnrun reports both itself
+    in one line. GNNRUN_DEBUG=1 lets them through."""
+    if os.environ.get("GNNRUN_DEBUG") == "1":
+        yield
+        return
+    # torch sets a level on each of its module loggers, so the parent's is not enough.
+    prefixes = ("torch.distributed", "torch.multiprocessing")  # the agent; its process stops
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(prefixes)]
+    loggers = [logging.getLogger(n) for n in [*prefixes, *names]]
+    saved = [(logger, logger.level) for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+
+
 def _describe_failures(failures: dict, log_dir: Path) -> str:
     """Name the rank that failed first for its own reasons, then the ones it took down."""
     messages = {rank: _failure_message(failure) for rank, failure in failures.items()}
@@ -157,9 +183,14 @@ def _describe_failures(failures: dict, log_dir: Path) -> str:
         return secondary, times[rank], rank
 
     first, *others = sorted(messages, key=cause_order)
-    text = f"rank {first} failed: {messages[first]}"
+    message = messages[first].removeprefix("GnnrunError: ").removeprefix(f"rank {first}: ")
+    text = f"rank {first} failed: {message}"
     if others:
-        text += f" (ranks {', '.join(map(str, others))} failed too)"
+        text += (
+            f" ({'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} failed too)"
+        )
+    if not messages[first].startswith("GnnrunError: "):  # not one of gnnrun's own: a bug
+        text += "; GNNRUN_DEBUG=1 shows every rank's traceback"
     return text
 
 
