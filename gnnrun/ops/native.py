@@ -118,8 +118,8 @@ def _clear_stale_lock(lock: Path, stem: str) -> None:
         )
     else:
         console.print(
-            f"gnnrun: waiting for another process to build kernels/{stem}.cpp "
-            f"(if none is running, delete {lock})"
+            f"gnnrun: waiting for kernels/{stem}.cpp, which another process is building "
+            f"(a lock left by a killed build is removed after {STALE_LOCK_SECONDS // 60} min)"
         )
 
 

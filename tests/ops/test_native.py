@@ -27,7 +27,7 @@ def test_stale_build_lock_is_removed_and_a_live_one_kept(tmp_path, capsys):
     lock.touch()
     native._clear_stale_lock(lock, "aggregate")
     assert lock.exists()  # a build may be running: wait for it, and say so
-    assert "waiting for another process" in capsys.readouterr().err
+    assert "which another process is building" in capsys.readouterr().err
     old = time.time() - native.STALE_LOCK_SECONDS - 60
     os.utime(lock, (old, old))
     native._clear_stale_lock(lock, "aggregate")
