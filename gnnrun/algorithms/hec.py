@@ -181,11 +181,11 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
             outgoing = self._select_pushes(layer, block.src_ids, halo, h, now) if push else None
         if outgoing is not None:
             ids, rows = outgoing
-            pending = Push(
-                now,
-                self.comm.exchange_start(ids, "hec_push"),
-                self.comm.exchange_start(rows, "hec_push"),
+            ids_exchange = self.comm.exchange_start(ids, "hec_push")
+            rows_exchange = self.comm.exchange_start(
+                rows, "hec_push", incoming_counts=ids_exchange.incoming_counts
             )
+            pending = Push(now, ids_exchange, rows_exchange)
             if self.delay == 0:
                 for stamp, ids, rows in self._complete([pending], now + 1):
                     with self.timer.phase("hec"):

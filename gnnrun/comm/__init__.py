@@ -36,6 +36,7 @@ class PendingExchange:
     received: list[torch.Tensor]
     work: Any = None
     sending: torch.Tensor | None = None  # kept alive until the exchange completes
+    incoming_counts: torch.Tensor | None = None  # rows from each rank (known at once)
 
     def wait(self) -> list[torch.Tensor]:
         if self.work is not None:
@@ -61,24 +62,37 @@ class Communicator:
         """
         return self.exchange_start(outgoing, purpose).wait()
 
-    def exchange_start(self, outgoing: list[torch.Tensor], purpose: str) -> PendingExchange:
+    def exchange_start(
+        self,
+        outgoing: list[torch.Tensor],
+        purpose: str,
+        incoming_counts: torch.Tensor | None = None,
+    ) -> PendingExchange:
         """`exchange`, returning at once: the sizes go synchronously (a few bytes per
-        rank), the payload asynchronously; `wait()` on the result gives what arrived."""
+        rank), the payload asynchronously; `wait()` on the result gives what arrived.
+
+        A second exchange with the same row counts as an earlier one (say, rows
+        that go with ids) passes the earlier one's `incoming_counts` and skips the
+        size exchange, a synchronous collective.
+        """
         if not self.distributed:
             return PendingExchange([outgoing[0]])
         trailing = outgoing[0].shape[1:]
         counts = torch.tensor([t.shape[0] for t in outgoing], dtype=torch.int64)
-        incoming_counts = torch.empty_like(counts)
-        dist.all_to_all_single(incoming_counts, counts)
+        size_bytes = 0
+        if incoming_counts is None:
+            incoming_counts = torch.empty_like(counts)
+            dist.all_to_all_single(incoming_counts, counts)
+            size_bytes = counts.numel() * 8
         row = int(torch.tensor(trailing).prod()) if len(trailing) else 1
         send = torch.cat([t.reshape(-1) for t in outgoing])
         recv = torch.empty(int(incoming_counts.sum()) * row, dtype=send.dtype)
         incoming = (incoming_counts * row).tolist()
         work = dist.all_to_all_single(recv, send, incoming, (counts * row).tolist(), async_op=True)
         remote = int(counts.sum() - counts[self.rank]) * row * send.element_size()
-        self.bytes.add(purpose, remote + counts.numel() * 8)
+        self.bytes.add(purpose, remote + size_bytes)
         parts = [part.view(-1, *trailing) for part in recv.split(incoming)]
-        return PendingExchange(parts, work, send)
+        return PendingExchange(parts, work, send, incoming_counts)
 
     def all_reduce_mean(self, tensors: list[torch.Tensor], purpose: str = "allreduce") -> None:
         """Average tensors across ranks in place, as one flat bucket."""
