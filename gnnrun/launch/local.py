@@ -189,7 +189,9 @@ def _describe_failures(failures: dict, log_dir: Path) -> str:
         text += (
             f" ({'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} failed too)"
         )
-    if not messages[first].startswith("GnnrunError: "):  # not one of gnnrun's own: a bug
+    # An exception that is not one of gnnrun's own (those name the fix) is a bug:
+    # its traceback helps. A rank killed by a signal has none.
+    if not messages[first].startswith(("GnnrunError: ", "killed by signal", "exit code")):
         text += "; GNNRUN_DEBUG=1 shows every rank's traceback"
     return text
 
