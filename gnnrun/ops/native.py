@@ -71,6 +71,25 @@ def build_root() -> Path:
     return Path(base) / f"{python}-torch{torch.__version__}-{target}"
 
 
+def stage_source(source: Path) -> Path:
+    """A copy of `source` in its build folder, named by its content.
+
+    ninja decides what to rebuild by path and timestamp: building a clone's own
+    file would rebuild every kernel in every fresh clone or worktree (80 s for
+    `make run`), though the cache holds the same code. Built from a copy whose
+    folder is named by the content's hash, an unchanged kernel is found built.
+    """
+    text = source.read_bytes()
+    folder = build_root() / f"{source.stem}-{hashlib.sha1(text).hexdigest()[:12]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = folder / source.name
+    if not staged.is_file() or staged.read_bytes() != text:
+        partial = folder / f".{source.name}.{os.getpid()}"
+        partial.write_bytes(text)
+        os.replace(partial, staged)  # whole or absent, for a rank building beside us
+    return staged
+
+
 @functools.cache
 def load_kernel_file(stem: str) -> bool:
     """Compile (or fetch from the cache) and load kernels/<stem>.cpp; False if impossible."""
@@ -80,18 +99,17 @@ def load_kernel_file(stem: str) -> bool:
     if not source.is_file():
         _warn(stem, f"{source} not found")
         return False
-    build_dir = build_root() / stem
     try:
         from torch.utils.cpp_extension import load
 
-        build_dir.mkdir(parents=True, exist_ok=True)
-        _clear_stale_lock(build_dir / "lock", stem)
+        staged = stage_source(source)
+        _clear_stale_lock(staged.parent / "lock", stem)
         load(
             name=f"gnnrun_{stem}",
-            sources=[str(source)],
+            sources=[str(staged)],
             extra_cflags=compile_flags(),
             extra_ldflags=["-fopenmp"],
-            build_directory=str(build_dir),
+            build_directory=str(staged.parent),
             is_python_module=False,
             verbose=False,
         )

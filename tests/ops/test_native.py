@@ -33,3 +33,18 @@ def test_stale_build_lock_is_removed_and_a_live_one_kept(tmp_path, capsys):
     native._clear_stale_lock(lock, "aggregate")
     assert not lock.exists()
     assert "removed a stale build lock" in capsys.readouterr().err
+
+
+def test_kernel_sources_are_built_by_content_not_by_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("GNNRUN_KERNEL_CACHE", str(tmp_path / "cache"))
+    one, two = tmp_path / "clone1" / "k.cpp", tmp_path / "clone2" / "k.cpp"
+    for path in (one, two):
+        path.parent.mkdir()
+        path.write_text("int f() { return 1; }")
+    staged = native.stage_source(one)
+    stamp = staged.stat().st_mtime_ns
+    assert native.stage_source(two) == staged  # another clone, same code: same build
+    assert staged.stat().st_mtime_ns == stamp  # not rewritten, so ninja sees nothing new
+    two.write_text("int f() { return 2; }")
+    changed = native.stage_source(two)
+    assert changed.parent != staged.parent and changed.read_text() == two.read_text()
