@@ -33,7 +33,7 @@ import time
 import warnings
 from functools import partial
 
-from gnnrun.memory import reexec_with_allocator
+from gnnrun.memory import allocator_in_use, reexec_with_allocator
 
 reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when installed), before torch is imported
 
@@ -287,7 +287,10 @@ def main() -> None:
 
     stream = stream_copy_gbs()
     results["stream_copy_gbs"] = stream
-    print(f"threads {args.threads}; STREAM copy (torch, 1 GiB float32): {stream:.1f} GB/s")
+    print(
+        f"threads {args.threads}; allocator {allocator_in_use()}; "
+        f"STREAM copy (torch, 1 GiB float32): {stream:.1f} GB/s"
+    )
 
     results["runs"], results["sweeps"] = sparse_graph(args, stream), []
     results["sweeps"].append(sweep(chung_lu(args.nodes, args.edges, args.seed), args, "sparse"))
