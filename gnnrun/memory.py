@@ -49,12 +49,32 @@ def allocator_library() -> str | None:
     if choice == "system":
         return None
     if choice != "auto":
-        return choice if Path(choice).is_file() else None
+        return choice if _is_shared_library(Path(choice)) else None
     for folder in _library_folders():
         for name in ALLOCATOR_NAMES:
             if (folder / name).is_file():
                 return str(folder / name)
     return None
+
+
+def allocator_problem() -> str | None:
+    """What is wrong with GNNRUN_ALLOCATOR, in a line that says the fix; None when nothing is."""
+    choice = os.environ.get("GNNRUN_ALLOCATOR", "auto")
+    if choice in ("auto", "system") or _is_shared_library(Path(choice)):
+        return None
+    return (
+        f"GNNRUN_ALLOCATOR={choice} is not a shared library (no such file, or not ELF); "
+        "running on the system allocator. Point it at one (e.g. libtcmalloc_minimal.so.4), "
+        "or set it to auto or system"
+    )
+
+
+def _is_shared_library(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def _library_folders() -> list[Path]:
@@ -71,7 +91,8 @@ def allocator_in_use() -> str:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return "unknown"
-    for name in ALLOCATOR_NAMES:
+    chosen = allocator_library()
+    for name in {*ALLOCATOR_NAMES, *([Path(chosen).name] if chosen else [])}:
         if name in maps:
             return name
     return "system (glibc)"
@@ -86,9 +107,23 @@ def reexec_with_allocator() -> None:
     """
     apply_memory_settings()
     library = allocator_library()
-    if library is None or os.environ.get("GNNRUN_ALLOCATOR_REEXEC") == "1":
-        return  # nothing to load, or already tried (a library that does not load)
+    if library is None:
+        if problem := allocator_problem():
+            print(f"gnnrun: {problem}", file=sys.stderr)
+        return
     if Path(library).name in allocator_in_use():
+        return
+    if os.environ.get("GNNRUN_ALLOCATOR_REEXEC") == "1":
+        # Restarted with it, and ld.so still did not load it (it said why, above):
+        # keep it away from the processes this one starts, which would say so again.
+        preload = os.environ.get("LD_PRELOAD", "").split(":")
+        os.environ["LD_PRELOAD"] = ":".join(p for p in preload if p and p != library)
+        os.environ["GNNRUN_ALLOCATOR"] = "system"
+        print(
+            f"gnnrun: {library} could not be preloaded; running on the system allocator "
+            "(GNNRUN_ALLOCATOR=system silences this)",
+            file=sys.stderr,
+        )
         return
     os.environ["GNNRUN_ALLOCATOR_REEXEC"] = "1"
     argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]

@@ -10,21 +10,28 @@ import pytest
 
 from gnnrun import memory
 
+ELF_HEADER = b"\x7fELF"
+
 
 def test_allocator_choice(monkeypatch, tmp_path):
     monkeypatch.setenv("GNNRUN_ALLOCATOR", "system")
-    assert memory.allocator_library() is None
+    assert memory.allocator_library() is None and memory.allocator_problem() is None
     library = tmp_path / "libmy_malloc.so"
-    library.write_bytes(b"")
+    library.write_bytes(ELF_HEADER)
     monkeypatch.setenv("GNNRUN_ALLOCATOR", str(library))
     assert memory.allocator_library() == str(library)
-    monkeypatch.setenv("GNNRUN_ALLOCATOR", str(tmp_path / "missing.so"))
-    assert memory.allocator_library() is None
+    for wrong in (tmp_path / "missing.so", tmp_path / "notes.txt"):
+        wrong.parent.mkdir(exist_ok=True)
+        if wrong.name == "notes.txt":
+            wrong.write_text("not a library")
+        monkeypatch.setenv("GNNRUN_ALLOCATOR", str(wrong))
+        assert memory.allocator_library() is None
+        assert "is not a shared library" in memory.allocator_problem()
 
 
 def test_preload_is_added_once_and_keeps_the_users(monkeypatch, tmp_path):
     library = tmp_path / "libmy_malloc.so"
-    library.write_bytes(b"")
+    library.write_bytes(ELF_HEADER)
     monkeypatch.setenv("GNNRUN_ALLOCATOR", str(library))
     monkeypatch.setenv("LD_PRELOAD", "/opt/user.so")
     monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
@@ -50,3 +57,24 @@ def test_gnnrun_command_runs_on_tcmalloc():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.stdout.strip() == "system (glibc)"
+
+
+def test_a_library_that_does_not_load_is_dropped_once(tmp_path):
+    """ld.so refuses it on the restart; gnnrun says so once and keeps it from its children."""
+    fake = tmp_path / "libfake.so"
+    fake.write_bytes(ELF_HEADER + bytes(100))
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["GNNRUN_ALLOCATOR"] = str(fake)
+    code = (
+        "import os, subprocess, sys\n"
+        "from gnnrun.memory import reexec_with_allocator as r; r()\n"
+        "print(os.environ.get('LD_PRELOAD', ''), os.environ['GNNRUN_ALLOCATOR'])\n"
+        "subprocess.run([sys.executable, '-c', 'pass'])\n"  # a child: no ld.so complaint
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["system"]  # preload emptied, allocator switched off
+    assert result.stderr.count("cannot be preloaded") == 1  # ld.so, at the restart only
+    assert "could not be preloaded; running on the system allocator" in result.stderr

@@ -115,9 +115,18 @@ def load_kernel_file(stem: str) -> bool:
         )
         return True
     except Exception as exc:  # a missing compiler shows up as many different errors
-        lines = str(exc).strip().splitlines()
-        _warn(stem, f"{type(exc).__name__}: {lines[-1] if lines else ''}")
+        _warn(stem, _build_failure(exc))
         return False
+
+
+def _build_failure(exc: Exception) -> str:
+    """The compiler's own error line when there is one (not ninja's "build stopped")."""
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
+    errors = [line for line in lines if " error: " in f" {line}" and len(line) < 300]
+    reason = errors[0] if errors else f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+    if march() != "native":
+        reason += f"; built with GNNRUN_MARCH={march()}"
+    return reason
 
 
 def _clear_stale_lock(lock: Path, stem: str) -> None:

@@ -48,3 +48,15 @@ def test_kernel_sources_are_built_by_content_not_by_path(monkeypatch, tmp_path):
     two.write_text("int f() { return 2; }")
     changed = native.stage_source(two)
     assert changed.parent != staged.parent and changed.read_text() == two.read_text()
+
+
+def test_a_failed_build_names_the_compilers_error(monkeypatch):
+    monkeypatch.setenv("GNNRUN_MARCH", "bogus")
+    failure = RuntimeError(
+        "Error building extension 'gnnrun_dropout': [1/2] c++ -O3 -march=bogus -c dropout.cpp\n"
+        "cc1plus: error: bad value 'bogus' for '-march=' switch\n"
+        "ninja: build stopped: subcommand failed."
+    )
+    reason = native._build_failure(failure)
+    assert reason.startswith("cc1plus: error: bad value 'bogus'")
+    assert reason.endswith("built with GNNRUN_MARCH=bogus")
