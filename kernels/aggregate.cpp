@@ -1,7 +1,11 @@
 // Sum / mean aggregation over a bipartite in-CSR (DistGNN section 4), and its transpose.
 //
 // out[v] = sum over e in row v of x[indices[e]] (mean: divided by the row's
-// length; an empty row gives 0). Destination rows are shared among the threads
+// length; an empty row gives 0). The same sweep also serves the scaled sum
+// (a factor per source row: mean's gradient) and GCN's normalised propagation
+// (a factor per source, a self term, a factor per row: see finish_row). Rows
+// wider than 512 bytes go in column tiles, one sweep each (aggregate_kernel);
+// whole tile rows of edges ahead are prefetched into L2. Destination rows are shared among the threads
 // with a dynamic schedule (power-law rows differ in length by orders of
 // magnitude); each thread owns its output rows, so there are no write races.
 //
@@ -14,7 +18,7 @@
 // sorted by source id (as gnnrun's datasets store them), the edges of a row that
 // fall into block b are the run starting at the cursor. The last sweep takes
 // everything left, so the result is exact for unsorted rows too (they only lose
-// locality). Without blocking, the x rows of the next few edges are prefetched.
+// locality).
 //
 // Large x and outputs live in transparent huge pages (see empty_maybe_huge):
 // x is copied there first when the graph gathers each source row often enough
@@ -217,10 +221,10 @@ inline void finish_row(scalar_t* __restrict o, const int64_t v, const int64_t de
 
 template <typename scalar_t, typename index_t, bool kScaled>
 void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict idx,
-                      const scalar_t* __restrict x, const scalar_t* __restrict scale,
-                      scalar_t* __restrict out, const int64_t n_dst, const int64_t n_src,
-                      const int64_t W, const int64_t stride, const RowFinish<scalar_t>& finish,
-                      const int64_t block_rows, const int num_threads) {
+                       const scalar_t* __restrict x, const scalar_t* __restrict scale,
+                       scalar_t* __restrict out, const int64_t n_dst, const int64_t n_src,
+                       const int64_t W, const int64_t stride, const RowFinish<scalar_t>& finish,
+                       const int64_t block_rows, const int num_threads) {
   const int64_t num_edges = ptr[n_dst];
   const int64_t num_blocks = block_rows >= n_src ? 1 : (n_src + block_rows - 1) / block_rows;
   if (num_blocks <= 1) {
