@@ -12,7 +12,7 @@ started afterwards inherit it. A value the user already set wins.
 The allocator. glibc hands every allocation above 32 MiB back to the kernel
 when it is freed, so each full-batch layer's [N, 256] activations and gradients
 are fresh pages again at every epoch, faulted and zeroed by the kernel, and
-epoch times swung by 1.5x with how fast the kernel found free huge pages.
+epoch times swung by up to 1.9x with how fast the kernel found free huge pages.
 tcmalloc keeps freed memory for the next allocation: on a 200k-vertex / 5M-edge
 graph a GraphSAGE epoch went from 1.86-2.30 s to 1.6 s and a GCN epoch from
 1.61-3.05 s to 1.25-1.29 s, with a spread of a few percent. gnnrun preloads tcmalloc
