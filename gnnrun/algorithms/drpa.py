@@ -16,6 +16,11 @@ local sum (0c). With `bins` b, only the split vertices with `vertex id % b ==
 epoch % b` exchange at an epoch; the others keep the remote sum they last
 received. `delay=0, bins=1` is cd-0 (exact); no exchange at all is 0c.
 
+The remote sums are added to the partial sums in place, and each bin keeps the
+result of its last exchange as it arrived (rows in link order): with most
+clones split, every copy of the sums costs about as much as the local
+aggregation itself, so none is made that the sums do not need.
+
 The gradient of an aggregation is an aggregation over the transposed graph, so
 the backward pass completes partial gradients the same way, with its own
 delayed state. Every call is one *slot* (direction, call number within the
@@ -55,10 +60,9 @@ class CloneTree:
         leaf = root_part[mine] != rank
         # Local ids of this rank's split clones; every link row refers to one of them.
         self.split_local = torch.from_numpy(np.unique(mine))
-        split_index = np.searchsorted(self.split_local.numpy(), mine)
 
         def links_of(chosen: np.ndarray) -> BinLinks:
-            return BinLinks.build(mine, split_index, other, leaf, chosen, world_size)
+            return BinLinks.build(mine, other, leaf, chosen, world_size)
 
         self.bins = [links_of(nodes[mine] % bins == b) for b in range(bins)]
         self.everything = links_of(np.ones(mine.size, dtype=bool))
@@ -73,26 +77,28 @@ class BinLinks:
     """The link rows of one bin of split vertices, by direction, with each phase's counts."""
 
     leaf_local: torch.Tensor  # local id of each leaf link's clone, grouped by root part
-    leaf_split: torch.Tensor  # its split index
     leaf_counts: list[int]  # leaf links per root part: phase-1 send, phase-2 receive
     root_counts: list[int]  # root links per leaf part: phase-1 receive, phase-2 send
     roots_local: torch.Tensor  # local ids of the bin's root clones
-    roots_split: torch.Tensor  # their split indices
-    root_of_link: torch.Tensor  # for each root link, its root's position in roots_*
+    root_of_link: torch.Tensor  # for each root link, its root's position in roots_local
+    result_local: torch.Tensor  # local ids of an exchange's result rows: leaf links, then roots
 
     @classmethod
-    def build(cls, mine, split_index, other, leaf, chosen, world_size) -> BinLinks:
+    def build(cls, mine, other, leaf, chosen, world_size) -> BinLinks:
         leaves, roots = leaf & chosen, ~leaf & chosen
-        unique_roots, root_of_link = np.unique(split_index[roots], return_inverse=True)
+        roots_local, root_of_link = np.unique(mine[roots], return_inverse=True)
         return cls(
             leaf_local=torch.from_numpy(mine[leaves]),
-            leaf_split=torch.from_numpy(split_index[leaves]),
             leaf_counts=np.bincount(other[leaves], minlength=world_size).tolist(),
             root_counts=np.bincount(other[roots], minlength=world_size).tolist(),
-            roots_local=torch.from_numpy(np.unique(mine[roots])),
-            roots_split=torch.from_numpy(unique_roots),
+            roots_local=torch.from_numpy(roots_local),
             root_of_link=torch.from_numpy(root_of_link.reshape(-1)),
+            result_local=torch.from_numpy(np.concatenate([mine[leaves], roots_local])),
         )
+
+    @property
+    def num_leaf_links(self) -> int:
+        return int(self.leaf_local.numel())
 
 
 @dataclass
@@ -107,22 +113,25 @@ class Exchange:
     direction: str  # fwd | bwd | exact: names its timer phases (rat_<direction>_pre, ...)
     links: BinLinks
     roots_own: torch.Tensor | None  # [roots, width] the roots' partial sums at the start
-    received: torch.Tensor  # phase 1: leaves' partial sums at their roots; phase 2: at the leaves
+    received: torch.Tensor | None  # phase 1: the leaves' partial sums at their roots
     work: Any = None
     sending: torch.Tensor | None = None  # kept alive until `work` is waited for
-    roots_remote: torch.Tensor | None = None  # [roots, width] after phase 1
-    result: tuple[torch.Tensor, torch.Tensor] | None = None  # (split indices, remote sums)
+    # Phase 2 on: [leaf links + roots, width], the remote sums of `links.result_local`;
+    # the leaves' rows arrive from their roots, the roots' rows are summed here.
+    remote: torch.Tensor | None = None
+    done: bool = False
 
     @property
     def in_phase1(self) -> bool:
-        return self.roots_remote is None and self.result is None
+        return self.remote is None
 
 
 @dataclass
 class _Slot:
     """The delayed state of one call site: the remote sums in use and the exchanges in flight."""
 
-    remote: torch.Tensor  # [num_split, width]: the last remote sum received per split clone
+    # Per bin, its last exchange's (local ids, remote sums): what the clones add.
+    latest: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     in_flight: list[Exchange] = field(default_factory=list)
 
 
@@ -180,6 +189,7 @@ class DelayedRemoteAggregates:
             self._exact = saved
 
     def __call__(self, partial: torch.Tensor) -> torch.Tensor:
+        """partial + the remote sums in use, in place: `partial` must be a fresh sum."""
         return _Complete.apply(partial, self)
 
     def local_phase(self) -> contextlib.AbstractContextManager:
@@ -189,36 +199,36 @@ class DelayedRemoteAggregates:
     def complete_now(self, partial: torch.Tensor) -> torch.Tensor:
         """Full sums of `partial` (no autograd, no state): for degrees and other one-off sums."""
         with self.exact():
-            return self._complete("exact", partial)
+            return self._complete("exact", partial.clone())
 
     # ----------------------------------------------------------------- a slot
 
     def _complete(self, direction: str, values: torch.Tensor) -> torch.Tensor:
-        """values + the remote sums this call uses (out of place)."""
+        """Adds the remote sums this call uses to `values`, in place."""
         tree = self.tree
         if self._exact or not self.keeps_state:
             if self.delay is None and not self._exact:
                 return values  # 0c
             exchange = self._start(tree.everything, values, "exact" if self._exact else direction)
             self._finish(exchange)
-            rows, sums = exchange.result
             with self.timer.phase(f"rat_{exchange.direction}_post"):
-                return values.index_add(0, tree.split_local[rows], sums)
+                return values.index_add_(0, exchange.links.result_local, exchange.remote)
         key = (direction, self._calls[direction])
         self._calls[direction] += 1
-        if key not in self._slots:
-            self._slots[key] = _Slot(values.new_zeros((tree.num_split, *values.shape[1:])))
-        slot = self._slots[key]
+        slot = self._slots.setdefault(key, _Slot())
         slot.in_flight.append(self._start(tree.bins[self.epoch % self.num_bins], values, direction))
         due = [e for e in slot.in_flight if e.epoch + self.delay <= self.epoch]
         slot.in_flight = [e for e in slot.in_flight if e.epoch + self.delay > self.epoch]
         for exchange in due:
             self._finish(exchange)
+            slot.latest[exchange.epoch % self.num_bins] = (
+                exchange.links.result_local,
+                exchange.remote,
+            )
         with self.timer.phase(f"rat_{direction}_post"):
-            for exchange in due:
-                rows, sums = exchange.result
-                slot.remote[rows] = sums
-            return values.index_add(0, tree.split_local, slot.remote)
+            for local_ids, sums in slot.latest.values():
+                values.index_add_(0, local_ids, sums)
+            return values
 
     # ------------------------------------------------------------- the phases
 
@@ -236,33 +246,30 @@ class DelayedRemoteAggregates:
     def _start_phase2(self, exchange: Exchange) -> None:
         """The root adds up its leaves' partial sums and sends each leaf the others' share."""
         links = exchange.links
+        own, received = exchange.roots_own, exchange.received
         self._wait(exchange)
         with self.timer.phase(f"rat_{exchange.direction}_post"):
+            remote = own.new_empty((links.num_leaf_links + own.shape[0], *own.shape[1:]))
             # A root's remote sum: its leaves' partial sums.
-            roots_remote = exchange.roots_own.new_zeros(exchange.roots_own.shape)
-            roots_remote.index_add_(0, links.root_of_link, exchange.received)
+            roots_remote = remote[links.num_leaf_links :].zero_()
+            roots_remote.index_add_(0, links.root_of_link, received)
         with self.timer.phase(f"rat_{exchange.direction}_pre"):
             # A leaf's remote sum: the vertex's total less the leaf's own partial sum.
-            total = exchange.roots_own + roots_remote
-            send = total.index_select(0, links.root_of_link) - exchange.received
-            exchange.received = send.new_empty((sum(links.leaf_counts), *send.shape[1:]))
-        exchange.roots_own, exchange.roots_remote, exchange.sending = None, roots_remote, send
+            total = own.add_(roots_remote)
+            send = total.index_select(0, links.root_of_link).sub_(received)
+        exchange.roots_own = exchange.received = None
+        exchange.remote, exchange.sending = remote, send
         exchange.work = self._all_to_all(
-            exchange.received, send, links.leaf_counts, links.root_counts
+            remote[: links.num_leaf_links], send, links.leaf_counts, links.root_counts
         )
 
     def _finish(self, exchange: Exchange) -> None:
-        if exchange.result is not None:  # restored from a checkpoint
+        if exchange.done:
             return
         if exchange.in_phase1:
             self._start_phase2(exchange)
         self._wait(exchange)
-        links = exchange.links
-        exchange.result = (
-            torch.cat([links.leaf_split, links.roots_split]),
-            torch.cat([exchange.received, exchange.roots_remote]),
-        )
-        exchange.received = exchange.roots_remote = None
+        exchange.done = True
 
     def _all_to_all(self, out, inp, out_counts, in_counts):
         if not self.comm.distributed:
@@ -287,36 +294,44 @@ class DelayedRemoteAggregates:
     # ------------------------------------------------------------- checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """The remote sums in use and the finished results of exchanges not yet due."""
+        """Per slot, the remote sums in use and the finished exchanges not yet due."""
         state = {}
         for key, slot in self._slots.items():
             for exchange in slot.in_flight:
                 self._finish(exchange)
             state[key] = {
-                "remote": slot.remote,
-                "pending": [(e.epoch, *e.result) for e in slot.in_flight],
+                "latest": {b: sums for b, (_, sums) in slot.latest.items()},
+                "pending": [(e.epoch, e.remote) for e in slot.in_flight],
             }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        bins = self.tree.bins
         self._slots = {}
         for key, saved in state.items():
-            slot = _Slot(remote=saved["remote"])
-            for epoch, rows, sums in saved["pending"]:
-                done = Exchange(epoch, key[0], self.tree.everything, None, sums)
-                done.result = (rows, sums)
-                slot.in_flight.append(done)
+            slot = _Slot({b: (bins[b].result_local, sums) for b, sums in saved["latest"].items()})
+            for epoch, remote in saved["pending"]:
+                links = bins[epoch % self.num_bins]
+                slot.in_flight.append(
+                    Exchange(epoch, key[0], links, None, None, remote=remote, done=True)
+                )
             self._slots[key] = slot
 
 
 class _Complete(torch.autograd.Function):
-    """y = partial + remote sums; the gradient is completed across clones the same way."""
+    """y = partial + remote sums; the gradient is completed across clones the same way.
+
+    The forward pass adds into `partial` (a fresh sum nobody else holds). The
+    backward pass must not: autograd may hand the same gradient tensor to
+    several functions (an addition passes its gradient to both operands).
+    """
 
     @staticmethod
     def forward(ctx, partial: torch.Tensor, drpa: DelayedRemoteAggregates) -> torch.Tensor:
         ctx.drpa = drpa
+        ctx.mark_dirty(partial)
         return drpa._complete("fwd", partial)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return ctx.drpa._complete("bwd", grad), None
+        return ctx.drpa._complete("bwd", grad.clone()), None

@@ -45,9 +45,10 @@ def local_aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch
     forward = native_op("csr_aggregate", "aggregate")
     if forward is None or x.dtype not in NATIVE_DTYPES or x.device.type != "cpu":
         return aggregate_reference(block, x, reduce)
-    flat = x.flatten(1)
-    out = _Aggregate.apply(block, flat, reduce == "mean")
-    return out.reshape((block.num_dst, *x.shape[1:]))
+    out = _Aggregate.apply(block, x.flatten(1), reduce == "mean")
+    # Not a view when x is a matrix: a completion adds into this sum in place, and
+    # autograd would wrap an in-place change of a view in copies of the whole sum.
+    return out if x.dim() == 2 else out.reshape((block.num_dst, *x.shape[1:]))
 
 
 def aggregate_with_dst(

@@ -146,7 +146,7 @@ def drpa_on_hand_built_tree(rank: int, world: int, delay: int | None, bins: int,
         # Values that say who sent them and when: 1000 * (rank + 1) + 10 * epoch + local id.
         p = torch.tensor([[1000.0 * (rank + 1) + 10 * epoch + i] for i in range(3)])
         p.requires_grad_(True)
-        y = drpa(p)
+        y = drpa(p * 1)  # the completion adds in place: it takes a fresh sum, as aggregate() gives
         g = torch.tensor([[-(1000.0 * (rank + 1) + 10 * epoch + i)] for i in range(3)])
         y.backward(g)
         drpa.end_epoch()
