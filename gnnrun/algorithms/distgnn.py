@@ -4,8 +4,17 @@ Each rank trains on its part's edges and a clone of every vertex they touch.
 Every aggregation is local (the part's edges), then completed across the
 clones of split vertices by DRPA (gnnrun/algorithms/drpa.py): synchronously
 every layer (cd0), delayed by `algorithm.delay` epochs and in `algorithm.bins`
-turns (cdr), or not at all (zero_comm). Normalisations use the vertices'
-degrees in the whole graph, summed across clones once at start-up.
+turns (cdr), or not at all (zero_comm).
+
+Normalisations use the degree of the neighbourhood a clone aggregates over: a
+split clone that uses remote sums (cd0; cdr once its bin's first exchange has
+arrived; every evaluation) divides by the vertex's degree in the whole graph,
+summed across clones once at start-up; one that has only its local partial
+sum (zero_comm; cdr before the first arrival) by its degree in its part. So
+0c is what DistGNN describes, and what its code does: each part trains as if
+its edges were the whole graph. Dividing a partial sum by the whole degree
+instead shrinks every split vertex's aggregate by the share of its edges that
+live elsewhere (95% of the clones are split on 4 ranks of Facebook).
 
 The loss is the cross entropy summed over the training vertices whose root
 clone is here, divided by the number of training vertices in the graph, and
@@ -61,11 +70,10 @@ class DistGNN(Algorithm):
         self.tree = CloneTree(part, comm.rank, comm.world_size, bins)
         self.drpa = DelayedRemoteAggregates(self.tree, comm, timer, self.delay, bins)
         self.graph = Block.from_csr(part["indptr"], part["indices"])
-        local_degrees = torch.stack(
-            [self.graph.in_degrees(), self.graph.graph_out_degrees()], 1
-        ).to(torch.float64)
-        degrees = self.drpa.complete_now(local_degrees).round().to(torch.int64)
-        self.graph.graph_degrees = (degrees[:, 0].contiguous(), degrees[:, 1].contiguous())
+        local = torch.stack([self.graph.in_degrees(), self.graph.graph_out_degrees()], 1)
+        whole = self.drpa.complete_now(local.to(torch.float64)).round().to(torch.int64)
+        self.local_degrees, self.whole_degrees = local, whole
+        self._degrees_in_use: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.graph.completion = self.drpa
         self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32))
         self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
@@ -84,9 +92,20 @@ class DistGNN(Algorithm):
     def logits(self, model: torch.nn.Module) -> torch.Tensor:
         return model([self.graph] * len(model.layers), self.x)
 
+    def use_degrees(self, bins_in_use: int) -> None:
+        """Normalise by whole-graph degrees on the split clones of the first `bins_in_use`
+        bins (those whose remote sums are in use), by local degrees elsewhere."""
+        if bins_in_use not in self._degrees_in_use:
+            degrees = self.local_degrees.clone()
+            for links in self.tree.bins[:bins_in_use]:
+                degrees[links.result_local] = self.whole_degrees[links.result_local]
+            self._degrees_in_use[bins_in_use] = (degrees[:, 0].clone(), degrees[:, 1].clone())
+        self.graph.graph_degrees = self._degrees_in_use[bins_in_use]
+
     def train_epoch(self, model, optimizer, epoch):
         model.train()
         self.drpa.begin_epoch(epoch)
+        self.use_degrees(self.drpa.bins_in_use(epoch))
         with self.timer.phase("fwd"):
             logits = self.logits(model)
             ids = self.train_ids
@@ -109,6 +128,7 @@ class DistGNN(Algorithm):
     @torch.no_grad()
     def evaluate(self, model):
         model.eval()
+        self.use_degrees(len(self.tree.bins))
         with self.drpa.exact():
             logits = self.logits(model)
         return {split: (logits[ids], self.label[ids]) for split, ids in self.eval_ids.items()}

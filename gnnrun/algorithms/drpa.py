@@ -168,6 +168,15 @@ class DelayedRemoteAggregates:
 
     # ------------------------------------------------------------------ driving
 
+    def bins_in_use(self, epoch: int) -> int:
+        """How many bins' remote sums are in use at `epoch`: bins 0 to that number - 1.
+
+        Bin k first exchanges at epoch k and its sums arrive `delay` epochs later.
+        """
+        if self.delay is None:
+            return 0
+        return min(self.num_bins, max(0, epoch - self.delay + 1))
+
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self._calls = {"fwd": 0, "bwd": 0}

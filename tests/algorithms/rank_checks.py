@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from gnnrun.algorithms import ALGORITHMS, open_own_part
 from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
@@ -15,6 +16,7 @@ from gnnrun.algorithms.sources import LocalGraphSource, PartitionGraphSource, ma
 from gnnrun.comm import Communicator
 from gnnrun.data import load_prepared
 from gnnrun.models import build_model
+from gnnrun.ops.block import Block
 from gnnrun.partition.book import Part, open_partition
 from gnnrun.train.timers import PhaseTimer
 
@@ -151,6 +153,24 @@ def drpa_on_hand_built_tree(rank: int, world: int, delay: int | None, bins: int,
         y.backward(g)
         drpa.end_epoch()
         out.append({"y": y.detach().reshape(-1).tolist(), "grad": p.grad.reshape(-1).tolist()})
+    return out
+
+
+def zero_comm_loss_and_parts_alone(rank: int, world: int, cfgs: list) -> list[tuple[float, float]]:
+    """Per config: zero_comm's first training loss, and the loss of the same model run on
+    every part's edges as a graph of its own (local degrees), summed over ranks."""
+    out = []
+    for cfg in cfgs:
+        comm, algorithm, model, optimizer = algorithm_and_model(cfg)
+        graph = algorithm.graph
+        alone = Block(graph.indptr, graph.indices, graph.num_src)  # no completion, own degrees
+        model.train()  # dropout is off in these configs
+        logits = model([alone] * len(model.layers), algorithm.x)
+        ids = algorithm.train_ids
+        mine = F.cross_entropy(logits[ids], algorithm.label[ids], reduction="sum")
+        alone_loss = comm.all_reduce_sum(mine.detach().reshape(1).double()) / algorithm.num_train
+        stats = algorithm.train_epoch(model, optimizer, 0)
+        out.append((stats["loss"], float(alone_loss)))
     return out
 
 

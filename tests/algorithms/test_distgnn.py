@@ -88,6 +88,24 @@ def test_cdr_limits_and_bytes(configure):
         assert binned["allreduce"] == full["allreduce"]
 
 
+def test_zero_comm_trains_each_part_as_its_own_graph(configure):
+    """0c: a split clone aggregates its part's edges and divides by its degree in the part."""
+    models = ("sage_gcn", "gcn", "sage")
+    cfgs = [
+        configure(
+            "dataset=synthetic-tiny",
+            f"model={model}",
+            *SMALL_MODEL,
+            "algorithm=zero_comm",
+            "cluster.nprocs=2",
+        )
+        for model in models
+    ]
+    per_rank = run_on_ranks(rank_checks.zero_comm_loss_and_parts_alone, 2, cfgs)
+    for model, (loss, alone) in zip(models, per_rank[0], strict=True):
+        assert loss == pytest.approx(alone, rel=1e-5), model
+
+
 def _expected(rank: int, epoch: int, local: int, delay, bins: int, sign: float) -> float:
     """What DRPA must give: my value now plus the other clone's value sent `delay` epochs
     ago (or earlier, the last time its bin communicated); vertex 1 and 2 are not split."""
