@@ -243,6 +243,9 @@ class AlgorithmConfig:
         )
 
 
+BACKWARD_COMPLETIONS = ("delayed", "exact", "local")
+
+
 @dataclass
 class DelayedAggregatesConfig(AlgorithmConfig):
     """cdr (DistGNN): remote partial aggregates sent at epoch t are used from epoch t + delay."""
@@ -252,12 +255,20 @@ class DelayedAggregatesConfig(AlgorithmConfig):
     bins: int = (
         1  # split vertices communicate in turn: bin (vertex id % bins) at epochs = bin mod bins
     )
+    # How split clones complete their partial *gradients*: `delayed` like the forward
+    # pass (the issue's cd-r), `exact` synchronously every layer (DistGNN's released
+    # code), `local` not at all (the gradient of the delayed forward pass itself).
+    backward: str = "delayed"
 
     def validate(self) -> None:
         super().validate()
         _check(self.mode == "full", "algorithm.mode: DistGNN's algorithms train full batch")
         _check(self.delay >= 0, "algorithm.delay must be >= 0 (0 is cd0)")
         _check(self.bins >= 1, "algorithm.bins must be at least 1")
+        _check(
+            self.backward in BACKWARD_COMPLETIONS,
+            f"algorithm.backward must be one of {BACKWARD_COMPLETIONS}, not {self.backward!r}",
+        )
 
 
 @dataclass

@@ -142,6 +142,10 @@ class DelayedRemoteAggregates:
     synchronous exchange of every split vertex (evaluation, degrees). cd-0
     (`delay=0`, one bin) keeps no state between calls; cd-r keeps, per slot,
     the last remote sum of every split clone and the exchanges in flight.
+    `backward` chooses how gradients complete under cd-r: `delayed` (the same
+    way as the forward pass), `exact` (synchronously, as DistGNN's released
+    code does) or `local` (not at all: the gradient of the delayed forward
+    pass, whose remote sums are constants).
     """
 
     def __init__(
@@ -151,11 +155,18 @@ class DelayedRemoteAggregates:
         timer: PhaseTimer,
         delay: int | None,
         num_bins: int = 1,
+        backward: str = "delayed",
     ) -> None:
         if len(tree.bins) != num_bins:
             raise ValueError("the clone tree was built for another number of bins")
         self.tree, self.comm, self.timer = tree, comm, timer
         self.delay, self.num_bins = delay, num_bins
+        forward = "local" if delay is None else "delayed" if self.keeps_state else "now"
+        # How each direction completes: now (synchronously), delayed, or local (not at all).
+        self._how = {
+            "fwd": forward,
+            "bwd": {"delayed": forward, "exact": "now", "local": "local"}[backward],
+        }
         self.epoch = 0
         self._calls = {"fwd": 0, "bwd": 0}
         self._slots: dict[tuple[str, int], _Slot] = {}
@@ -215,9 +226,10 @@ class DelayedRemoteAggregates:
     def _complete(self, direction: str, values: torch.Tensor) -> torch.Tensor:
         """Adds the remote sums this call uses to `values`, in place."""
         tree = self.tree
-        if self._exact or not self.keeps_state:
-            if self.delay is None and not self._exact:
-                return values  # 0c
+        how = "now" if self._exact else self._how[direction]
+        if how == "local":
+            return values  # 0c
+        if how == "now":
             exchange = self._start(tree.everything, values, "exact" if self._exact else direction)
             self._finish(exchange)
             with self.timer.phase(f"rat_{exchange.direction}_post"):

@@ -118,7 +118,9 @@ def single_trajectory(cfg, epochs: int) -> dict:
     return {"epochs": epochs_out, "logits": logits}
 
 
-def drpa_on_hand_built_tree(rank: int, world: int, delay: int | None, bins: int, epochs: int):
+def drpa_on_hand_built_tree(
+    rank: int, world: int, delay: int | None, bins: int, epochs: int, backward: str = "delayed"
+):
     """DRPA on two ranks over a hand-built clone tree; per epoch the outputs and input gradients.
 
     Vertices 0 and 3 are split: vertex 0 has its root on rank 0, vertex 3 on
@@ -141,7 +143,7 @@ def drpa_on_hand_built_tree(rank: int, world: int, delay: int | None, bins: int,
     )
     comm = Communicator()
     tree = CloneTree(part, rank, world, bins)
-    drpa = DelayedRemoteAggregates(tree, comm, PhaseTimer(), delay, bins)
+    drpa = DelayedRemoteAggregates(tree, comm, PhaseTimer(), delay, bins, backward)
     out = []
     for epoch in range(epochs):
         drpa.begin_epoch(epoch)

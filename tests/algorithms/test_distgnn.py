@@ -121,11 +121,29 @@ def _expected(rank: int, epoch: int, local: int, delay, bins: int, sign: float) 
     return own + (value(1 - rank, max(sent)) if sent else 0.0)
 
 
-@pytest.mark.parametrize(("delay", "bins"), [(0, 1), (1, 1), (3, 1), (0, 2), (2, 2), (None, 1)])
-def test_drpa_uses_what_was_sent_delay_epochs_ago(delay, bins):
+@pytest.mark.parametrize(
+    ("delay", "bins", "backward"),
+    [
+        (0, 1, "delayed"),
+        (1, 1, "delayed"),
+        (3, 1, "delayed"),
+        (0, 2, "delayed"),
+        (2, 2, "delayed"),
+        (None, 1, "delayed"),
+        (3, 2, "exact"),
+        (3, 2, "local"),
+    ],
+)
+def test_drpa_uses_what_was_sent_delay_epochs_ago(delay, bins, backward):
     epochs = 7
-    results = run_on_ranks(rank_checks.drpa_on_hand_built_tree, 2, delay, bins, epochs)
+    results = run_on_ranks(rank_checks.drpa_on_hand_built_tree, 2, delay, bins, epochs, backward)
+    # The gradient completes like the forward pass, synchronously (exact), or not at all.
+    grad_delay, grad_bins = {"delayed": (delay, bins), "exact": (0, 1), "local": (None, 1)}[
+        backward
+    ]
     for rank, per_epoch in enumerate(results):
         for epoch, got in enumerate(per_epoch):
             assert got["y"] == [_expected(rank, epoch, i, delay, bins, 1.0) for i in range(3)]
-            assert got["grad"] == [_expected(rank, epoch, i, delay, bins, -1.0) for i in range(3)]
+            assert got["grad"] == [
+                _expected(rank, epoch, i, grad_delay, grad_bins, -1.0) for i in range(3)
+            ]
