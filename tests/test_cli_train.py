@@ -24,6 +24,7 @@ from gnnrun.cli import main
         (["algorithm=cd0", "model=gat"], "supports model.name in ('sage', 'gcn'), not 'gat'"),
         (["algorithm=cd0", "partitioner=metis"], "needs kind vertex_cut: choose partitioner=libra"),
         (["algorithm=cdr", "algorithm.delay=-1"], "algorithm.delay must be >= 0"),
+        (["algorithm=cdr", "algorithm.backward=stale"], "algorithm.backward must be one of"),
     ],
 )
 def test_distgnn_refuses_what_it_cannot_run_before_any_rank_starts(
