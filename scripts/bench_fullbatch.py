@@ -32,7 +32,7 @@ DistGNN's Table 3 and Figure 3 in spirit, on this machine. Measured:
 4. With `--memory`: peak resident memory per rank (`peak_rss_mb`) of one
    zero_comm epoch on `synthetic-large` with 1, 2 and 4 ranks, and the sum.
 
-    .venv/bin/python scripts/bench_fullbatch.py                    # 1-3 (about 20 min)
+    .venv/bin/python scripts/bench_fullbatch.py                    # 1-3 (about 20 min at 10 epochs a run; the default is now 20)
     .venv/bin/python scripts/bench_fullbatch.py --memory           # and 4 (a few more minutes)
     .venv/bin/python scripts/bench_fullbatch.py --quick            # tiny sizes: a smoke test
     .venv/bin/python scripts/bench_fullbatch.py --skip-train --skip-sweep --json out.json
