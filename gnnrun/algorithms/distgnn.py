@@ -14,7 +14,7 @@ sum (zero_comm; cdr before the first arrival) by its degree in its part. So
 0c is what DistGNN describes, and what its code does: each part trains as if
 its edges were the whole graph. Dividing a partial sum by the whole degree
 instead shrinks every split vertex's aggregate by the share of its edges that
-live elsewhere (95% of the clones are split on 4 ranks of Facebook).
+live elsewhere (80% of a rank's clones are split on 4 ranks of Facebook).
 
 The loss is the cross entropy summed over the training vertices whose root
 clone is here, divided by the number of training vertices in the graph, and
