@@ -300,8 +300,6 @@ class ClusterConfig:
     threads_per_rank: int = 0  # 0: cores of one socket (or all cores / nprocs)
     comm_cores: int = 0  # cores per rank left to communication
     timeout_s: int = 300  # collective timeout
-    # DRPA's exchanges between ranks of one host go through /dev/shm, not the backend.
-    shared_memory: bool = True
 
     def validate(self) -> None:
         _check(self.nprocs >= 1, "cluster.nprocs must be at least 1")

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from gnnrun.comm import Communicator
 from gnnrun.partition.book import Part
@@ -294,8 +295,16 @@ class DelayedRemoteAggregates:
     def _all_to_all(self, out, inp, out_counts, in_counts):
         if not self.comm.distributed:
             return None  # one rank: no split vertices, nothing to send
+        row = int(np.prod(inp.shape[1:])) if inp.dim() > 1 else 1
         purpose = "drpa_exact" if self._exact else "drpa"  # evaluation and degrees: exact
-        return self.comm.all_to_all_start(out, inp, out_counts, in_counts, purpose)
+        self.comm.bytes.add(purpose, inp.numel() * inp.element_size())
+        return dist.all_to_all_single(
+            out.view(-1),
+            inp.reshape(-1),
+            [c * row for c in out_counts],
+            [c * row for c in in_counts],
+            async_op=True,
+        )
 
     def _wait(self, exchange: Exchange) -> None:
         if exchange.work is not None:

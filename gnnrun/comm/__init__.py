@@ -2,9 +2,7 @@
 
 gloo's list-form all_to_all rejects uneven sizes, so every variable-size
 exchange goes through `all_to_all_single` with split sizes, the sizes being
-exchanged first (see NOTES.md). `all_to_all_start`, DRPA's exchange, goes
-through /dev/shm instead when every rank runs on this host
-(gnnrun/comm/shm.py, `cluster.shared_memory`).
+exchanged first (see NOTES.md).
 """
 
 from __future__ import annotations
@@ -14,8 +12,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from gnnrun.comm.shm import SharedMemoryAllToAll
 
 
 @dataclass
@@ -52,49 +48,11 @@ class PendingExchange:
 class Communicator:
     """This rank's view of the process group (a 1-rank stand-in when not distributed)."""
 
-    def __init__(self, shared_memory: bool = True, timeout_s: float = 300.0) -> None:
+    def __init__(self) -> None:
         self.distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
         self.world_size = dist.get_world_size() if self.distributed else 1
         self.bytes = ByteCounter()
-        self.shared_memory = shared_memory  # wanted; `_shm` says whether it is used
-        self.timeout_s = timeout_s
-        self._shm: SharedMemoryAllToAll | None = None
-        self._shm_decided = False
-
-    def all_to_all_start(
-        self,
-        out: torch.Tensor,
-        inp: torch.Tensor,
-        out_rows: list[int],
-        in_rows: list[int],
-        purpose: str,
-    ) -> Any:
-        """Send rows `in_rows[r]` of `inp` to rank r; the returned work's `wait()` fills
-        `out` with `out_rows[p]` rows from every rank p. Contiguous tensors, same row shape.
-
-        The first call is collective (it chooses the transport); so is every call.
-        """
-        row = int(torch.tensor(inp.shape[1:]).prod()) if inp.dim() > 1 else 1
-        remote = sum(n for r, n in enumerate(in_rows) if r != self.rank)
-        self.bytes.add(purpose, remote * row * inp.element_size())
-        out_splits, in_splits = [n * row for n in out_rows], [n * row for n in in_rows]
-        if not self._shm_decided:
-            if self.shared_memory:
-                self._shm = SharedMemoryAllToAll.for_group(self.timeout_s)
-            self._shm_decided = True
-        if self._shm is not None:
-            return self._shm.start(out.view(-1), inp.reshape(-1), out_splits, in_splits)
-        return dist.all_to_all_single(
-            out.view(-1), inp.reshape(-1), out_splits, in_splits, async_op=True
-        )
-
-    @property
-    def transport(self) -> str:
-        """What `all_to_all_start` has used: shared memory, the backend, or nothing yet."""
-        if not self._shm_decided:
-            return "undecided"
-        return "shared_memory" if self._shm is not None else dist.get_backend()
 
     def exchange(self, outgoing: list[torch.Tensor], purpose: str) -> list[torch.Tensor]:
         """All-to-all-v: send outgoing[r] to rank r, receive one tensor from every rank.

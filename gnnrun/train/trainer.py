@@ -28,8 +28,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     `display` (rank 0's terminal) is told when epochs start and end and when steps finish.
     """
     run_dir = Path(run_dir)
-    comm = Communicator(cfg.cluster.shared_memory, cfg.cluster.timeout_s)
-    timer = PhaseTimer()
+    comm, timer = Communicator(), PhaseTimer()
     algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, timer)
     if display is not None:
         algorithm.on_step = display.step_done
