@@ -40,8 +40,12 @@ import torch
 import torch.distributed as dist
 
 from gnnrun.comm import Communicator
+from gnnrun.errors import GnnrunError
 from gnnrun.partition.book import Part
 from gnnrun.train.timers import PhaseTimer
+
+# Version of `state_dict`'s layout: 2 keeps each bin's last exchange as it arrived.
+STATE_FORMAT = 2
 
 
 class CloneTree:
@@ -161,6 +165,7 @@ class DelayedRemoteAggregates:
             raise ValueError("the clone tree was built for another number of bins")
         self.tree, self.comm, self.timer = tree, comm, timer
         self.delay, self.num_bins = delay, num_bins
+        self.backward = backward
         forward = "local" if delay is None else "delayed" if self.keeps_state else "now"
         # How each direction completes: now (synchronously), delayed, or local (not at all).
         self._how = {
@@ -171,6 +176,10 @@ class DelayedRemoteAggregates:
         self._calls = {"fwd": 0, "bwd": 0}
         self._slots: dict[tuple[str, int], _Slot] = {}
         self._exact = False
+
+    def completes(self, direction: str) -> str:
+        """How training calls in `direction` (fwd, bwd) complete: now, delayed or local."""
+        return self._how[direction]
 
     @property
     def keeps_state(self) -> bool:
@@ -315,21 +324,38 @@ class DelayedRemoteAggregates:
     # ------------------------------------------------------------- checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """Per slot, the remote sums in use and the finished exchanges not yet due."""
-        state = {}
+        """Per slot, the remote sums in use and the finished exchanges not yet due; with
+        the settings that shaped them, which a resumed run must share."""
+        slots = {}
         for key, slot in self._slots.items():
             for exchange in slot.in_flight:
                 self._finish(exchange)
-            state[key] = {
+            slots[key] = {
                 "latest": {b: sums for b, (_, sums) in slot.latest.items()},
                 "pending": [(e.epoch, e.remote) for e in slot.in_flight],
             }
-        return state
+        return {"format": STATE_FORMAT, "settings": self._settings(), "slots": slots}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved_settings = state.get("settings") if state.get("format") == STATE_FORMAT else None
+        if saved_settings is None:
+            raise GnnrunError(
+                "the checkpoint's cdr state was written by an older gnnrun (before "
+                "2026-11-23) and cannot be resumed: start again without train.resume"
+            )
+        if saved_settings != self._settings():
+            changed = ", ".join(
+                f"algorithm.{name}={saved_settings.get(name)} (now {value})"
+                for name, value in self._settings().items()
+                if saved_settings.get(name) != value
+            )
+            raise GnnrunError(
+                f"the checkpoint's cdr state was made with {changed}: resume with the "
+                "checkpoint's settings, or start again without train.resume"
+            )
         bins = self.tree.bins
         self._slots = {}
-        for key, saved in state.items():
+        for key, saved in state["slots"].items():
             slot = _Slot({b: (bins[b].result_local, sums) for b, sums in saved["latest"].items()})
             for epoch, remote in saved["pending"]:
                 links = bins[epoch % self.num_bins]
@@ -337,6 +363,9 @@ class DelayedRemoteAggregates:
                     Exchange(epoch, key[0], links, None, None, remote=remote, done=True)
                 )
             self._slots[key] = slot
+
+    def _settings(self) -> dict[str, Any]:
+        return {"delay": self.delay, "bins": self.num_bins, "backward": self.backward}
 
 
 class _Complete(torch.autograd.Function):
@@ -356,6 +385,6 @@ class _Complete(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         drpa = ctx.drpa
-        if drpa._how["bwd"] == "local":
+        if drpa.completes("bwd") == "local":
             return grad, None
         return drpa._complete("bwd", grad.clone()), None

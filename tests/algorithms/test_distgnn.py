@@ -5,10 +5,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
+from gnnrun.comm import Communicator
+from gnnrun.errors import GnnrunError
+from gnnrun.partition.book import Part
 from gnnrun.testing import run_on_ranks
+from gnnrun.train.timers import PhaseTimer
 
 sys.path.insert(0, str(Path(__file__).parent))
 import rank_checks  # noqa: E402
@@ -147,3 +153,13 @@ def test_drpa_uses_what_was_sent_delay_epochs_ago(delay, bins, backward):
             assert got["grad"] == [
                 _expected(rank, epoch, i, grad_delay, grad_bins, -1.0) for i in range(3)
             ]
+
+
+def test_cdr_state_from_an_older_layout_is_refused_with_the_fix():
+    arrays = {"nodes": np.arange(3), "root_part": np.zeros(3), "clone_links": np.zeros((0, 3))}
+    tree = CloneTree(Part(0, 1, "vertex_cut", arrays, {}), 0, 1)
+    drpa = DelayedRemoteAggregates(tree, Communicator(), PhaseTimer(), 5)
+    drpa.load_state_dict(drpa.state_dict())  # its own layout loads
+    old = {("fwd", 0): {"remote": torch.zeros(0, 4), "pending": []}}
+    with pytest.raises(GnnrunError, match="older gnnrun.*without train.resume"):
+        drpa.load_state_dict(old)

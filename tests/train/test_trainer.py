@@ -87,6 +87,29 @@ def test_distributed_resume_continues_the_same_trajectory(tmp_path, monkeypatch,
     )
 
 
+def test_cdr_refuses_to_resume_with_other_settings(tmp_path, monkeypatch, capsys):
+    """The exchanges in flight were shaped by delay, bins and backward: a resume that
+    changes one is refused, naming it, and the checkpoint stays."""
+    monkeypatch.chdir(tmp_path)
+    common = [
+        "train",
+        "dataset=synthetic-tiny",
+        "algorithm=cdr",
+        "algorithm.delay=2",
+        "model=sage_gcn",
+        "cluster.nprocs=2",
+        "model.hidden=32",
+        "train.epochs=4",
+        "train.checkpoint_dir=ck",
+    ]
+    assert main([*common, "algorithm.bins=2", "train.stop_after=2"]) == 0
+    capsys.readouterr()
+    assert main([*common, "algorithm.bins=1", "train.resume=true"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "algorithm.bins=2 (now 1)" in err and "without train.resume" in err
+    assert main([*common, "algorithm.bins=2", "train.resume=true"]) == 0
+
+
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
     rng = np.random.default_rng(0)
     feat = rng.standard_normal((100, 4)).astype(np.float32)
