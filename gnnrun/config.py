@@ -243,7 +243,7 @@ class AlgorithmConfig:
         )
 
 
-BACKWARD_COMPLETIONS = ("delayed", "exact", "local")
+BACKWARD_COMPLETIONS = ("autograd", "delayed", "exact")
 
 
 @dataclass
@@ -252,13 +252,14 @@ class DelayedAggregatesConfig(AlgorithmConfig):
 
     mode: str = "full"
     delay: int = 5  # epochs between sending split vertices' partial aggregates and using them
-    bins: int = (
-        1  # split vertices communicate in turn: bin (vertex id % bins) at epochs = bin mod bins
-    )
-    # How split clones complete their partial *gradients*: `delayed` like the forward
-    # pass (the issue's cd-r), `exact` synchronously every layer (DistGNN's released
-    # code), `local` not at all (the gradient of the delayed forward pass itself).
-    backward: str = "delayed"
+    # Split vertices communicate in turn: bin (vertex id % bins) at the epochs = bin mod bins.
+    bins: int = 1
+    # How split clones complete their partial *gradients*: `autograd`, the gradient of
+    # the forward pass as it ran (stale remote sums are constants; delay 0 is cd0);
+    # `delayed` like the forward pass; `exact` synchronously every layer (DistGNN's
+    # released code). Completing gradients of a stale forward pass makes training
+    # oscillate (README, DistGNN section), hence the default.
+    backward: str = "autograd"
 
     def validate(self) -> None:
         super().validate()

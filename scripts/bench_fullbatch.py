@@ -520,8 +520,8 @@ def main() -> None:
     parser.add_argument("--bins", type=int, default=1, help="cdr's algorithm.bins")
     parser.add_argument(
         "--backward",
-        default="delayed",
-        choices=("delayed", "exact", "local"),
+        default="autograd",
+        choices=("autograd", "delayed", "exact"),
         help="cdr's algorithm.backward",
     )
     parser.add_argument("--ranks", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])

@@ -22,10 +22,15 @@ clones split, every copy of the sums costs about as much as the local
 aggregation itself, so none is made that the sums do not need.
 
 The gradient of an aggregation is an aggregation over the transposed graph, so
-the backward pass completes partial gradients the same way, with its own
-delayed state. Every call is one *slot* (direction, call number within the
-epoch); all ranks make the same calls in the same order, which is what pairs
-up their collectives.
+partial gradients can be completed the same way. By default (`autograd`) the
+backward pass is the gradient of the forward pass as it ran: remote sums that
+arrived from an earlier epoch are constants, so only an exchange made in this
+same epoch (delay 0) completes gradients, synchronously. `delayed` completes
+gradients like the forward pass, with their own delayed state; it feeds each
+clone's gradient back to the others `delay` epochs late, and that loop makes
+training oscillate (README, DistGNN section). Every call is one *slot*
+(direction, call number within the epoch); all ranks make the same calls in
+the same order, which is what pairs up their collectives.
 """
 
 from __future__ import annotations
@@ -146,10 +151,11 @@ class DelayedRemoteAggregates:
     synchronous exchange of every split vertex (evaluation, degrees). cd-0
     (`delay=0`, one bin) keeps no state between calls; cd-r keeps, per slot,
     the last remote sum of every split clone and the exchanges in flight.
-    `backward` chooses how gradients complete under cd-r: `delayed` (the same
-    way as the forward pass), `exact` (synchronously, as DistGNN's released
-    code does) or `local` (not at all: the gradient of the delayed forward
-    pass, whose remote sums are constants).
+    `backward` chooses how gradients complete under cd-r: `autograd` (the
+    gradient of the forward pass as it ran: only this epoch's exchange, when
+    the delay is 0, completes them), `delayed` (the same way as the forward
+    pass) or `exact` (synchronously, every split vertex, as DistGNN's
+    released code does).
     """
 
     def __init__(
@@ -159,7 +165,7 @@ class DelayedRemoteAggregates:
         timer: PhaseTimer,
         delay: int | None,
         num_bins: int = 1,
-        backward: str = "delayed",
+        backward: str = "autograd",
     ) -> None:
         if len(tree.bins) != num_bins:
             raise ValueError("the clone tree was built for another number of bins")
@@ -167,10 +173,12 @@ class DelayedRemoteAggregates:
         self.delay, self.num_bins = delay, num_bins
         self.backward = backward
         forward = "local" if delay is None else "delayed" if self.keeps_state else "now"
-        # How each direction completes: now (synchronously), delayed, or local (not at all).
+        # How each direction completes: now (synchronously, every split vertex),
+        # this_bin (synchronously, this epoch's bin), delayed, or local (not at all).
+        differentiated = "this_bin" if delay == 0 else "local"  # sums exchanged this epoch
         self._how = {
             "fwd": forward,
-            "bwd": {"delayed": forward, "exact": "now", "local": "local"}[backward],
+            "bwd": {"autograd": differentiated, "delayed": forward, "exact": "now"}[backward],
         }
         self.epoch = 0
         self._calls = {"fwd": 0, "bwd": 0}
@@ -178,7 +186,8 @@ class DelayedRemoteAggregates:
         self._exact = False
 
     def completes(self, direction: str) -> str:
-        """How training calls in `direction` (fwd, bwd) complete: now, delayed or local."""
+        """How training calls in `direction` (fwd, bwd) complete: now, this_bin, delayed
+        or local."""
         return self._how[direction]
 
     @property
@@ -238,8 +247,9 @@ class DelayedRemoteAggregates:
         how = "now" if self._exact else self._how[direction]
         if how == "local":
             return values  # 0c
-        if how == "now":
-            exchange = self._start(tree.everything, values, "exact" if self._exact else direction)
+        if how in ("now", "this_bin"):
+            links = tree.everything if how == "now" else tree.bins[self.epoch % self.num_bins]
+            exchange = self._start(links, values, "exact" if self._exact else direction)
             self._finish(exchange)
             with self.timer.phase(f"rat_{exchange.direction}_post"):
                 return values.index_add_(0, exchange.links.result_local, exchange.remote)
