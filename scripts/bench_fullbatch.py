@@ -30,7 +30,9 @@ DistGNN's Table 3 and Figure 3 in spirit, on this machine. Measured:
    graph (scripts/bench_kernels.py's `sweep`): the block size the kernel picks
    by default and the best one for each density.
 4. With `--memory`: peak resident memory per rank (`peak_rss_mb`) of one
-   zero_comm epoch on `synthetic-large` with 1, 2 and 4 ranks, and the sum.
+   zero_comm epoch on `synthetic-large` with 1, 2 and 4 ranks, and the sum
+   (`--memory-hidden` sets the width; at 256, one rank of synthetic-large needs
+   more than this machine's memory).
 
     .venv/bin/python scripts/bench_fullbatch.py                    # 1-3 (about 20 min at 10 epochs a run; the default is now 20)
     .venv/bin/python scripts/bench_fullbatch.py --memory           # and 4 (a few more minutes)
@@ -128,6 +130,7 @@ def train_run(
     ranks: int,
     epochs: int,
     tag: str,
+    extra: tuple[str, ...] = (),
 ) -> dict:
     """One `gnnrun train` subprocess; its per-rank, per-epoch records."""
     name = f"{tag}-{dataset}-{algorithm}-{ranks}"
@@ -146,6 +149,7 @@ def train_run(
         # it back afterwards, would slow the epochs measured after it.
         f"train.checkpoint_every={epochs + 1}",
         f"paths.data_root={args.data_root}",
+        *extra,
     ]
     if algorithm == "single":
         overrides.append("algorithm.mode=full")
@@ -461,7 +465,11 @@ def block_sweep(args: argparse.Namespace) -> list[dict]:
 
 def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
     dataset = args.memory_dataset
-    print(f"\n## Peak memory per rank: {dataset}, zero_comm, 1 epoch; load {load()}")
+    model = ("model.hidden=" + str(args.memory_hidden),)
+    print(
+        f"\n## Peak memory per rank: {dataset}, zero_comm, sage_gcn 3 x {args.memory_hidden}, "
+        f"1 epoch; load {load()}"
+    )
     subprocess.run(
         [GNNRUN, "data", "prepare", f"dataset={dataset}", f"paths.data_root={args.data_root}"],
         cwd=REPO,
@@ -475,7 +483,7 @@ def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
             print(f"  {ranks} ranks skipped: {free:.1f} GiB available < {args.memory_min_free_gib}")
             rows.append([ranks, "skipped (memory)", "", "", f"{free:.1f}"])
             continue
-        run = train_run(args, tmp, dataset, "zero_comm", ranks, 1, "memory")
+        run = train_run(args, tmp, dataset, "zero_comm", ranks, 1, "memory", model)
         if "records" not in run:
             why = "killed (out of memory?)" if "signal 9" in run.get("error", "") else "failed"
             rows.append([ranks, why, "", "", f"{free:.1f}"])
@@ -541,6 +549,12 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="also measure peak memory (4)")
     parser.add_argument("--memory-dataset", default="synthetic-large")
     parser.add_argument("--memory-min-free-gib", type=float, default=8.0)
+    parser.add_argument(
+        "--memory-hidden",
+        type=int,
+        default=256,
+        help="hidden units of the memory runs (synthetic-large fits 24 GiB at 64, not 256)",
+    )
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--skip-dgl", action="store_true")
     parser.add_argument("--skip-sweep", action="store_true")

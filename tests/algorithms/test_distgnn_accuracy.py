@@ -53,7 +53,8 @@ def test_approximate_algorithms_learn_like_cd0_on_synthetic(configure, tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nprocs", [2, 4])
-@pytest.mark.parametrize(("dataset", "epochs"), [("cora", 100), ("facebook", 100)])
+# 200 epochs: what DistGNN trains for its claim on 2 and 4 sockets (Table 5).
+@pytest.mark.parametrize(("dataset", "epochs"), [("cora", 200), ("facebook", 200)])
 def test_approximate_algorithms_within_one_point_of_cd0(
     configure, tmp_path, shared_datasets, dataset, epochs, nprocs
 ):
