@@ -5,7 +5,7 @@ epoch is evaluated), the usual model selection. On Cora the models peak within
 about 30 epochs and then overfit its 140 training labels; after that, the
 last epoch's test accuracy mostly measures how an overfit model drifts, and
 cdr's stale aggregates make it drift more (README, DistGNN section). One
-seed's accuracy varies by about a point, so means over seeds are compared. All
+seed's accuracy varies by up to a few points, so means over seeds are compared. All
 runs of one (dataset, ranks) pair go through one launch whose ranks call
 `train` once per config.
 """
@@ -53,12 +53,15 @@ def test_approximate_algorithms_learn_like_cd0_on_synthetic(configure, tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nprocs", [2, 4])
-# 200 epochs: what DistGNN trains for its claim on 2 and 4 sockets (Table 5).
-@pytest.mark.parametrize(("dataset", "epochs"), [("cora", 200), ("facebook", 200)])
+# 200 epochs: what DistGNN trains for its claim on 2 and 4 sockets (Table 5). One
+# seed's accuracy spreads over up to 4 points on Cora (1,000 test vertices, 140
+# training labels) and about 0.5 on Facebook, so Cora takes 10 seeds (a mean's
+# noise 1.8x smaller than with 3); its runs are short.
+@pytest.mark.parametrize(("dataset", "seeds"), [("cora", 10), ("facebook", 3)])
 def test_approximate_algorithms_within_one_point_of_cd0(
-    configure, tmp_path, shared_datasets, dataset, epochs, nprocs
+    configure, tmp_path, shared_datasets, dataset, seeds, nprocs
 ):
-    means = mean_test_accuracy(configure, tmp_path, dataset, nprocs, epochs, 3, "model=sage_gcn")
+    means = mean_test_accuracy(configure, tmp_path, dataset, nprocs, 200, seeds, "model=sage_gcn")
     for algorithm in ("cdr", "zero_comm"):
         # Within 1 point below cd0 (being better is allowed, as in DistGNN Table 5).
         assert means[algorithm] >= means["cd0"] - 0.01, (algorithm, means)
