@@ -211,11 +211,15 @@ class DelayedRemoteAggregates:
         self._calls = {"fwd": 0, "bwd": 0}
 
     def end_epoch(self) -> None:
-        """Move this epoch's exchanges to phase 2, so that they overlap the next epoch."""
+        """Move this epoch's exchanges to phase 2, so that they overlap the next epoch, and
+        finish those whose phase 2 has arrived: their send buffers (a copy of every
+        exchanged row) need not wait until the remote sums are due."""
         for slot in self._slots.values():
             for exchange in slot.in_flight:
                 if exchange.in_phase1:
                     self._start_phase2(exchange)
+                elif exchange.work is None or exchange.work.is_completed():
+                    self._finish(exchange)
 
     @contextlib.contextmanager
     def exact(self) -> Iterator[None]:
