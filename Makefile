@@ -44,7 +44,7 @@ bench-partition: setup
 	$(BIN)/python scripts/bench_partition.py
 
 bench-fullbatch: setup
-	$(BIN)/python scripts/bench_fullbatch.py --memory --memory-hidden 64
+	$(BIN)/python scripts/bench_fullbatch.py --memory
 
 bench-train: setup
 	$(BIN)/python scripts/bench_train.py
