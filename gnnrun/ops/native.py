@@ -34,6 +34,9 @@ KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # A build takes well under a minute per file; a lock older than this was left by
 # a build that was killed, and torch would wait on it forever.
 STALE_LOCK_SECONDS = 600
+# torch takes the same lock briefly to find a kernel already built, so ranks
+# starting together see each other's: only a lock that stays this long is a build.
+BUILD_NOTICE_SECONDS = 2.0
 
 
 def march() -> str:
@@ -144,6 +147,11 @@ def _clear_stale_lock(lock: Path, stem: str) -> None:
             f"({lock}, {age / 60:.0f} min old: a build was killed)[/]"
         )
     else:
+        deadline = time.monotonic() + BUILD_NOTICE_SECONDS
+        while lock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not lock.exists():
+            return
         console.print(
             f"gnnrun: waiting for kernels/{stem}.cpp, which another process is building "
             f"(a lock left by a killed build is removed after {STALE_LOCK_SECONDS // 60} min)"
