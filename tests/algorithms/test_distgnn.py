@@ -140,6 +140,19 @@ def _expected(rank: int, epoch: int, local: int, delay, bins: int, sign: float) 
     return own + (value(1 - rank, max(sent)) if sent else 0.0)
 
 
+def _expected_grad(rank: int, epoch: int, local: int, delay, bins: int, backward: str) -> float:
+    """The gradient DRPA must give: completed like the forward pass (delayed), synchronously
+    every epoch (exact), or, as the gradient of the forward pass (autograd), only by what
+    was exchanged at this very epoch (delay 0, this epoch's bin)."""
+    if backward == "delayed":
+        return _expected(rank, epoch, local, delay, bins, -1.0)
+    if backward == "exact":
+        return _expected(rank, epoch, local, 0, 1, -1.0)
+    vertex = {0: 0, 1: 1, 2: 3}[local]  # local 1 is not split: no completion either way
+    fresh = delay == 0 and vertex % bins == epoch % bins
+    return _expected(rank, epoch, local, 0 if fresh else None, 1, -1.0)
+
+
 @pytest.mark.parametrize(
     ("delay", "bins", "backward"),
     [
@@ -161,22 +174,9 @@ def test_drpa_uses_what_was_sent_delay_epochs_ago(delay, bins, backward):
     for rank, per_epoch in enumerate(results):
         for epoch, got in enumerate(per_epoch):
             assert got["y"] == [_expected(rank, epoch, i, delay, bins, 1.0) for i in range(3)]
-            if backward == "autograd":
-                # The gradient of the forward pass: only what was exchanged at this very
-                # epoch (delay 0, this epoch's bin) depends on this epoch's values.
-                fresh = delay == 0
-                expected = [
-                    _expected(rank, epoch, i, 0, 1, -1.0)
-                    if fresh and i != 1 and {0: 0, 2: 3}[i] % bins == epoch % bins
-                    else _expected(rank, epoch, i, None, 1, -1.0)
-                    for i in range(3)
-                ]
-            else:  # like the forward pass, or synchronously every epoch (exact)
-                grad_delay, grad_bins = (delay, bins) if backward == "delayed" else (0, 1)
-                expected = [
-                    _expected(rank, epoch, i, grad_delay, grad_bins, -1.0) for i in range(3)
-                ]
-            assert got["grad"] == expected
+            assert got["grad"] == [
+                _expected_grad(rank, epoch, i, delay, bins, backward) for i in range(3)
+            ]
 
 
 def test_cdr_state_from_an_older_layout_is_refused_with_the_fix():
