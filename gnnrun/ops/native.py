@@ -10,7 +10,7 @@ GNNRUN_NO_NATIVE=1 to force the references (tests compare both).
 Kernels are compiled for the CPU they run on (`-march=native`: AVX-512 where
 there is one, which made the aggregation 1.3-1.5x faster than the generic
 x86-64 build on a Xeon with AVX-512). The build cache therefore lives in one
-folder per (CPU, torch, Python): a home directory shared over NFS by nodes of
+folder per (CPU, torch installation, Python): a home directory shared over NFS by nodes of
 different CPU types never hands one of them the other's binary.
 GNNRUN_MARCH=x86-64-v3 (or any -march value) builds a portable library instead;
 GNNRUN_KERNEL_CACHE moves the cache (default ~/.cache/gnnrun/kernels).
@@ -65,13 +65,24 @@ def cpu_signature() -> str:
 
 
 def build_root() -> Path:
-    """The cache folder for this CPU (when native), torch and Python."""
+    """The cache folder for this CPU (when native), this torch installation and Python.
+
+    torch's build files name the installation's include and library folders, so
+    two environments (each clone's .venv) sharing a folder would each rebuild
+    every kernel whenever the other had built last.
+    """
     base = os.environ.get("GNNRUN_KERNEL_CACHE") or Path.home() / ".cache" / "gnnrun" / "kernels"
     target = march()
     if target == "native":
         target = "native-" + hashlib.sha1(cpu_signature().encode()).hexdigest()[:10]
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return Path(base) / f"{python}-torch{torch.__version__}-{target}"
+    installation = hashlib.sha1(str(torch_home()).encode()).hexdigest()[:8]
+    return Path(base) / f"{python}-torch{torch.__version__}-{installation}-{target}"
+
+
+def torch_home() -> Path:
+    """The folder torch is installed in."""
+    return Path(torch.__file__).resolve().parent
 
 
 def stage_source(source: Path) -> Path:

@@ -18,6 +18,9 @@ def test_cache_folder_names_the_cpu_torch_and_python(monkeypatch, tmp_path):
     assert "-march=native" in native.compile_flags()
     monkeypatch.setattr(native, "cpu_signature", lambda: "model name=another CPU")
     assert native.build_root() != root  # another CPU never loads this one's binary
+    other_cpu = native.build_root()
+    monkeypatch.setattr(native, "torch_home", lambda: tmp_path / "other-venv" / "torch")
+    assert native.build_root() != other_cpu  # nor another environment's torch its build
     monkeypatch.setenv("GNNRUN_MARCH", "x86-64-v3")
     assert native.build_root().name.endswith("x86-64-v3")
     assert "-march=x86-64-v3" in native.compile_flags()
