@@ -465,7 +465,7 @@ def block_sweep(args: argparse.Namespace) -> list[dict]:
 
 def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
     dataset = args.memory_dataset
-    model = ("model.hidden=" + str(args.memory_hidden),)
+    width = (f"model.hidden={args.memory_hidden}",)
     print(
         f"\n## Peak memory per rank: {dataset}, zero_comm, sage_gcn 3 x {args.memory_hidden}, "
         f"1 epoch; load {load()}"
@@ -483,7 +483,7 @@ def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
             print(f"  {ranks} ranks skipped: {free:.1f} GiB available < {args.memory_min_free_gib}")
             rows.append([ranks, "skipped (memory)", "", "", f"{free:.1f}"])
             continue
-        run = train_run(args, tmp, dataset, "zero_comm", ranks, 1, "memory", model)
+        run = train_run(args, tmp, dataset, "zero_comm", ranks, 1, "memory", width)
         if "records" not in run:
             why = "killed (out of memory?)" if "signal 9" in run.get("error", "") else "failed"
             rows.append([ranks, why, "", "", f"{free:.1f}"])

@@ -357,6 +357,10 @@ class DelayedRemoteAggregates:
                 "the checkpoint's cdr state was written by an older gnnrun (before "
                 "2026-11-23) and cannot be resumed: start again without train.resume"
             )
+        if saved_settings.get("backward") == "local" and self.delay != 0:
+            # `autograd`'s name before 2026-11-23 (it then never completed gradients,
+            # which is what autograd does at every delay but 0): the same run goes on.
+            saved_settings = {**saved_settings, "backward": "autograd"}
         if saved_settings != self._settings():
             changed = ", ".join(
                 f"algorithm.{name}={saved_settings.get(name)} (now {value})"

@@ -10,8 +10,8 @@ GNNRUN_NO_NATIVE=1 to force the references (tests compare both).
 Kernels are compiled for the CPU they run on (`-march=native`: AVX-512 where
 there is one, which made the aggregation 1.3-1.5x faster than the generic
 x86-64 build on a Xeon with AVX-512). The build cache therefore lives in one
-folder per (CPU, torch installation, Python): a home directory shared over NFS by nodes of
-different CPU types never hands one of them the other's binary.
+folder per (CPU, torch installation, Python): a home directory shared over NFS
+by nodes of different CPU types never hands one of them the other's binary.
 GNNRUN_MARCH=x86-64-v3 (or any -march value) builds a portable library instead;
 GNNRUN_KERNEL_CACHE moves the cache (default ~/.cache/gnnrun/kernels).
 """

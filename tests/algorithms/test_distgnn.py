@@ -187,3 +187,11 @@ def test_cdr_state_from_an_older_layout_is_refused_with_the_fix():
     old = {("fwd", 0): {"remote": torch.zeros(0, 4), "pending": []}}
     with pytest.raises(GnnrunError, match="older gnnrun.*without train.resume"):
         drpa.load_state_dict(old)
+    # `local` was autograd's name: its runs resume where gradients match (delay > 0) ...
+    renamed = {**drpa.state_dict(), "settings": {"delay": 5, "bins": 1, "backward": "local"}}
+    drpa.load_state_dict(renamed)
+    # ... and not at delay 0, where autograd completes this epoch's gradients.
+    binned_cd0 = DelayedRemoteAggregates(tree, Communicator(), PhaseTimer(), 0, 1)
+    renamed["settings"]["delay"] = 0
+    with pytest.raises(GnnrunError, match="algorithm.backward=local"):
+        binned_cd0.load_state_dict(renamed)
