@@ -252,8 +252,10 @@ class DelayedAggregatesConfig(AlgorithmConfig):
 
     mode: str = "full"
     delay: int = 5  # epochs between sending split vertices' partial aggregates and using them
-    # Split vertices communicate in turn: bin (vertex id % bins) at the epochs = bin mod bins.
-    bins: int = 1
+    # Split vertices communicate in turn: bin (vertex id % bins) at the epochs = bin mod
+    # bins. None: one bin per epoch of delay (at least one), as DistGNN's released code
+    # groups them; a remote sum is then delay to 2 x delay - 1 epochs old.
+    bins: int | None = None
     # How split clones complete their partial *gradients*: `autograd`, the gradient of
     # the forward pass as it ran (stale remote sums are constants; delay 0 is cd0);
     # `delayed` like the forward pass; `exact` synchronously every layer (DistGNN's
@@ -265,7 +267,10 @@ class DelayedAggregatesConfig(AlgorithmConfig):
         super().validate()
         _check(self.mode == "full", "algorithm.mode: DistGNN's algorithms train full batch")
         _check(self.delay >= 0, "algorithm.delay must be >= 0 (0 is cd0)")
-        _check(self.bins >= 1, "algorithm.bins must be at least 1")
+        _check(
+            self.bins is None or self.bins >= 1,
+            "algorithm.bins must be at least 1, or null for one bin per epoch of delay",
+        )
         _check(
             self.backward in BACKWARD_COMPLETIONS,
             f"algorithm.backward must be one of {BACKWARD_COMPLETIONS}, not {self.backward!r}",

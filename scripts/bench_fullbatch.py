@@ -156,7 +156,7 @@ def train_run(
     if algorithm == "cdr":
         overrides += [
             f"algorithm.delay={args.delay}",
-            f"algorithm.bins={args.bins}",
+            f"algorithm.bins={'null' if args.bins is None else args.bins}",
             f"algorithm.backward={args.backward}",
         ]
     watcher = EpochWatcher(run_dir / "metrics.rank0.jsonl")
@@ -249,7 +249,7 @@ def threads_note(ranks: int) -> str:
 def training(args: argparse.Namespace, tmp: Path) -> list[dict]:
     print(
         f"\n## Full-batch epochs: {args.dataset}, model=sage_gcn (3 x 256), "
-        f"{args.epochs} epochs, cdr delay {args.delay} bins {args.bins} backward {args.backward}; load {load()}"
+        f"{args.epochs} epochs, cdr delay {args.delay} bins {args.bins or max(args.delay, 1)} backward {args.backward}; load {load()}"
     )
     print(f"{os.cpu_count()} cores; threads per rank set by gnnrun (cluster.threads_per_rank=0)")
     runs = []
@@ -258,7 +258,13 @@ def training(args: argparse.Namespace, tmp: Path) -> list[dict]:
         t0 = time.perf_counter()
         run = train_run(args, tmp, args.dataset, algorithm, ranks, args.epochs, "epochs")
         if "records" in run:
-            skip = max(args.warmup, 2 * args.delay) if algorithm == "cdr" else args.warmup
+            # Every bin's sums in use, and the exchanges in flight at their steady number.
+            bins = args.delay if args.bins is None else args.bins
+            skip = (
+                max(args.warmup, 2 * args.delay, args.delay + bins)
+                if algorithm == "cdr"
+                else args.warmup
+            )
             run["summary"] = summarize_run(run, skip)
             s = run["summary"]
             print(
@@ -525,7 +531,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2, help="epochs left out of the medians")
     parser.add_argument("--delay", type=int, default=5, help="cdr's algorithm.delay")
-    parser.add_argument("--bins", type=int, default=1, help="cdr's algorithm.bins")
+    parser.add_argument(
+        "--bins",
+        type=int,
+        default=None,
+        help="cdr's algorithm.bins (default: one per epoch of delay)",
+    )
     parser.add_argument(
         "--backward",
         default="autograd",

@@ -163,7 +163,8 @@ class CDR(DistGNN):
 
     @staticmethod
     def num_bins(cfg) -> int:
-        return cfg.algorithm.bins
+        bins = cfg.algorithm.bins
+        return max(cfg.algorithm.delay, 1) if bins is None else bins
 
     @staticmethod
     def backward_completion(cfg) -> str:

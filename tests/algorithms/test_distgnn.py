@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from gnnrun.algorithms.distgnn import CDR
 from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
@@ -18,6 +19,7 @@ from gnnrun.train.timers import PhaseTimer
 
 sys.path.insert(0, str(Path(__file__).parent))
 import rank_checks  # noqa: E402
+from conftest import make_config  # noqa: E402
 
 EPOCHS = 3
 SMALL_MODEL = ("model.hidden=48", "model.dropout=0", "model.input_dropout=0")
@@ -105,6 +107,15 @@ def test_cdr_limits_and_bytes(configure):
         assert 0.05 < binned["drpa"] / full["drpa"] < binned_delayed["drpa"] / full["drpa"]
         assert set(zero[rank]["epochs"][-1]["bytes"]) == {"allreduce"}
         assert binned["allreduce"] == full["allreduce"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "bins"),
+    [((), 5), (("algorithm.delay=3",), 3), (("algorithm.delay=0",), 1), (("algorithm.bins=2",), 2)],
+)
+def test_cdr_bins_default_to_one_per_epoch_of_delay(overrides, bins):
+    """As DistGNN's released code groups split vertices: each exchanges every delay epochs."""
+    assert CDR.num_bins(make_config("algorithm=cdr", *overrides)) == bins
 
 
 def test_zero_comm_trains_each_part_as_its_own_graph(configure):
