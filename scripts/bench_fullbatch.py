@@ -156,7 +156,7 @@ def train_run(
     if algorithm == "cdr":
         overrides += [
             f"algorithm.delay={args.delay}",
-            f"algorithm.bins={'null' if args.bins is None else args.bins}",
+            f"algorithm.bins={args.bins}",
             f"algorithm.backward={args.backward}",
         ]
     watcher = EpochWatcher(run_dir / "metrics.rank0.jsonl")
@@ -249,7 +249,7 @@ def threads_note(ranks: int) -> str:
 def training(args: argparse.Namespace, tmp: Path) -> list[dict]:
     print(
         f"\n## Full-batch epochs: {args.dataset}, model=sage_gcn (3 x 256), "
-        f"{args.epochs} epochs, cdr delay {args.delay} bins {args.bins or max(args.delay, 1)} backward {args.backward}; load {load()}"
+        f"{args.epochs} epochs, cdr delay {args.delay} bins {args.bins} backward {args.backward}; load {load()}"
     )
     print(f"{os.cpu_count()} cores; threads per rank set by gnnrun (cluster.threads_per_rank=0)")
     runs = []
@@ -259,9 +259,8 @@ def training(args: argparse.Namespace, tmp: Path) -> list[dict]:
         run = train_run(args, tmp, args.dataset, algorithm, ranks, args.epochs, "epochs")
         if "records" in run:
             # Every bin's sums in use, and the exchanges in flight at their steady number.
-            bins = args.delay if args.bins is None else args.bins
             skip = (
-                max(args.warmup, 2 * args.delay, args.delay + bins)
+                max(args.warmup, 2 * args.delay, args.delay + args.bins)
                 if algorithm == "cdr"
                 else args.warmup
             )
@@ -581,6 +580,8 @@ def main() -> None:
         args.dgl_nodes, args.dgl_edges, args.dgl_repeats = 20_000, 200_000, 2
         args.sweep_nodes, args.sweep_dense_nodes, args.sweep_edges = 100_000, 12_500, 1_000_000
         args.sweep_repeats, args.memory_min_free_gib = 1, 1.0
+    if args.bins is None:
+        args.bins = max(args.delay, 1)  # cdr's default: one bin per epoch of delay
     args.data_root = args.data_root.resolve()
 
     results: dict = {
