@@ -158,7 +158,7 @@ def _train(cfg: DictConfig) -> None:
     from gnnrun.launch import sweep
     from gnnrun.launch.local import run_ranks
     from gnnrun.launch.slurm import run_slurm_rank
-    from gnnrun.partition import find_partition, partition_dataset
+    from gnnrun.partition import check_partition_kind, find_partition, partition_dataset
     from gnnrun.partition.book import open_partition
     from gnnrun.report.tables import summary_table
     from gnnrun.train.display import TrainingDisplay
@@ -183,8 +183,10 @@ def _train(cfg: DictConfig) -> None:
 
     def prepare() -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
-        dataset = prepare_dataset(config.dataset)
         algorithm.check_config(config)
+        if kind is not None:
+            check_partition_kind(config.partitioner, kind, config.algorithm.name)
+        dataset = prepare_dataset(config.dataset)
         if kind is not None:
             if find_partition(dataset, config.partitioner) is None:
                 partition_dataset(dataset, config.partitioner)

@@ -22,7 +22,11 @@ from gnnrun.cli import main
     ("overrides", "message"),
     [
         (["algorithm=cd0", "model=gat"], "supports model.name in ('sage', 'gcn'), not 'gat'"),
-        (["algorithm=cd0", "partitioner=metis"], "needs kind vertex_cut: choose partitioner=libra"),
+        (
+            ["algorithm=cd0", "partitioner=metis"],
+            "partitioner=metis makes edge_cut partitions but algorithm=cd0 trains on vertex_cut "
+            "partitions: choose partitioner= one of libra",
+        ),
         (["algorithm=cdr", "algorithm.delay=-1"], "algorithm.delay must be >= 0"),
         (["algorithm=cdr", "algorithm.backward=stale"], "algorithm.backward must be one of"),
     ],
@@ -35,7 +39,7 @@ def test_distgnn_refuses_what_it_cannot_run_before_any_rank_starts(
     err = " ".join(capsys.readouterr().err.split())
     assert code == 1 and message in err
     assert "rank 0 failed" not in err  # refused in the launcher, not by a rank
-    assert not (tmp_path / "data" / "checkpoints").exists()
+    assert not (tmp_path / "data").exists()  # nothing prepared, partitioned or saved first
 
 
 def test_four_ranks_train_end_to_end(tmp_path, monkeypatch, capsys):

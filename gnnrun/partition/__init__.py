@@ -1,7 +1,9 @@
 """Partitioning: one registry of partitioners, one writer, one checked loader.
 
-A partitioner maps (dataset, config) to an Assignment: a part per vertex (edge
-cut) or a part per CSR edge (vertex cut). `partition_dataset` turns that into
+A partitioner maps (dataset, config) to an Assignment of parts: a part per
+vertex (an edge-cut partitioner) or a part per CSR edge (a vertex-cut one). Its
+kind is declared where it is registered, so that a run can refuse a partitioner
+of the wrong kind before it spends any time partitioning. `partition_dataset` turns that into
 the on-disk format of `gnnrun.partition.book`, written atomically.
 """
 
@@ -28,15 +30,42 @@ from gnnrun.registry import Registry
 
 @dataclass
 class Assignment:
-    kind: str  # "edge_cut": `parts` has one entry per vertex; "vertex_cut": one per CSR edge
-    parts: np.ndarray
+    parts: np.ndarray  # edge_cut: one entry per vertex; vertex_cut: one per CSR edge
     info: dict[str, Any] = field(
         default_factory=dict
     )  # partitioner-specific figures for the manifest
 
 
-PARTITIONERS: Registry[Callable[[GraphDataset, Any], Assignment]] = Registry("partitioner")
+@dataclass(frozen=True)
+class Partitioner:
+    kind: str  # "edge_cut" or "vertex_cut": what `assign`'s parts index
+    assign: Callable[[GraphDataset, Any], Assignment]
+
+
+PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
 BUILDERS = {"edge_cut": EdgeCutBuilder, "vertex_cut": VertexCutBuilder}
+
+
+def register_partitioner(name: str, kind: str) -> Callable:
+    """Register `assign` under `name` as a partitioner of `kind` (a key of BUILDERS)."""
+
+    def add(assign: Callable[[GraphDataset, Any], Assignment]) -> Callable:
+        PARTITIONERS.register(name)(Partitioner(kind, assign))
+        return assign
+
+    return add
+
+
+def check_partition_kind(cfg: PartitionerConfig, kind: str, algorithm: str) -> None:
+    """Refuse a partitioner that makes another kind of partition than `algorithm` trains on."""
+    made = PARTITIONERS.get(cfg.name).kind
+    if made != kind:
+        choices = ", ".join(n for n in PARTITIONERS.names() if PARTITIONERS.get(n).kind == kind)
+        raise GnnrunError(
+            f"partitioner={cfg.name} makes {made} partitions but algorithm={algorithm} trains "
+            f"on {kind} partitions: choose partitioner= one of {choices}, or leave partitioner= "
+            "out to take the algorithm's own"
+        )
 
 
 def partitioner_identity(cfg: PartitionerConfig) -> dict[str, Any]:
@@ -62,11 +91,11 @@ def partition_dataset(
     with stage(
         f"{cfg.name}: assigning {dataset.num_nodes:,} vertices / {dataset.num_edges:,} edges to {cfg.num_parts} parts"
     ):
-        assignment = partitioner(dataset, cfg)
+        assignment = partitioner.assign(dataset, cfg)
     timings["assign_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    builder = BUILDERS[assignment.kind](dataset, assignment.parts, cfg.num_parts)
+    builder = BUILDERS[partitioner.kind](dataset, assignment.parts, cfg.num_parts)
     files: dict[str, Any] = {}
     figures: list[dict[str, Any]] = []
     with atomic_directory(path) as tmp:
@@ -83,7 +112,7 @@ def partition_dataset(
         timings["build_write_s"] = time.perf_counter() - start
         manifest = {
             "format_version": FORMAT_VERSION,
-            "kind": assignment.kind,
+            "kind": partitioner.kind,
             "method": cfg.name,
             "num_parts": cfg.num_parts,
             "config": partitioner_identity(cfg),

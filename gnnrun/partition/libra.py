@@ -14,7 +14,7 @@ from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import edges_from_csr
 from gnnrun.ops.native import native_op, to_tensor
-from gnnrun.partition import PARTITIONERS, Assignment
+from gnnrun.partition import Assignment, register_partitioner
 
 # A part may run this far above the average load before an edge goes to the
 # globally least-loaded part instead (keeps edge counts within a few percent).
@@ -56,7 +56,7 @@ def libra_assign(
     ).numpy()
 
 
-@PARTITIONERS.register("libra")
+@register_partitioner("libra", "vertex_cut")
 def libra_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> Assignment:
     n = dataset.num_nodes
     src, dst = edges_from_csr(dataset.indptr, dataset.indices)
@@ -64,7 +64,7 @@ def libra_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> Assignment
         stream = np.random.default_rng(cfg.seed).permutation(src.size)
         edge_part = np.empty(src.size, dtype=np.int8)
         edge_part[stream] = libra_assign(src[stream], dst[stream], n, cfg.num_parts)
-        return Assignment("vertex_cut", edge_part)
+        return Assignment(edge_part)
     # Undirected: decide once per pair {u, v} (the edge with src < dst) and give
     # the reverse edge the same part.
     forward = np.flatnonzero(src < dst)
@@ -73,7 +73,7 @@ def libra_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> Assignment
     edge_part[stream] = libra_assign(src[stream], dst[stream], n, cfg.num_parts)
     reverse = reverse_edges(dataset.indptr, dataset.indices)
     edge_part[reverse[forward]] = edge_part[forward]
-    return Assignment("vertex_cut", edge_part)
+    return Assignment(edge_part)
 
 
 def reverse_edges(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:

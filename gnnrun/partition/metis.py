@@ -7,7 +7,7 @@ import numpy as np
 from gnnrun.config import MetisPartitionerConfig, TwoLevelPartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, edges_from_csr
-from gnnrun.partition import PARTITIONERS, Assignment
+from gnnrun.partition import Assignment, register_partitioner
 
 
 def vertex_weights(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> np.ndarray:
@@ -59,17 +59,15 @@ def run_metis(
     return np.frombuffer(result.vertex_part, dtype=np.int64).astype(np.int32), int(result.edge_cuts)
 
 
-@PARTITIONERS.register("metis")
+@register_partitioner("metis", "edge_cut")
 def metis_partition(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> Assignment:
     indptr, indices = metis_adjacency(dataset)
     weights = vertex_weights(dataset, cfg)
     parts, cut = run_metis(indptr, indices, weights, cfg.num_parts, cfg.seed)
-    return Assignment(
-        "edge_cut", parts, {"metis_edge_cut": cut, "constraints": int(weights.shape[1])}
-    )
+    return Assignment(parts, {"metis_edge_cut": cut, "constraints": int(weights.shape[1])})
 
 
-@PARTITIONERS.register("two_level")
+@register_partitioner("two_level", "edge_cut")
 def two_level_partition(dataset: GraphDataset, cfg: TwoLevelPartitionerConfig) -> Assignment:
     """METIS over machines, then METIS over the trainers of each machine (DistDGLv2).
 
@@ -87,9 +85,7 @@ def two_level_partition(dataset: GraphDataset, cfg: TwoLevelPartitionerConfig) -
         local, _ = run_metis(sub_indptr, sub_indices, weights[members], trainers, cfg.seed)
         parts[members] = machine * trainers + local
     machine_of_part = [p // trainers for p in range(cfg.num_parts)]
-    return Assignment(
-        "edge_cut", parts, {"num_machines": cfg.num_machines, "machine_of_part": machine_of_part}
-    )
+    return Assignment(parts, {"num_machines": cfg.num_machines, "machine_of_part": machine_of_part})
 
 
 def _induced_subgraph(

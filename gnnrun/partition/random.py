@@ -6,12 +6,12 @@ import numpy as np
 
 from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.partition import PARTITIONERS, Assignment
+from gnnrun.partition import Assignment, register_partitioner
 
 
-@PARTITIONERS.register("random")
+@register_partitioner("random", "edge_cut")
 def random_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> Assignment:
     rng = np.random.default_rng(cfg.seed)
     # A shuffled round-robin: uniformly random, and part sizes differ by at most one.
     parts = rng.permutation(np.arange(dataset.num_nodes) % cfg.num_parts).astype(np.int32)
-    return Assignment("edge_cut", parts)
+    return Assignment(parts)
