@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gnnrun.cli import main
+from gnnrun.memory import allocator_library
 
 
 @pytest.mark.parametrize(
@@ -58,6 +59,8 @@ def test_four_ranks_train_end_to_end(tmp_path, monkeypatch, capsys):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["ranks"] == 4 and summary["epochs"] == 2 and summary["complete"]
     assert 0 < summary["final"]["test_acc"] <= 1
+    library = allocator_library()  # ranks inherit the preload (tcmalloc where installed)
+    assert summary["allocator_rank0"] == (Path(library).name if library else "system (glibc)")
     for rank in range(4):
         lines = (run_dir / f"metrics.rank{rank}.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines]

@@ -91,6 +91,8 @@ def summary_table(summary: dict) -> Table:
         table.add_row("peak memory (rank 0)", f"{summary['peak_rss_mb_rank0']:,.0f} MB")
     if "split_fraction_rank0" in summary:
         table.add_row("split vertices (rank 0)", f"{summary['split_fraction_rank0']:.1%}")
+    if "allocator_rank0" in summary:  # runs before 2026-11-23 did not record it
+        table.add_row("allocator (rank 0)", summary["allocator_rank0"])
     return table
 
 

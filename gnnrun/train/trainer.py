@@ -15,6 +15,7 @@ import torch
 from gnnrun.algorithms import ALGORITHMS
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
+from gnnrun.memory import allocator_in_use
 from gnnrun.models import build_model
 from gnnrun.train.checkpoint import algorithm_checkpoint, load_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
@@ -161,6 +162,8 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         if history
         else 0,
         "peak_rss_mb_rank0": max((r["peak_rss_mb"] for r in history), default=None),
+        # Epoch times depend on it (1.3-1.7x for full batch; README, Performance).
+        "allocator_rank0": allocator_in_use(),
         **(
             {"split_fraction_rank0": history[-1]["split_fraction"]}
             if history and "split_fraction" in history[-1]

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from gnnrun.memory import allocator_library
+
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,6 +72,12 @@ def gnnrun(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 480):
         text=True,
         timeout=timeout,
     )
+
+
+def preloaded_allocator() -> str:
+    """What a gnnrun process started here runs on (gnnrun.memory.allocator_in_use's names)."""
+    library = allocator_library()
+    return Path(library).name if library else "system (glibc)"
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -144,6 +152,9 @@ def test_a_run_without_m_submits_one_job_and_waits(slurm_env, tmp_path):
     assert len(jobs) == 1 and jobs[0][3] == "2"
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["ranks"] == 2 and summary["complete"] is True
+    # sbatch exports the submitting environment, so the job's ranks inherit the
+    # allocator gnnrun preloaded into itself (tcmalloc where it is installed).
+    assert summary["allocator_rank0"] == preloaded_allocator()
     assert (tmp_path / "run" / ".submitit" / jobs[0][2]).is_dir()
     assert f"run directory: {tmp_path / 'run'}" in " ".join(done.stdout.split())
 
@@ -171,7 +182,8 @@ def test_srun_tasks_become_ranks_directly(slurm_env, tmp_path):
     assert "SLURM job" not in done.stderr
     (run_dir,) = (tmp_path / "outputs" / "train").iterdir()  # both tasks chose the same one
     assert run_dir.name.startswith("slurm-")
-    assert json.loads((run_dir / "summary.json").read_text())["ranks"] == 2
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ranks"] == 2 and summary["allocator_rank0"] == preloaded_allocator()
     assert (run_dir / "metrics.rank1.jsonl").is_file()
 
 
