@@ -152,13 +152,13 @@ def _train(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from gnnrun.algorithms import ALGORITHMS
+    from gnnrun.algorithms import ALGORITHMS, check_runnable
     from gnnrun.config import to_objects
     from gnnrun.data import prepare_dataset
     from gnnrun.launch import sweep
     from gnnrun.launch.local import run_ranks
     from gnnrun.launch.slurm import run_slurm_rank
-    from gnnrun.partition import check_partition_kind, find_partition, partition_dataset
+    from gnnrun.partition import find_partition, partition_dataset
     from gnnrun.partition.book import open_partition
     from gnnrun.report.tables import summary_table
     from gnnrun.train.display import TrainingDisplay
@@ -183,9 +183,7 @@ def _train(cfg: DictConfig) -> None:
 
     def prepare() -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
-        algorithm.check_config(config)
-        if kind is not None:
-            check_partition_kind(config.partitioner, kind, config.algorithm.name)
+        check_runnable(config)
         dataset = prepare_dataset(config.dataset)
         if kind is not None:
             if find_partition(dataset, config.partitioner) is None:

@@ -16,6 +16,7 @@ import torch
 from gnnrun.comm import Communicator
 from gnnrun.data import load_prepared
 from gnnrun.data.dataset import GraphDataset
+from gnnrun.partition import check_partition_kind
 from gnnrun.partition.book import PartitionBook, open_partition
 from gnnrun.registry import Registry
 from gnnrun.train.timers import PhaseTimer
@@ -70,6 +71,14 @@ def open_own_part(cfg, comm: Communicator, kind: str) -> tuple[GraphDataset, Par
 
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
+
+
+def check_runnable(cfg) -> None:
+    """Refuse, before anything is prepared, partitioned or queued, what cfg's algorithm cannot run."""
+    algorithm = ALGORITHMS.get(cfg.algorithm.name)
+    algorithm.check_config(cfg)
+    if algorithm.partition_kind is not None:
+        check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
 
 
 def _register_algorithms() -> None:

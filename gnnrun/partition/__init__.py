@@ -3,8 +3,9 @@
 A partitioner maps (dataset, config) to an Assignment of parts: a part per
 vertex (an edge-cut partitioner) or a part per CSR edge (a vertex-cut one). Its
 kind is declared where it is registered, so that a run can refuse a partitioner
-of the wrong kind before it spends any time partitioning. `partition_dataset` turns that into
-the on-disk format of `gnnrun.partition.book`, written atomically.
+of the wrong kind before it spends any time partitioning. `partition_dataset`
+turns an Assignment into the on-disk format of `gnnrun.partition.book`,
+written atomically.
 """
 
 from __future__ import annotations

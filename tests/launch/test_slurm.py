@@ -292,3 +292,19 @@ def test_a_bad_slurm_run_is_refused_before_submission(tmp_path, monkeypatch, cap
     assert code == 1
     assert err.startswith("error: invalid config: cluster.nprocs (4) must be the world size")
     assert "not found on PATH" not in err and not (tmp_path / "outputs").exists()
+
+
+def test_a_sweep_point_its_algorithm_cannot_run_is_refused_before_submission(
+    tmp_path, monkeypatch, capsys
+):
+    from gnnrun.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # were anything submitted, sbatch would be missing
+    args = ["train", "-m", "dataset=synthetic-tiny", "cluster=slurm", "algorithm=cd0"]
+    code = main([*args, "partitioner=metis", "hydra.sweep.dir=sweep"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1
+    assert "partitioner=metis): error: partitioner=metis makes edge_cut partitions" in err
+    assert "1 of 1 point(s) failed" in err and "not found on PATH" not in err
+    assert not (tmp_path / "data").exists()  # nothing was prepared or partitioned
