@@ -16,10 +16,11 @@ its edges were the whole graph. Dividing a partial sum by the whole degree
 instead shrinks every split vertex's aggregate by the share of its edges that
 live elsewhere (80% of a rank's clones are split on 4 ranks of Facebook).
 
-The loss is the cross entropy summed over the training vertices whose root
-clone is here, divided by the number of training vertices in the graph, and
-parameter gradients are summed over ranks: with cd0 and dropout off this is
-exactly the single-process full-batch gradient. Dense layers run on every
+The loss is the cross entropy summed over every clone of a training vertex,
+each weighted 1 / (its vertex's number of clones), divided by the number of
+training vertices in the graph, and parameter gradients are summed over ranks:
+with cd0 and dropout off this is exactly the single-process full-batch
+gradient (`training_clones`). Dense layers run on every
 clone, so a split vertex's update is computed once per clone (as in DistGNN);
 dropout masks are drawn per clone. Evaluation always completes aggregates
 exactly, so accuracy measures the trained weights, not the training shortcut.
@@ -72,14 +73,18 @@ class DistGNN(Algorithm):
             self.tree, comm, timer, self.delay, bins, self.backward_completion(cfg)
         )
         self.graph = Block.from_csr(part["indptr"], part["indices"])
-        local = torch.stack([self.graph.in_degrees(), self.graph.graph_out_degrees()], 1)
+        ones = torch.ones(self.graph.num_dst, dtype=torch.int64)
+        local = torch.stack([self.graph.in_degrees(), self.graph.graph_out_degrees(), ones], 1)
+        # One exchange at start-up: whole-graph degrees, and how many clones each vertex has.
         whole = self.drpa.complete_now(local.to(torch.float64)).round().to(torch.int64)
-        self.local_degrees, self.whole_degrees = local, whole
+        self.local_degrees, self.whole_degrees = local[:, :2], whole[:, :2]
         self._degrees_in_use: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.graph.completion = self.drpa
         self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32))
         self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
-        self.train_ids = torch.from_numpy(np.array(part["train_idx"], dtype=np.int64))
+        self.train_ids, self.train_weights = training_clones(
+            dataset, np.asarray(part["nodes"]), whole[:, 2]
+        )
         self.eval_ids = {
             "val": torch.from_numpy(np.array(part["val_idx"], dtype=np.int64)),
             "test": torch.from_numpy(np.array(part["test_idx"], dtype=np.int64)),
@@ -115,10 +120,10 @@ class DistGNN(Algorithm):
         with self.timer.phase("fwd"):
             logits = self.logits(model)
             ids = self.train_ids
-            loss = (
-                torch.nn.functional.cross_entropy(logits[ids], self.label[ids], reduction="sum")
-                / self.num_train
+            per_clone = torch.nn.functional.cross_entropy(
+                logits[ids], self.label[ids], reduction="none"
             )
+            loss = (per_clone * self.train_weights).sum() / self.num_train
         with self.timer.phase("bwd"):
             optimizer.zero_grad(set_to_none=False)
             loss.backward()
@@ -144,6 +149,24 @@ class DistGNN(Algorithm):
 
     def load_state_dict(self, state) -> None:
         self.drpa.load_state_dict(state)
+
+
+def training_clones(
+    dataset, nodes: np.ndarray, clones: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The local ids of this part's clones of training vertices, and each one's share of
+    its vertex's loss: 1 / (the vertex's number of clones).
+
+    Every clone of a training vertex computes an output of its own, so every clone
+    takes part in the loss, as in DistGNN's code (each clone carries the vertex's
+    train mask). Under cd0 the clones' outputs are equal, and the shares make the
+    loss and its gradient exactly those of single; under cdr and zero_comm each
+    clone's output comes from its own part's edges, which its loss then trains.
+    """
+    is_train = np.zeros(dataset.num_nodes, dtype=bool)
+    is_train[np.asarray(dataset.train_idx)] = True
+    ids = torch.from_numpy(np.flatnonzero(is_train[nodes]))
+    return ids, 1.0 / clones[ids].to(torch.float32)
 
 
 @ALGORITHMS.register("cd0")

@@ -168,8 +168,10 @@ def zero_comm_loss_and_parts_alone(rank: int, world: int, cfgs: list) -> list[tu
         alone = Block(graph.indptr, graph.indices, graph.num_src)  # no completion, own degrees
         model.train()  # dropout is off in these configs
         logits = model([alone] * len(model.layers), algorithm.x)
-        ids = algorithm.train_ids
-        mine = F.cross_entropy(logits[ids], algorithm.label[ids], reduction="sum")
+        ids, weights = algorithm.train_ids, algorithm.train_weights
+        mine = (
+            F.cross_entropy(logits[ids], algorithm.label[ids], reduction="none") * weights
+        ).sum()
         alone_loss = comm.all_reduce_sum(mine.detach().reshape(1).double()) / algorithm.num_train
         stats = algorithm.train_epoch(model, optimizer, 0)
         out.append((stats["loss"], float(alone_loss)))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from gnnrun.algorithms.distgnn import CDR
+from gnnrun.algorithms.distgnn import CDR, training_clones
 from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
@@ -116,6 +117,15 @@ def test_cdr_limits_and_bytes(configure):
 def test_cdr_bins_default_to_one_per_epoch_of_delay(overrides, bins):
     """As DistGNN's released code groups split vertices: each exchanges every delay epochs."""
     assert CDR.num_bins(make_config("algorithm=cdr", *overrides)) == bins
+
+
+def test_every_clone_of_a_training_vertex_takes_its_share_of_the_loss():
+    dataset = SimpleNamespace(num_nodes=6, train_idx=np.array([0, 2, 4]))
+    nodes = np.array([0, 1, 2, 4, 5])  # this part's clones, by original id
+    clones = torch.tensor([2, 1, 3, 1, 2])  # how many clones each of them has in all
+    ids, weights = training_clones(dataset, nodes, clones)
+    assert ids.tolist() == [0, 2, 3]
+    torch.testing.assert_close(weights, torch.tensor([1 / 2, 1 / 3, 1.0]))
 
 
 def test_zero_comm_trains_each_part_as_its_own_graph(configure):
