@@ -20,10 +20,10 @@ The loss is the cross entropy summed over every clone of a training vertex,
 each weighted 1 / (its vertex's number of clones), divided by the number of
 training vertices in the graph, and parameter gradients are summed over ranks:
 with cd0 and dropout off this is exactly the single-process full-batch
-gradient (`training_clones`). Dense layers run on every
-clone, so a split vertex's update is computed once per clone (as in DistGNN);
-dropout masks are drawn per clone. Evaluation always completes aggregates
-exactly, so accuracy measures the trained weights, not the training shortcut.
+gradient (`training_clones`). Dense layers run on every clone, so a split
+vertex's update is computed once per clone (as in DistGNN); dropout masks are
+drawn per clone. Evaluation always completes aggregates exactly, so accuracy
+measures the trained weights, not the training shortcut.
 """
 
 from __future__ import annotations
