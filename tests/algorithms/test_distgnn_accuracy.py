@@ -51,17 +51,43 @@ def test_approximate_algorithms_learn_like_cd0_on_synthetic(configure, tmp_path)
         assert means[algorithm] >= means["cd0"] - 0.01
 
 
+class CdrMissesClaim(AssertionError):
+    """cdr ended more than 1 point below cd0 (an xfail can expect this and nothing else)."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("nprocs", [2, 4])
 # 200 epochs: what DistGNN trains for its claim on 2 and 4 sockets (Table 5). One
 # seed's accuracy spreads over up to 4 points on Cora (1,000 test vertices, 140
 # training labels) and about 0.5 on Facebook, so Cora takes 10 seeds (a mean's
 # noise 1.8x smaller than with 3); its runs are short.
-@pytest.mark.parametrize(("dataset", "seeds"), [("cora", 10), ("facebook", 3)])
+@pytest.mark.parametrize(
+    ("dataset", "seeds", "nprocs"),
+    [
+        ("cora", 10, 2),
+        ("cora", 10, 4),
+        ("facebook", 3, 2),
+        pytest.param(
+            "facebook",
+            3,
+            4,
+            # Measured 2026-11-23: cdr 0.9192 against cd0's 0.9326 (-1.34 points;
+            # -0.83 while only root clones entered the loss, when Cora with 4 ranks
+            # missed instead). Strict: once cdr is within the point this fails,
+            # and the README's table is due.
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=CdrMissesClaim,
+                reason="DistGNN's claim does not hold for cdr on Facebook with 4 ranks "
+                "(README, DistGNN section)",
+            ),
+        ),
+    ],
+)
 def test_approximate_algorithms_within_one_point_of_cd0(
     configure, tmp_path, shared_datasets, dataset, seeds, nprocs
 ):
     means = mean_test_accuracy(configure, tmp_path, dataset, nprocs, 200, seeds, "model=sage_gcn")
-    for algorithm in ("cdr", "zero_comm"):
-        # Within 1 point below cd0 (being better is allowed, as in DistGNN Table 5).
-        assert means[algorithm] >= means["cd0"] - 0.01, (algorithm, means)
+    # Within 1 point below cd0 (being better is allowed, as in DistGNN Table 5).
+    assert means["zero_comm"] >= means["cd0"] - 0.01, means
+    if means["cdr"] < means["cd0"] - 0.01:
+        raise CdrMissesClaim(means)
