@@ -13,7 +13,8 @@ x86-64 build on a Xeon with AVX-512). The build cache therefore lives in one
 folder per (CPU, torch installation, Python): a home directory shared over NFS
 by nodes of different CPU types never hands one of them the other's binary.
 GNNRUN_MARCH=x86-64-v3 (or any -march value) builds a portable library instead;
-GNNRUN_KERNEL_CACHE moves the cache (default ~/.cache/gnnrun/kernels).
+GNNRUN_KERNEL_CACHE moves the cache (default ~/.cache/gnnrun/kernels), where
+builds nothing uses are removed (`kernel_cache`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from gnnrun.ops import kernel_cache
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # A build takes well under a minute per file; a lock older than this was left by
@@ -117,6 +120,7 @@ def load_kernel_file(stem: str) -> bool:
         from torch.utils.cpp_extension import load
 
         staged = stage_source(source)
+        first_use = not (staged.parent / kernel_cache.LAST_USED).exists()
         _clear_stale_lock(staged.parent / "lock", stem)
         load(
             name=f"gnnrun_{stem}",
@@ -127,10 +131,24 @@ def load_kernel_file(stem: str) -> bool:
             is_python_module=False,
             verbose=False,
         )
-        return True
     except Exception as exc:  # a missing compiler shows up as many different errors
         _warn(stem, _build_failure(exc))
         return False
+    kernel_cache.mark_used(staged.parent, torch_home())
+    if first_use:  # a new build: time to drop the ones nothing uses any more
+        _report_pruned(kernel_cache.prune(build_root().parent, STALE_LOCK_SECONDS))
+    return True
+
+
+def _report_pruned(removed: list[Path]) -> None:
+    if removed:
+        from gnnrun.progress import console
+
+        console.print(
+            f"gnnrun: removed {len(removed)} kernel build folder(s) that nothing used for "
+            f"{kernel_cache.UNUSED_BUILD_DAYS} days or whose torch installation is gone "
+            f"({', '.join(p.name for p in removed)}) from {build_root().parent}"
+        )
 
 
 def _build_failure(exc: Exception) -> str:
@@ -196,4 +214,7 @@ def native_status() -> str:
     built = [s for s in stems if load_kernel_file(s)]
     missing = sorted(set(stems) - set(built))
     text = f"built (-march={march()}): {', '.join(built) or 'none'}"
-    return text + (f"; unavailable (reference fallback): {', '.join(missing)}" if missing else "")
+    if missing:
+        text += f"; unavailable (reference fallback): {', '.join(missing)}"
+    cache = build_root().parent
+    return text + f"; cache {cache} ({kernel_cache.size_summary(cache)})"
