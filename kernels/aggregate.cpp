@@ -25,9 +25,10 @@
 // (kMinEdgesPerSourceToStage), which costs one streaming pass and saves a TLB
 // miss on almost every gathered row; the output avoids a 4 KiB page fault per
 // 4 KiB. Sampled minibatch blocks (1-2 edges per source row) skip the copy.
+#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <torch/library.h>
 
 #include <sys/mman.h>
 
@@ -109,20 +110,20 @@ bool huge_pages_usable() {
 }
 
 // An uninitialised tensor, in transparent huge pages when it is large enough.
-torch::Tensor empty_maybe_huge(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+at::Tensor empty_maybe_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
   int64_t numel = 1;
   for (const int64_t s : sizes) numel *= s;
   const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
-  if (bytes < kHugeMinBytes || !huge_pages_usable()) return torch::empty(sizes, options);
+  if (bytes < kHugeMinBytes || !huge_pages_usable()) return at::empty(sizes, options);
   const size_t length = static_cast<size_t>((bytes + kHugePageBytes - 1) / kHugePageBytes + 1) *
                         static_cast<size_t>(kHugePageBytes);
   void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return torch::empty(sizes, options);
+  if (base == MAP_FAILED) return at::empty(sizes, options);
   const uintptr_t aligned = (reinterpret_cast<uintptr_t>(base) + kHugePageBytes - 1) &
                             ~static_cast<uintptr_t>(kHugePageBytes - 1);
   madvise(reinterpret_cast<void*>(aligned), length - (aligned - reinterpret_cast<uintptr_t>(base)),
           MADV_HUGEPAGE);
-  return torch::from_blob(
+  return at::from_blob(
       reinterpret_cast<void*>(aligned), sizes, [base, length](void*) { munmap(base, length); },
       options);
 }
@@ -327,22 +328,22 @@ void transpose_kernel(const int64_t* __restrict ptr, const index_t* __restrict i
   }
 }
 
-void check_csr(const torch::Tensor& indptr, const torch::Tensor& indices) {
+void check_csr(const at::Tensor& indptr, const at::Tensor& indices) {
   TORCH_CHECK(indptr.dim() == 1 && indptr.numel() >= 1, "indptr: 1-d with at least one entry");
-  TORCH_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.is_contiguous() && indptr.is_cpu(),
+  TORCH_CHECK(indptr.scalar_type() == at::kLong && indptr.is_contiguous() && indptr.is_cpu(),
               "indptr: contiguous int64 CPU tensor");
   TORCH_CHECK(indices.dim() == 1 && indices.is_contiguous() && indices.is_cpu(),
               "indices: contiguous 1-d CPU tensor");
-  TORCH_CHECK(indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32,
+  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
               "indices: int32 or int64");
   const int64_t* ptr = indptr.data_ptr<int64_t>();
   TORCH_CHECK(ptr[0] == 0 && ptr[indptr.numel() - 1] == indices.numel(),
               "indptr does not span indices");
 }
 
-torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& indices,
-                             const torch::Tensor& x, const c10::optional<torch::Tensor>& scale,
-                             const c10::optional<torch::Tensor>& post, bool mean, bool self_loop,
+at::Tensor aggregate_impl(const at::Tensor& indptr, const at::Tensor& indices,
+                             const at::Tensor& x, const c10::optional<at::Tensor>& scale,
+                             const c10::optional<at::Tensor>& post, bool mean, bool self_loop,
                              int64_t block_rows);
 
 }  // namespace
@@ -366,18 +367,18 @@ int64_t csr_aggregate_block_rows(int64_t num_dst, int64_t num_src, int64_t num_e
 
 namespace {
 
-torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& indices,
-                             const torch::Tensor& x_in, const c10::optional<torch::Tensor>& scale,
-                             const c10::optional<torch::Tensor>& post, bool mean, bool self_loop,
+at::Tensor aggregate_impl(const at::Tensor& indptr, const at::Tensor& indices,
+                             const at::Tensor& x_in, const c10::optional<at::Tensor>& scale,
+                             const c10::optional<at::Tensor>& post, bool mean, bool self_loop,
                              int64_t block_rows) {
   check_csr(indptr, indices);
   TORCH_CHECK(x_in.dim() == 2 && x_in.is_cpu(), "x: 2-d CPU tensor [num_src, F]");
-  TORCH_CHECK(x_in.scalar_type() == torch::kFloat || x_in.scalar_type() == torch::kDouble,
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat || x_in.scalar_type() == at::kDouble,
               "x: float32 or float64");
-  torch::Tensor x = x_in.contiguous();
+  at::Tensor x = x_in.contiguous();
   const bool reused = x_in.size(0) > 0 && indices.numel() >= kMinEdgesPerSourceToStage * x_in.size(0);
   if (reused && x.numel() * x.element_size() >= kHugeMinBytes && huge_pages_usable()) {
-    torch::Tensor staged = empty_maybe_huge(x.sizes(), x.options());
+    at::Tensor staged = empty_maybe_huge(x.sizes(), x.options());
     staged.copy_(x);
     x = staged;
   }
@@ -385,18 +386,18 @@ torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& i
   const int64_t n_src = x.size(0);
   const int64_t F = x.size(1);
   const int64_t num_edges = indices.numel();
-  torch::Tensor s;
+  at::Tensor s;
   if (scale.has_value()) {
     s = scale->to(x.scalar_type()).contiguous();
     TORCH_CHECK(s.dim() == 1 && s.numel() == n_src, "scale: one value per source row");
   }
-  torch::Tensor p;
+  at::Tensor p;
   if (post.has_value()) {
     p = post->to(x.scalar_type()).contiguous();
     TORCH_CHECK(p.dim() == 1 && p.numel() == n_dst, "post: one value per destination row");
   }
   if (num_edges > 0) {
-    const auto [lo, hi] = torch::aminmax(indices);
+    const auto [lo, hi] = at::aminmax(indices);
     TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < n_src,
                 "indices outside [0, num_src) = [0, ", n_src, ")");
   }
@@ -427,15 +428,15 @@ torch::Tensor aggregate_impl(const torch::Tensor& indptr, const torch::Tensor& i
 
 }  // namespace
 
-torch::Tensor csr_aggregate(torch::Tensor indptr, torch::Tensor indices, torch::Tensor x, bool mean,
+at::Tensor csr_aggregate(at::Tensor indptr, at::Tensor indices, at::Tensor x, bool mean,
                             int64_t block_rows) {
   return aggregate_impl(indptr, indices, x, c10::nullopt, c10::nullopt, mean, false, block_rows);
 }
 
 // out[v] = sum over e in row v of scale[u] * x[u], u = indices[e]: the backward
 // of mean aggregation over the transposed CSR, with scale = 1 / in-degree.
-torch::Tensor csr_aggregate_scaled(torch::Tensor indptr, torch::Tensor indices, torch::Tensor x,
-                                   torch::Tensor scale, int64_t block_rows) {
+at::Tensor csr_aggregate_scaled(at::Tensor indptr, at::Tensor indices, at::Tensor x,
+                                   at::Tensor scale, int64_t block_rows) {
   return aggregate_impl(indptr, indices, x, scale, c10::nullopt, false, false, block_rows);
 }
 
@@ -444,9 +445,9 @@ torch::Tensor csr_aggregate_scaled(torch::Tensor indptr, torch::Tensor indices, 
 // GraphSAGE-gcn (no pre, post = 1 / (in-degree + 1)) in one pass, with no scaled
 // copy of x. The self term applies to rows v < num_src. Its gradient is the same
 // operation over the transposed CSR with pre and post swapped.
-torch::Tensor csr_aggregate_normalized(torch::Tensor indptr, torch::Tensor indices, torch::Tensor x,
-                                       c10::optional<torch::Tensor> pre,
-                                       c10::optional<torch::Tensor> post, int64_t block_rows) {
+at::Tensor csr_aggregate_normalized(at::Tensor indptr, at::Tensor indices, at::Tensor x,
+                                       c10::optional<at::Tensor> pre,
+                                       c10::optional<at::Tensor> post, int64_t block_rows) {
   return aggregate_impl(indptr, indices, x, pre, post, false, true, block_rows);
 }
 
@@ -454,20 +455,20 @@ torch::Tensor csr_aggregate_normalized(torch::Tensor indptr, torch::Tensor indic
 // increasing v (a stable counting sort), `perm[p]` is the position in the input
 // CSR of the edge at position p of the output. Threads take contiguous ranges of
 // destination rows with their own counts, which keeps the sort stable.
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> csr_transpose(torch::Tensor indptr,
-                                                                       torch::Tensor indices,
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose(at::Tensor indptr,
+                                                                       at::Tensor indices,
                                                                        int64_t num_src) {
   check_csr(indptr, indices);
   TORCH_CHECK(num_src >= 0, "num_src must be non-negative");
   const int64_t n_dst = indptr.numel() - 1;
   const int64_t m = indices.numel();
   const int64_t* ptr = indptr.data_ptr<int64_t>();
-  auto indptr_t = torch::zeros({num_src + 1}, torch::dtype(torch::kInt64));
-  auto indices_t = torch::empty({m}, indices.options());
-  auto perm = torch::empty({m}, torch::dtype(torch::kInt64));
+  auto indptr_t = at::zeros({num_src + 1}, at::dtype(at::kLong));
+  auto indices_t = at::empty({m}, indices.options());
+  auto perm = at::empty({m}, at::dtype(at::kLong));
   if (m == 0) return {indptr_t, indices_t, perm};
   if (num_src > 0) {
-    const auto [lo, hi] = torch::aminmax(indices);
+    const auto [lo, hi] = at::aminmax(indices);
     TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < num_src,
                 "indices outside [0, num_src)");
   } else {

@@ -7,7 +7,9 @@
 // the backward pass: the gradient is the same operation with the same key.
 // Threads split the tensor into ranges; the result does not depend on how.
 // gnnrun/ops/dropout.py holds the NumPy reference of the same function.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
 
 #include <cstdint>
 #include <utility>
@@ -58,11 +60,11 @@ void apply_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key, uint3
 }
 
 template <bool kRelu>
-torch::Tensor masked(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
+at::Tensor masked(at::Tensor x, int64_t key, int64_t threshold, double scale) {
   TORCH_CHECK(x.device().is_cpu(), "dropout: CPU tensors only");
   TORCH_CHECK(threshold >= 0 && threshold <= 65536, "dropout: threshold out of range");
   x = x.contiguous();
-  auto out = torch::empty_like(x);
+  auto out = at::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "dropout", [&] {
     apply_mask<scalar_t, kRelu>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.numel(),
                                 static_cast<uint64_t>(key), static_cast<uint32_t>(threshold),
@@ -84,22 +86,22 @@ void relu_dropout_grad(const scalar_t* __restrict g, const scalar_t* __restrict 
 }  // namespace
 
 // x with each element zeroed with probability p (threshold / 65536) and the rest scaled.
-torch::Tensor dropout_apply(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
+at::Tensor dropout_apply(at::Tensor x, int64_t key, int64_t threshold, double scale) {
   return masked<false>(std::move(x), key, threshold, scale);
 }
 
 // relu(x) then the same dropout, in one pass (NaN stays NaN, as through torch.relu).
-torch::Tensor relu_dropout_forward(torch::Tensor x, int64_t key, int64_t threshold, double scale) {
+at::Tensor relu_dropout_forward(at::Tensor x, int64_t key, int64_t threshold, double scale) {
   return masked<true>(std::move(x), key, threshold, scale);
 }
 
 // The gradient of relu_dropout_forward from its output: where out > 0 the input was positive
 // and kept, so the gradient passes scaled; everywhere else it is 0.
-torch::Tensor relu_dropout_backward(torch::Tensor grad, torch::Tensor out, double scale) {
+at::Tensor relu_dropout_backward(at::Tensor grad, at::Tensor out, double scale) {
   TORCH_CHECK(grad.sizes() == out.sizes(), "relu_dropout_backward: shapes differ");
   grad = grad.contiguous();
   out = out.contiguous();
-  auto result = torch::empty_like(grad);
+  auto result = at::empty_like(grad);
   AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "relu_dropout_backward", [&] {
     const scalar_t* g = grad.data_ptr<scalar_t>();
     const scalar_t* o = out.data_ptr<scalar_t>();

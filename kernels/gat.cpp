@@ -15,7 +15,8 @@
 // the transposed CSR (a stable counting sort by source, so each source's
 // edges are met in increasing edge order and the result is deterministic) and
 // runs a second pass, parallel over sources, that gathers into each u alone.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <ATen/AccumulateType.h>
 #include <omp.h>
@@ -28,22 +29,22 @@
 namespace {
 
 struct Checked {
-  torch::Tensor indptr;  // int64
+  at::Tensor indptr;  // int64
   int64_t num_dst, num_src, num_edges, heads, dim;
 };
 
-Checked check_inputs(const char* op, const torch::Tensor& indptr, const torch::Tensor& indices,
-                     const torch::Tensor& feat_src, const torch::Tensor& el,
-                     const torch::Tensor& er) {
+Checked check_inputs(const char* op, const at::Tensor& indptr, const at::Tensor& indices,
+                     const at::Tensor& feat_src, const at::Tensor& el,
+                     const at::Tensor& er) {
   TORCH_CHECK(indptr.dim() == 1 && indptr.numel() >= 1, op, ": indptr must be 1-d, non-empty");
   TORCH_CHECK(indices.dim() == 1, op, ": indices must be 1-d");
-  TORCH_CHECK(indices.scalar_type() == torch::kInt32 || indices.scalar_type() == torch::kInt64,
+  TORCH_CHECK(indices.scalar_type() == at::kInt || indices.scalar_type() == at::kLong,
               op, ": int32 or int64 indices");
-  TORCH_CHECK(indptr.scalar_type() == torch::kInt32 || indptr.scalar_type() == torch::kInt64,
+  TORCH_CHECK(indptr.scalar_type() == at::kInt || indptr.scalar_type() == at::kLong,
               op, ": int32 or int64 indptr");
   TORCH_CHECK(feat_src.dim() == 3, op, ": feat_src must be [num_src, heads, dim]");
   const auto dtype = feat_src.scalar_type();
-  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kFloat64, op,
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, op,
               ": float32 or float64 features");
   TORCH_CHECK(el.scalar_type() == dtype && er.scalar_type() == dtype, op,
               ": feat_src, el and er differ in dtype");
@@ -54,7 +55,7 @@ Checked check_inputs(const char* op, const torch::Tensor& indptr, const torch::T
                   er.is_contiguous(),
               op, ": contiguous inputs");
   Checked c;
-  c.indptr = indptr.to(torch::kInt64).contiguous();
+  c.indptr = indptr.to(at::kLong).contiguous();
   c.num_dst = indptr.numel() - 1;
   c.num_src = feat_src.size(0);
   c.heads = feat_src.size(1);
@@ -228,12 +229,12 @@ void backward_impl(const int64_t* ptr, const index_t* __restrict__ idx,
 
 }  // namespace
 
-std::vector<torch::Tensor> gat_forward(torch::Tensor indptr, torch::Tensor indices,
-                                       torch::Tensor feat_src, torch::Tensor el, torch::Tensor er,
+std::vector<at::Tensor> gat_forward(at::Tensor indptr, at::Tensor indices,
+                                       at::Tensor feat_src, at::Tensor el, at::Tensor er,
                                        double negative_slope) {
   const Checked c = check_inputs("gat_forward", indptr, indices, feat_src, el, er);
-  auto out = torch::zeros({c.num_dst, c.heads, c.dim}, feat_src.options());
-  auto alpha = torch::empty({c.num_edges, c.heads}, feat_src.options());
+  auto out = at::zeros({c.num_dst, c.heads, c.dim}, feat_src.options());
+  auto alpha = at::empty({c.num_edges, c.heads}, feat_src.options());
   const int64_t* ptr = c.indptr.data_ptr<int64_t>();
   int64_t bad = 0;
   AT_DISPATCH_FLOATING_TYPES(feat_src.scalar_type(), "gat_forward", [&] {
@@ -249,10 +250,10 @@ std::vector<torch::Tensor> gat_forward(torch::Tensor indptr, torch::Tensor indic
   return {out, alpha};
 }
 
-std::vector<torch::Tensor> gat_backward(torch::Tensor indptr, torch::Tensor indices,
-                                        torch::Tensor feat_src, torch::Tensor el,
-                                        torch::Tensor er, torch::Tensor alpha,
-                                        torch::Tensor grad_out, double negative_slope) {
+std::vector<at::Tensor> gat_backward(at::Tensor indptr, at::Tensor indices,
+                                        at::Tensor feat_src, at::Tensor el,
+                                        at::Tensor er, at::Tensor alpha,
+                                        at::Tensor grad_out, double negative_slope) {
   const Checked c = check_inputs("gat_backward", indptr, indices, feat_src, el, er);
   const int64_t N = c.num_dst, S = c.num_src, H = c.heads, D = c.dim, E = c.num_edges;
   TORCH_CHECK(alpha.scalar_type() == feat_src.scalar_type() &&
@@ -265,10 +266,10 @@ std::vector<torch::Tensor> gat_backward(torch::Tensor indptr, torch::Tensor indi
               "gat_backward: grad_out must be [num_dst, heads, dim]");
   TORCH_CHECK(grad_out.device().is_cpu() && alpha.device().is_cpu(), "gat_backward: CPU tensors");
   grad_out = grad_out.contiguous();
-  auto grad_feat = torch::zeros({S, H, D}, feat_src.options());
-  auto grad_el = torch::zeros({S, H}, feat_src.options());
-  auto grad_er = torch::zeros({N, H}, feat_src.options());
-  auto grad_x = torch::empty({E, H}, feat_src.options());
+  auto grad_feat = at::zeros({S, H, D}, feat_src.options());
+  auto grad_el = at::zeros({S, H}, feat_src.options());
+  auto grad_er = at::zeros({N, H}, feat_src.options());
+  auto grad_x = at::empty({E, H}, feat_src.options());
   AT_DISPATCH_FLOATING_TYPES(feat_src.scalar_type(), "gat_backward", [&] {
     AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "gat_backward_idx", [&] {
       backward_impl<scalar_t, index_t>(

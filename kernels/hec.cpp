@@ -25,7 +25,8 @@
 //   new slots arrive than lines are left, the last ones in input order are
 //   kept. Every written line gets stamp `now`. Returns the number of rows kept.
 // gnnrun/ops/hec.py holds the PyTorch reference of the same three functions.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <ATen/Parallel.h>
 
@@ -41,19 +42,19 @@ namespace {
 constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();
 constexpr int64_t kGrain = 2048;
 
-void check_state(const torch::Tensor& slot_line, const torch::Tensor& line_stamp) {
-  TORCH_CHECK(slot_line.dtype() == torch::kInt64 && slot_line.is_contiguous(),
+void check_state(const at::Tensor& slot_line, const at::Tensor& line_stamp) {
+  TORCH_CHECK(slot_line.dtype() == at::kLong && slot_line.is_contiguous(),
               "slot_line must be contiguous int64");
-  TORCH_CHECK(line_stamp.dtype() == torch::kInt64 && line_stamp.is_contiguous(),
+  TORCH_CHECK(line_stamp.dtype() == at::kLong && line_stamp.is_contiguous(),
               "line_stamp must be contiguous int64");
 }
 
-torch::Tensor hec_search(torch::Tensor slot_line, torch::Tensor line_stamp, torch::Tensor slots,
+at::Tensor hec_search(at::Tensor slot_line, at::Tensor line_stamp, at::Tensor slots,
                          int64_t now, int64_t lifespan) {
   check_state(slot_line, line_stamp);
   slots = slots.contiguous();
   const int64_t n = slots.numel(), num_slots = slot_line.numel();
-  auto lines = torch::empty({n}, slots.options());
+  auto lines = at::empty({n}, slots.options());
   const int64_t* s = slots.data_ptr<int64_t>();
   const int64_t* where = slot_line.data_ptr<int64_t>();
   const int64_t* stamp = line_stamp.data_ptr<int64_t>();
@@ -74,11 +75,11 @@ torch::Tensor hec_search(torch::Tensor slot_line, torch::Tensor line_stamp, torc
   return lines;
 }
 
-torch::Tensor hec_load(torch::Tensor data, torch::Tensor lines) {
+at::Tensor hec_load(at::Tensor data, at::Tensor lines) {
   TORCH_CHECK(data.dim() == 2 && data.is_contiguous(), "data must be a contiguous matrix");
   lines = lines.contiguous();
   const int64_t n = lines.numel(), width = data.size(1), num_lines = data.size(0);
-  auto rows = torch::empty({n, width}, data.options());
+  auto rows = at::empty({n, width}, data.options());
   const int64_t* l = lines.data_ptr<int64_t>();
   const size_t row_bytes = static_cast<size_t>(width) * data.element_size();
   const char* src = static_cast<const char*>(data.data_ptr());
@@ -98,10 +99,10 @@ torch::Tensor hec_load(torch::Tensor data, torch::Tensor lines) {
   return rows;
 }
 
-int64_t hec_store(torch::Tensor slot_line, torch::Tensor line_slot, torch::Tensor line_stamp,
-                  torch::Tensor data, torch::Tensor slots, torch::Tensor rows, int64_t now) {
+int64_t hec_store(at::Tensor slot_line, at::Tensor line_slot, at::Tensor line_stamp,
+                  at::Tensor data, at::Tensor slots, at::Tensor rows, int64_t now) {
   check_state(slot_line, line_stamp);
-  TORCH_CHECK(line_slot.dtype() == torch::kInt64 && line_slot.is_contiguous(),
+  TORCH_CHECK(line_slot.dtype() == at::kLong && line_slot.is_contiguous(),
               "line_slot must be contiguous int64");
   TORCH_CHECK(data.dim() == 2 && data.is_contiguous(), "data must be a contiguous matrix");
   TORCH_CHECK(rows.dim() == 2 && rows.size(0) == slots.numel() && rows.size(1) == data.size(1),

@@ -6,7 +6,8 @@
 // A part more than `slack` above the running average load is passed over for
 // the globally least-loaded part, which keeps the edge counts balanced in any
 // stream order. Part sets are 64-bit masks, so at most 64 parts.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <cstdint>
 #include <vector>
@@ -29,16 +30,16 @@ inline int least_loaded(uint64_t candidates, const std::vector<int64_t>& load) {
 
 }  // namespace
 
-torch::Tensor libra_assign(torch::Tensor src, torch::Tensor dst, int64_t num_nodes,
+at::Tensor libra_assign(at::Tensor src, at::Tensor dst, int64_t num_nodes,
                            int64_t num_parts, double slack) {
-  TORCH_CHECK(src.dtype() == torch::kInt64 && dst.dtype() == torch::kInt64, "libra: int64 ids");
+  TORCH_CHECK(src.dtype() == at::kLong && dst.dtype() == at::kLong, "libra: int64 ids");
   TORCH_CHECK(src.is_contiguous() && dst.is_contiguous(), "libra: contiguous ids");
   TORCH_CHECK(src.numel() == dst.numel(), "libra: src and dst differ in length");
   TORCH_CHECK(num_parts >= 1 && num_parts <= 64, "libra: 1 to 64 parts");
   const int64_t m = src.numel();
   const int64_t* s = src.data_ptr<int64_t>();
   const int64_t* d = dst.data_ptr<int64_t>();
-  auto out = torch::empty({m}, torch::dtype(torch::kInt8));
+  auto out = at::empty({m}, at::dtype(at::kChar));
   int8_t* part = out.data_ptr<int8_t>();
 
   std::vector<uint64_t> held(num_nodes, 0);
@@ -64,14 +65,14 @@ torch::Tensor libra_assign(torch::Tensor src, torch::Tensor dst, int64_t num_nod
 // For a symmetric in-CSR (rows sorted by source), the position of every edge's
 // reverse: the edges leaving u, met in CSR order, are u's row in increasing
 // source order, so a running cursor per source is a counting sort in one pass.
-torch::Tensor csr_reverse_edges(torch::Tensor indptr, torch::Tensor indices) {
-  TORCH_CHECK(indptr.dtype() == torch::kInt64 && indptr.is_contiguous(), "indptr: int64");
+at::Tensor csr_reverse_edges(at::Tensor indptr, at::Tensor indices) {
+  TORCH_CHECK(indptr.dtype() == at::kLong && indptr.is_contiguous(), "indptr: int64");
   TORCH_CHECK(indices.is_contiguous(), "indices: contiguous");
   const int64_t n = indptr.numel() - 1;
   const int64_t m = indices.numel();
   const int64_t* ptr = indptr.data_ptr<int64_t>();
   std::vector<int64_t> cursor(ptr, ptr + n);
-  auto out = torch::empty({m}, torch::dtype(torch::kInt64));
+  auto out = at::empty({m}, at::dtype(at::kLong));
   int64_t* reverse = out.data_ptr<int64_t>();
   AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "csr_reverse_edges", [&] {
     const index_t* src = indices.data_ptr<index_t>();

@@ -31,7 +31,8 @@
 // small inputs run on one. Scratch buffers (the dense map, the hash table,
 // per-thread lists) are kept per calling thread between calls, sized by the
 // largest call (the dense map: 4 bytes per id up to the largest id seen).
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <ATen/Parallel.h>
 #include <omp.h>
@@ -164,15 +165,15 @@ void fill_rows(const index_t* idx, const int64_t* start, const int64_t* degree, 
 
 }  // namespace
 
-std::vector<torch::Tensor> sample_neighbors(torch::Tensor indptr, torch::Tensor indices,
-                                            torch::Tensor nodes, int64_t fanout, int64_t seed,
+std::vector<at::Tensor> sample_neighbors(at::Tensor indptr, at::Tensor indices,
+                                            at::Tensor nodes, int64_t fanout, int64_t seed,
                                             int64_t layer) {
   TORCH_CHECK(indptr.dim() == 1 && indptr.numel() >= 1, "sample_neighbors: 1-d indptr");
-  TORCH_CHECK(indptr.scalar_type() == torch::kInt64, "sample_neighbors: int64 indptr");
-  TORCH_CHECK(nodes.dim() == 1 && nodes.scalar_type() == torch::kInt64,
+  TORCH_CHECK(indptr.scalar_type() == at::kLong, "sample_neighbors: int64 indptr");
+  TORCH_CHECK(nodes.dim() == 1 && nodes.scalar_type() == at::kLong,
               "sample_neighbors: 1-d int64 nodes");
-  TORCH_CHECK(indices.dim() == 1 && (indices.scalar_type() == torch::kInt32 ||
-                                     indices.scalar_type() == torch::kInt64),
+  TORCH_CHECK(indices.dim() == 1 && (indices.scalar_type() == at::kInt ||
+                                     indices.scalar_type() == at::kLong),
               "sample_neighbors: 1-d int32 or int64 indices");
   TORCH_CHECK(indptr.device().is_cpu() && indices.device().is_cpu() && nodes.device().is_cpu(),
               "sample_neighbors: CPU tensors only");
@@ -186,7 +187,7 @@ std::vector<torch::Tensor> sample_neighbors(torch::Tensor indptr, torch::Tensor 
   TORCH_CHECK(ptr[0] == 0 && ptr[num_graph_nodes] == indices.numel(),
               "sample_neighbors: indptr does not span indices");
 
-  auto offsets_t = torch::empty({n + 1}, torch::dtype(torch::kInt64));
+  auto offsets_t = at::empty({n + 1}, at::dtype(at::kLong));
   int64_t* off = offsets_t.data_ptr<int64_t>();
   off[0] = 0;
   // Scratch kept per calling thread: fresh large buffers cost page faults and zeroing.
@@ -219,11 +220,11 @@ std::vector<torch::Tensor> sample_neighbors(torch::Tensor indptr, torch::Tensor 
   for (int64_t i = 0; i < n; ++i) off[i + 1] += off[i];
   const int64_t total = off[n];
 
-  auto neighbors_t = torch::empty({total}, torch::dtype(torch::kInt64));
+  auto neighbors_t = at::empty({total}, at::dtype(at::kLong));
   int64_t* nbr = neighbors_t.data_ptr<int64_t>();
   const uint64_t seed_key = mix64(mix64(static_cast<uint64_t>(seed)) + static_cast<uint64_t>(layer));
   const int fill_threads = num_threads_for(total, 8192);
-  if (indices.scalar_type() == torch::kInt32) {  // (AT_DISPATCH would put the pragmas in a macro)
+  if (indices.scalar_type() == at::kInt) {  // (AT_DISPATCH would put the pragmas in a macro)
     fill_rows(indices.data_ptr<int32_t>(), start, degree, node, off, n, seed_key, nbr,
               fill_threads);
   } else {
@@ -322,7 +323,7 @@ inline void scan_owned(const int64_t* keys, int64_t lo, int64_t hi, const Slot* 
 // all -1 afterwards (only the entries touched), so it is kept between calls.
 // Single-threaded: on two threads it is still faster than the hash-partitioned
 // compaction, whose merge and read-back passes cost what the split saves.
-torch::Tensor compact_dense(const int64_t* dst, int64_t n_dst, const int64_t* nbr,
+at::Tensor compact_dense(const int64_t* dst, int64_t n_dst, const int64_t* nbr,
                             int64_t n_edges, int64_t max_id, int64_t* out) {
   static thread_local std::vector<int32_t> dense;
   static thread_local std::vector<int64_t> fresh;
@@ -348,7 +349,7 @@ torch::Tensor compact_dense(const int64_t* dst, int64_t n_dst, const int64_t* nb
     next += is_new;
     out[e] = id;
   }
-  auto src_ids_t = torch::empty({n_dst + count}, torch::dtype(torch::kInt64));
+  auto src_ids_t = at::empty({n_dst + count}, at::dtype(at::kLong));
   int64_t* src_ids = src_ids_t.data_ptr<int64_t>();
   std::copy(dst, dst + n_dst, src_ids);
   std::copy(added, added + count, src_ids + n_dst);
@@ -369,13 +370,13 @@ torch::Tensor compact_dense(const int64_t* dst, int64_t n_dst, const int64_t* nb
 // neighbour's local id from its owner's `res` (owners recorded during the
 // scan, cursors per chunk). Each id costs one random access to the table,
 // whatever the thread count; the rest is sequential.
-std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offsets,
-                                   torch::Tensor neighbors) {
-  TORCH_CHECK(dst_nodes.dim() == 1 && dst_nodes.scalar_type() == torch::kInt64,
+std::vector<at::Tensor> compact(at::Tensor dst_nodes, at::Tensor offsets,
+                                   at::Tensor neighbors) {
+  TORCH_CHECK(dst_nodes.dim() == 1 && dst_nodes.scalar_type() == at::kLong,
               "compact: 1-d int64 dst_nodes");
-  TORCH_CHECK(offsets.dim() == 1 && offsets.scalar_type() == torch::kInt64,
+  TORCH_CHECK(offsets.dim() == 1 && offsets.scalar_type() == at::kLong,
               "compact: 1-d int64 offsets");
-  TORCH_CHECK(neighbors.dim() == 1 && neighbors.scalar_type() == torch::kInt64,
+  TORCH_CHECK(neighbors.dim() == 1 && neighbors.scalar_type() == at::kLong,
               "compact: 1-d int64 neighbors");
   TORCH_CHECK(dst_nodes.device().is_cpu() && offsets.device().is_cpu() &&
                   neighbors.device().is_cpu(),
@@ -405,16 +406,16 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
   // A dense map of 4 bytes per id while that stays modest (at most 64 MB, or
   // 32 bytes per input id, about what a hash table takes).
   if (total < (int64_t{1} << 31) && highest < std::max<int64_t>(int64_t{1} << 24, 8 * total)) {
-    auto indices_t = torch::empty({n_edges}, torch::dtype(torch::kInt64));
+    auto indices_t = at::empty({n_edges}, at::dtype(at::kLong));
     auto src_ids_t =
         compact_dense(dst, n_dst, nbr, n_edges, highest, indices_t.data_ptr<int64_t>());
     return {offsets, indices_t, src_ids_t};
   }
   const int nt = std::min(num_threads_for(total, 32768), 255);
 
-  auto indices_t = torch::empty({n_edges}, torch::dtype(torch::kInt64));
+  auto indices_t = at::empty({n_edges}, at::dtype(at::kLong));
   int64_t* out = indices_t.data_ptr<int64_t>();
-  torch::Tensor src_ids_t;
+  at::Tensor src_ids_t;
   // Scratch kept per calling thread (fresh buffers of this size cost page faults
   // and zeroing on every call): the table, per-thread lists, owners of positions.
   struct Scratch {
@@ -504,7 +505,7 @@ std::vector<torch::Tensor> compact(torch::Tensor dst_nodes, torch::Tensor offset
         {
           int64_t fresh_total = 0;
           for (int u = 0; u < team; ++u) fresh_total += static_cast<int64_t>(lists[u].first.size());
-          src_ids_t = torch::empty({n_dst + fresh_total}, torch::dtype(torch::kInt64));
+          src_ids_t = at::empty({n_dst + fresh_total}, at::dtype(at::kLong));
           src_ids = src_ids_t.data_ptr<int64_t>();
         }  // implicit barrier
         if (team == 1) {  // ranks are local ids - num_dst: write the result directly
