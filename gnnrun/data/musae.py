@@ -25,17 +25,18 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import scipy.sparse as sp
-from scipy.sparse.linalg import svds
 
 from gnnrun.config import MusaeDatasetConfig
 from gnnrun.data import DATASET_SOURCES
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, stratified_split
 from gnnrun.errors import GnnrunError
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 SOURCE_HINT = (
     "get them from https://github.com/benedekrozemberczki/MUSAE (input/) or "
@@ -57,6 +58,8 @@ def _files(cfg: MusaeDatasetConfig) -> dict[str, Path]:
 
 
 def _read_target(path: Path, label_column: str) -> tuple[np.ndarray, list[str]]:
+    import pandas as pd
+
     target = pd.read_csv(path)
     for column in ("id", label_column):
         if column not in target.columns:
@@ -77,6 +80,8 @@ def _read_target(path: Path, label_column: str) -> tuple[np.ndarray, list[str]]:
 
 
 def _read_features(path: Path, n: int) -> sp.csr_matrix:
+    import scipy.sparse as sp
+
     with open(path) as f:
         table = json.load(f)
     rows, cols = [], []
@@ -111,6 +116,8 @@ def _single_blas_thread() -> contextlib.AbstractContextManager:
 
 def truncated_svd(matrix: sp.spmatrix, k: int, seed: int) -> np.ndarray:
     """U * S of the top-k singular triplets, largest first, deterministic signs, float32."""
+    from scipy.sparse.linalg import svds
+
     rng = np.random.default_rng(seed)
     v0 = rng.standard_normal(min(matrix.shape))
     with _single_blas_thread():  # same bytes whatever the core count; no oversubscription stalls
@@ -128,6 +135,8 @@ def load(cfg: MusaeDatasetConfig) -> GraphDataset:
     files = _files(cfg)
     label, classes = _read_target(files["target"], cfg.label_column)
     n = label.size
+
+    import pandas as pd
 
     edges = pd.read_csv(files["edges"])
     if not {"id_1", "id_2"} <= set(edges.columns):

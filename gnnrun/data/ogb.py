@@ -32,16 +32,18 @@ import io
 import sys
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gnnrun.config import OgbDatasetConfig
 from gnnrun.data import DATASET_SOURCES
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, sorted_unique
 from gnnrun.errors import GnnrunError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CSV_RAW = (
     "edge.csv.gz",
@@ -63,6 +65,8 @@ def _ogb_dir() -> Path:
 
 def master_table() -> pd.DataFrame:
     """ogb's table of node-property datasets: one column per dataset name."""
+    import pandas as pd
+
     return pd.read_csv(
         _ogb_dir() / "nodeproppred" / "master.csv", index_col=0, keep_default_na=False
     )
@@ -157,6 +161,8 @@ def _labels(raw: np.ndarray, num_nodes: int, num_classes: int, where: Path) -> n
 
 
 def _read_split(path: Path, num_nodes: int) -> np.ndarray:
+    import pandas as pd
+
     values = pd.read_csv(path, compression="gzip", header=None).to_numpy()
     idx = values.reshape(-1).astype(np.int64) if values.size else np.zeros(0, np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
@@ -167,6 +173,8 @@ def _read_split(path: Path, num_nodes: int) -> np.ndarray:
 
 
 def _read(directory: Path, meta: pd.Series) -> tuple[dict[str, Any], np.ndarray]:
+    import pandas as pd
+
     reader = _read_graph_raw()
     raw_dir = directory / "raw"
     quiet = io.StringIO()  # the readers print and draw tqdm bars
@@ -205,8 +213,7 @@ def load(cfg: OgbDatasetConfig) -> GraphDataset:
         KeyError,
         RuntimeError,
         EOFError,
-        zlib.error,
-        pd.errors.ParserError,
+        zlib.error,  # pandas' ParserError is a ValueError
     ) as exc:
         raise GnnrunError(
             f"cannot read {name} from {directory} ({type(exc).__name__}: {exc}); the files look "

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from gnnrun.config import PlanetoidDatasetConfig
 from gnnrun.data import DATASET_SOURCES
@@ -62,6 +61,8 @@ def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
 
 
 def _allowed_globals() -> dict[tuple[str, str], Any]:
+    import scipy.sparse as sp
+
     try:
         from numpy._core.multiarray import _reconstruct as reconstruct  # numpy >= 2
     except ImportError:  # numpy 1.x
@@ -135,6 +136,8 @@ def _check_files(raw_dir: Path, name: str) -> None:
 
 
 def _dense(matrix: Any, what: str, path: Path) -> np.ndarray:
+    import scipy.sparse as sp
+
     if sp.issparse(matrix):
         return np.asarray(matrix.toarray())
     if isinstance(matrix, np.ndarray) and matrix.ndim == 2:
