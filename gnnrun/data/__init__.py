@@ -75,8 +75,8 @@ def load_prepared(cfg: DatasetConfig) -> GraphDataset:
 
 def _register_sources() -> None:
     # Importing a source module registers it. Sources import pandas and scipy inside
-    # their readers: every rank imports this package, and those two cost 0.45 s of
-    # each start.
+    # their readers: every rank imports this package, and those two cost 0.3-0.45 s
+    # of each start.
     from gnnrun.data import custom, heterophilous, musae, ogb, planetoid, synthetic  # noqa: F401
 
 

@@ -132,12 +132,11 @@ def truncated_svd(matrix: sp.spmatrix, k: int, seed: int) -> np.ndarray:
 
 @DATASET_SOURCES.register("musae")
 def load(cfg: MusaeDatasetConfig) -> GraphDataset:
+    import pandas as pd
+
     files = _files(cfg)
     label, classes = _read_target(files["target"], cfg.label_column)
     n = label.size
-
-    import pandas as pd
-
     edges = pd.read_csv(files["edges"])
     if not {"id_1", "id_2"} <= set(edges.columns):
         raise GnnrunError(

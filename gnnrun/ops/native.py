@@ -9,7 +9,7 @@ GNNRUN_NO_NATIVE=1 to force the references (tests compare both).
 
 Kernels include ATen and `torch/library.h`, never `torch/extension.h`: that one
 brings the whole C++ frontend and pybind11, and made each file take 30-45 s to
-compile on a 2-core machine against 8-12 s with ATen alone.
+compile on a 2-core machine against 10-18 s with ATen alone.
 
 Kernels are compiled for the CPU they run on (`-march=native`: AVX-512 where
 there is one, which made the aggregation 1.3-1.5x faster than the generic
