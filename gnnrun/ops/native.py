@@ -96,7 +96,7 @@ def stage_source(source: Path) -> Path:
     """A copy of `source` in its build folder, named by its content.
 
     ninja decides what to rebuild by path and timestamp: building a clone's own
-    file would rebuild every kernel in every fresh clone or worktree (80 s for
+    file would rebuild every kernel in every fresh clone or worktree (30 s of
     `make run`), though the cache holds the same code. Built from a copy whose
     folder is named by the content's hash, an unchanged kernel is found built.
     """
