@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -10,7 +11,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -54,7 +55,11 @@ def remove_stale_temporaries(final: Path) -> None:
         pid_part = leftover.name[len(final.name) + len(_TMP_MARK) :].split("-")[0]
         if pid_part.isdigit() and _pid_alive(int(pid_part)):
             continue
-        shutil.rmtree(leftover, ignore_errors=True)
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                leftover.unlink()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -67,15 +72,47 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
+@contextlib.contextmanager
+def atomic_file(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """Yield a temporary file beside `path`, fsync it and rename it into place on success.
+
+    On any error (a full disk included) the temporary file is removed, the
+    previous `path` stays as it was, and an OSError becomes a GnnrunError that
+    names the file and the fix. Temporaries of writers that died are removed first.
+    """
     path = Path(path)
-    tmp = path.with_name(f"{path.name}{_TMP_MARK}{os.getpid()}")
-    with open(tmp, "w") as f:
+    remove_stale_temporaries(path)
+    tmp = path.with_name(f"{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
+        raise
+
+
+def write_error(path: Path, exc: OSError) -> GnnrunError:
+    """One line for a failed write: what, where, and what to do."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        fix = "free some space there, or write elsewhere"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make the directory writable, or write elsewhere"
+    else:
+        fix = "check the file system"
+    return GnnrunError(f"cannot write {path}: {reason.lower()}; {fix}")
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    with atomic_file(path) as f:
         json.dump(payload, f, indent=2, sort_keys=True)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_json(path: Path) -> Any:

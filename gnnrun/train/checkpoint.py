@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from gnnrun.errors import GnnrunError
+from gnnrun.io import atomic_file, write_error
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -19,14 +22,21 @@ def algorithm_checkpoint(rank: int, epoch: int) -> str:
 def save_checkpoint(directory: Path, state: dict[str, Any], name: str = CHECKPOINT) -> Path:
     """Write to a temporary file, fsync, rename: a crash leaves the previous checkpoint intact."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(directory, exc) from None
     path = directory / name
-    tmp = path.with_name(f"{name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with atomic_file(path, "wb") as f:
+            torch.save(state, f)
+    except RuntimeError as exc:
+        # torch's zip writer reports a short write (a full disk) as "unexpected pos".
+        free = shutil.disk_usage(directory).free
+        raise GnnrunError(
+            f"cannot write {path}: {exc} ({free / 2**20:.0f} MiB free on its device); "
+            "free some space there, or set train.checkpoint_dir elsewhere"
+        ) from None
     return path
 
 
