@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gnnrun.errors import GnnrunError
-from gnnrun.progress import console, out
+from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -67,7 +67,8 @@ def _data_prepare(cfg: DictConfig, force: bool) -> None:
 
     dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
     out.print(
-        f"prepared [bold]{dataset.name}[/] at {dataset.path} (checksum {dataset.checksum[:12]})"
+        f"prepared {dataset.name} at {dataset.path} (checksum {dataset.checksum[:12]})",
+        markup=False,
     )
 
 
@@ -85,7 +86,7 @@ def _partition(cfg: DictConfig) -> None:
     dataset = prepare_dataset(config.dataset)
     book = partition_dataset(dataset, config.partitioner)
     out.print(partition_table(book))
-    out.print(f"written to {book.path}")
+    out.print(f"written to {book.path}", markup=False)
 
 
 def cmd_train(args: list[str]) -> int:
@@ -103,6 +104,33 @@ def cmd_train(args: list[str]) -> int:
     return run_hydra(_train, "train", args, keep_run_dir=True)
 
 
+def _own_output_dir(args: list[str]) -> list[str]:
+    """The arguments with a run (or sweep) directory that belongs to this invocation alone.
+
+    A directory left to the default is claimed new; one given explicitly is locked,
+    and a run directory that already holds a run is refused (a sweep directory may:
+    its finished points are skipped). Inside a SLURM step every task shares the
+    directory its submitter chose.
+    """
+    from gnnrun import run_dir
+    from gnnrun.launch.slurm import in_slurm_step
+
+    flags, settings = _split_flags(args)
+    sweeping = any(f in ("-m", "--multirun") for f in flags)
+    if in_slurm_step() or len(flags) > int(sweeping):  # --cfg, --help ... only print
+        return args
+    key = "hydra.sweep.dir=" if sweeping else "hydra.run.dir="
+    given = [a.split("=", 1)[1] for a in settings if a.startswith(key)]
+    if not given:
+        claimed = run_dir.claim(Path("outputs/multirun" if sweeping else "outputs/train"))
+        return [*args, f"{key}{claimed}"]
+    if "${" not in given[-1]:
+        run_dir.lock(Path(given[-1]))
+        if not sweeping:
+            run_dir.refuse_occupied(Path(given[-1]))
+    return args
+
+
 def _resume_sweep_args(args: list[str]) -> list[str]:
     """`--resume-sweep DIR [more overrides]`: the command that made DIR, pointed at DIR again."""
     from gnnrun.launch.sweep import resume_arguments
@@ -115,6 +143,7 @@ def _resume_sweep_args(args: list[str]) -> list[str]:
     console.print(
         f"resuming the sweep in {args[at + 1]}: gnnrun train {' '.join(resumed + rest)}",
         soft_wrap=True,
+        markup=False,
     )
     return resumed + rest
 
@@ -134,16 +163,15 @@ def _slurm_run_args(args: list[str]) -> list[str]:
     import os
 
     from gnnrun.launch.slurm import in_slurm_step
+    from gnnrun.run_dir import claim
 
     if in_slurm_step():  # every task must pick the same run directory
         if any(a.startswith("hydra.run.dir=") for a in args):
             return args
         step = f"{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}"
         return [*args, f"hydra.run.dir=outputs/train/slurm-{step}"]
-    run_dir = "outputs/train/${now:%Y-%m-%d}/${now:%H-%M-%S}"
-    for a in args:
-        if a.startswith("hydra.run.dir="):
-            run_dir = a.split("=", 1)[1]
+    given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.run.dir=")]
+    run_dir = given[-1] if given else claim(Path("outputs/train"))
     rest = [a for a in args if not a.startswith("hydra.run.dir=")]
     return ["-m", *rest, f"hydra.sweep.dir={run_dir}", "hydra.sweep.subdir=."]
 
@@ -152,7 +180,7 @@ def _train(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from gnnrun.algorithms import ALGORITHMS, check_runnable
+    from gnnrun.algorithms import ALGORITHMS, check_runnable, check_training_vertices
     from gnnrun.config import to_objects
     from gnnrun.data import prepare_dataset
     from gnnrun.launch import sweep
@@ -170,7 +198,9 @@ def _train(cfg: DictConfig) -> None:
     in_sweep = hydra.mode == RunMode.MULTIRUN
     overrides = list(hydra.overrides.task)
     if in_sweep and sweep.finished_point(run_dir, overrides):
-        console.print(sweep.skip_message(hydra.job.num, overrides, run_dir), soft_wrap=True)
+        console.print(
+            sweep.skip_message(hydra.job.num, overrides, run_dir), soft_wrap=True, markup=False
+        )
         return
     algorithm = ALGORITHMS.get(config.algorithm.name)
     kind = algorithm.partition_kind
@@ -185,20 +215,23 @@ def _train(cfg: DictConfig) -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
         check_runnable(config)
         dataset = prepare_dataset(config.dataset)
+        book = None
         if kind is not None:
             if find_partition(dataset, config.partitioner) is None:
                 partition_dataset(dataset, config.partitioner)
-            open_partition(
+            book = open_partition(
                 Path(config.partitioner.output_dir),
                 dataset_checksum=dataset.checksum,
                 world_size=config.cluster.nprocs,
                 kind=kind,
             )
+        check_training_vertices(config, dataset, book)
         if in_sweep:
             moved = sweep.begin_point(run_dir, overrides, keep_partial=config.train.resume)
             if moved is not None:
                 console.print(
-                    f"point {hydra.job.num}: the earlier attempt's files moved to {moved}"
+                    f"point {hydra.job.num}: the earlier attempt's files moved to {moved}",
+                    markup=False,
                 )
 
     if slurm:  # this process is one SLURM task, hence one rank
@@ -213,7 +246,7 @@ def _train(cfg: DictConfig) -> None:
         prepare()
         summary = run_ranks(config, run_dir)
     out.print(summary_table(summary))
-    out.print(f"run directory: {run_dir}")
+    out.print(f"run directory: {run_dir}", markup=False)
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
@@ -241,13 +274,15 @@ def run_hydra(
 
     register_schemas()
     check_overrides(overrides)
+    if keep_run_dir:
+        overrides = _own_output_dir(overrides)
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
     def entry(cfg: DictConfig) -> None:
         try:
             task(cfg)
         except GnnrunError as exc:
-            console.print(f"[bold red]error:[/] {exc}")
+            print_error(exc)
             raise SystemExit(1) from None
 
     # Hydra's own logging goes to the console only. Commands other than train
@@ -257,8 +292,10 @@ def run_hydra(
         quiet.append("hydra.output_subdir=null")
         if not any(a in ("-m", "--multirun") for a in overrides):
             quiet.append("hydra.run.dir=.")
+    # Flags last: Hydra's parser takes the overrides as one run of positional arguments.
+    flags, settings = _split_flags(overrides)
     saved = sys.argv
-    sys.argv = [f"gnnrun {job_name}", *overrides, f"hydra.job.name={job_name}", *quiet]
+    sys.argv = [f"gnnrun {job_name}", *settings, f"hydra.job.name={job_name}", *quiet, *flags]
     try:
         entry()
     except SystemExit as exc:  # Hydra and the task exit this way on errors and --help
@@ -294,9 +331,9 @@ def check_overrides(overrides: list[str]) -> None:
             raise GnnrunError(str(exc).split("\nConfig search path")[0]) from None
         for o in parsed:
             key = o.key_or_group
-            if key in GROUPS or key.startswith("hydra") or o.is_add() or o.is_delete():
+            if key in GROUPS or key == "sweep" or key.startswith("hydra") or o.is_delete():
                 continue
-            if OmegaConf.select(base, key, default=_ABSENT, throw_on_missing=False) is _ABSENT:
+            if not _known_key(base, key, adding=o.is_add()):
                 raise GnnrunError(_unknown_key_message(base, key))
         if any(o.is_sweep_override() for o in parsed) or flags:
             return  # each sweep point is validated when it starts
@@ -308,7 +345,23 @@ def check_overrides(overrides: list[str]) -> None:
         to_objects(full)
 
 
-_ABSENT = object()
+def _known_key(cfg: DictConfig, key: str, adding: bool) -> bool:
+    """Whether `key` names a field of the composed config.
+
+    A required field not yet given (`???`) is a field too. `+key=value` may add a
+    key only to a free-form mapping (such as cluster.sbatch), never to a schema.
+    """
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, throw_on_missing=False) if parent else cfg
+    if isinstance(node, ListConfig):
+        return leaf.isdigit() and int(leaf) < len(node)
+    if not isinstance(node, DictConfig):
+        return False
+    if leaf in node.keys():  # noqa: SIM118 (`in node` is False for a ??? value)
+        return True
+    return adding and OmegaConf.get_type(node) is dict
+
+
 # Hydra's flags that take a value: `--cfg job`, `--info config`, `--package _global_`.
 _FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p")
 
@@ -376,14 +429,12 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         near = difflib.get_close_matches(command, COMMANDS, n=1)
         hint = f" Did you mean `gnnrun {near[0]}`?" if near else ""
-        console.print(
-            f"[bold red]error:[/] unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}"
-        )
+        print_error(f"unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}")
         return 2
     try:
         return COMMANDS[command][0](rest)
     except GnnrunError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        print_error(exc)
         return 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")

@@ -205,6 +205,11 @@ class TwoLevelPartitionerConfig(MetisPartitionerConfig):
 # ------------------------------------------------- model, algorithm, cluster, train
 
 
+# Names the models accept (gnnrun.models maps them to functions and layers).
+ACTIVATIONS = ("relu", "elu", "gelu")
+SAGE_AGGREGATORS = ("mean", "gcn")
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING  # sage | gcn | gat
@@ -228,7 +233,28 @@ class ModelConfig:
         _check(0 <= self.dropout < 1, "model.dropout must be in [0, 1)")
         _check(0 <= self.input_dropout < 1, "model.input_dropout must be in [0, 1)")
         _check(len(self.fanouts) == self.layers, "model.fanouts needs one entry per layer")
+        _check(
+            all(f >= 1 or f == -1 for f in self.fanouts),
+            f"model.fanouts {list(self.fanouts)}: each entry is the neighbours sampled per "
+            "vertex, at least 1 (or -1 for all of them; 0 would train without neighbours)",
+        )
         _check(self.batch_size >= 1, "model.batch_size must be positive")
+        _check(
+            self.activation in ACTIVATIONS,
+            f"model.activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}",
+        )
+        _check(
+            self.aggregator in SAGE_AGGREGATORS,
+            f"model.aggregator {self.aggregator!r}: choose one of {', '.join(SAGE_AGGREGATORS)}",
+        )
+        _check(self.heads >= 1, f"model.heads must be at least 1 (got {self.heads})")
+        _check(
+            self.name != "gat" or self.layers == 1 or self.hidden % self.heads == 0,
+            f"model.hidden ({self.hidden}) must be a multiple of model.heads ({self.heads}): "
+            "hidden GAT layers concatenate their heads",
+        )
+        _check(self.lr > 0, f"model.lr must be positive (got {self.lr})")
+        _check(self.weight_decay >= 0, "model.weight_decay must be >= 0")
 
 
 @dataclass
@@ -425,6 +451,11 @@ class TrainConfig:
         _check(self.epochs >= 1, "train.epochs must be at least 1")
         _check(self.eval_every >= 1, "train.eval_every must be at least 1")
         _check(self.checkpoint_every >= 1, "train.checkpoint_every must be at least 1")
+        _check(
+            self.stop_after >= 0,
+            f"train.stop_after must be >= 0 (epochs of this invocation; 0: run to the end), "
+            f"not {self.stop_after}",
+        )
 
 
 @dataclass
@@ -476,7 +507,8 @@ def to_objects(cfg: DictConfig) -> GnnrunConfig:
         obj = OmegaConf.to_object(cfg)
     except Exception as exc:  # omegaconf raises a zoo of types; the message is what matters
         raise GnnrunError(f"invalid config: {exc}") from None
-    for section in ("dataset", "partitioner", "model", "algorithm", "cluster", "train"):
+    # cluster before partitioner: partitioner.num_parts follows cluster.nprocs.
+    for section in ("dataset", "cluster", "partitioner", "model", "algorithm", "train"):
         value = getattr(obj, section, None)
         if hasattr(value, "validate"):
             value.validate()

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -28,6 +29,16 @@ out = Console()
 _LIVE = {"console": console, "transient": True, "redirect_stdout": False, "redirect_stderr": False}
 
 
+def print_error(message: object, where: str = "") -> None:
+    """`error: MESSAGE` on stderr, the message printed literally (paths and gloo's
+    messages hold square brackets, which rich would take for markup)."""
+    console.print(f"{escape(where)}[bold red]error:[/] {escape(str(message))}", soft_wrap=True)
+
+
+def print_warning(message: object) -> None:
+    console.print(f"[yellow]{escape(str(message))}[/]")
+
+
 @contextlib.contextmanager
 def stage(description: str) -> Iterator[None]:
     """Show a spinner while a step runs, then one line with how long it took."""
@@ -38,7 +49,9 @@ def stage(description: str) -> Iterator[None]:
     with spinner:
         spinner.add_task(f"{description} ...", total=None)
         yield
-    console.print(f"[green]✓[/] {description} [dim]({time.perf_counter() - start:.1f} s)[/]")
+    console.print(
+        f"[green]✓[/] {escape(description)} [dim]({time.perf_counter() - start:.1f} s)[/]"
+    )
 
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:

@@ -16,6 +16,7 @@ import torch
 from gnnrun.comm import Communicator
 from gnnrun.data import load_prepared
 from gnnrun.data.dataset import GraphDataset
+from gnnrun.errors import GnnrunError
 from gnnrun.partition import check_partition_kind
 from gnnrun.partition.book import PartitionBook, open_partition
 from gnnrun.registry import Registry
@@ -25,6 +26,9 @@ from gnnrun.train.timers import PhaseTimer
 class Algorithm:
     # The partition kind the algorithm trains on; None: the whole dataset in one process.
     partition_kind: ClassVar[str | None] = None
+    # Whether each rank trains on its own part's training vertices, so that a part
+    # without any would average zero gradients into every step.
+    trains_on_every_rank: ClassVar[bool] = False
 
     in_dim: int
     num_classes: int
@@ -79,6 +83,27 @@ def check_runnable(cfg) -> None:
     algorithm.check_config(cfg)
     if algorithm.partition_kind is not None:
         check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
+
+
+def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:
+    """Refuse a run with nothing to train on: no training vertices, or a rank without any
+    where the algorithm needs some on every rank."""
+    if dataset.train_idx.size == 0:
+        raise GnnrunError(
+            f"dataset {dataset.name!r} has no training vertices ({dataset.val_idx.size} "
+            f"validation, {dataset.test_idx.size} test): nothing to train on. Give the split "
+            "a training share (dataset.split.train > 0 where the split is drawn; train_idx or "
+            "train_mask in a custom .npz), then prepare it again"
+        )
+    if book is None or not ALGORITHMS.get(cfg.algorithm.name).trains_on_every_rank:
+        return
+    empty = [part for part, figures in enumerate(book.manifest["parts"]) if figures["train"] == 0]
+    if empty:
+        raise GnnrunError(
+            f"part(s) {', '.join(map(str, empty))} of {book.path} hold no training vertices, "
+            f"but algorithm={cfg.algorithm.name} trains every rank on its own part's: use "
+            "partitioner=metis with partitioner.balance_splits=true, or fewer ranks"
+        )
 
 
 def _register_algorithms() -> None:

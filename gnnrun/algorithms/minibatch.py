@@ -116,6 +116,7 @@ class DistributedMinibatch(SampledTraining):
     """
 
     partition_kind = "edge_cut"
+    trains_on_every_rank = True
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)

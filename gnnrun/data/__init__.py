@@ -50,9 +50,9 @@ def prepare_dataset(cfg: DatasetConfig, force: bool = False) -> GraphDataset:
         existing = GraphDataset.load(path)
         if existing.info.get("config") == dataset_identity(cfg):
             return existing
-        from gnnrun.progress import console
+        from gnnrun.progress import print_warning
 
-        console.print(f"[yellow]{path} was prepared from a different config; preparing it again[/]")
+        print_warning(f"{path} was prepared from a different config; preparing it again")
     from gnnrun.progress import stage
 
     with stage(f"preparing dataset {cfg.name} from {cfg.source}"):

@@ -44,11 +44,12 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 )
 from omegaconf import OmegaConf, open_dict, read_write
 from rich.console import Console
+from rich.markup import escape
 
 import gnnrun.config  # noqa: F401  (registers the resolvers the configs use, in the job too)
 from gnnrun.errors import GnnrunError
 from gnnrun.launch import sweep
-from gnnrun.progress import console
+from gnnrun.progress import console, print_error
 
 
 def _console_named(name: str):
@@ -134,19 +135,18 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 raise
             except GnnrunError as exc:
                 self._cancel(todo)
-                console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+                print_error(exc)
                 raise SystemExit(1) from None
             failed += [p for p in todo if p.error is not None]
         if failed:
-            console.print(
-                f"[bold red]error:[/] {len(failed)} of {len(points)} point(s) failed: "
+            print_error(
+                f"{len(failed)} of {len(points)} point(s) failed: "
                 + ", ".join(f"{p.index} ({p.label})" for p in failed)
                 + (
                     f". Resume with: gnnrun train --resume-sweep {sweep_dir}"
                     if any(p.job is not None for p in failed)
                     else ""
-                ),
-                soft_wrap=True,
+                )
             )
             raise SystemExit(1)
         return [
@@ -184,12 +184,14 @@ class SlurmLauncher(SubmititSlurmLauncher):
                     done = sweep.finished_point(run_dir, overrides)
                 except GnnrunError as exc:
                     point.error = str(exc)
-                    console.print(
-                        f"point {index} ({point.label}): [bold red]error:[/] {exc}", soft_wrap=True
-                    )
+                    print_error(exc, where=f"point {index} ({point.label}): ")
                     continue
                 if done:
-                    console.print(sweep.skip_message(index, overrides, run_dir), soft_wrap=True)
+                    console.print(
+                        sweep.skip_message(index, overrides, run_dir),
+                        soft_wrap=True,
+                        markup=False,
+                    )
                     point.result = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
         finally:
             hydra_config.cfg = saved
@@ -240,6 +242,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                     f"point {point.index} ({point.label}): SLURM job {job.job_id}, "
                     f"{tasks} task(s); logs {logs}; run directory {point.run_dir}",
                     soft_wrap=True,
+                    markup=False,
                 )
 
     def _wait(self, points: list[_Point]) -> None:
@@ -287,13 +290,15 @@ class SlurmLauncher(SubmititSlurmLauncher):
             point.error = errors[0] + others
             point.result = None
             console.print(
-                f"point {point.index} ({point.label}): [bold red]failed[/] in job {job.job_id}: "
-                f"{point.error}; logs {job.paths.folder}",
+                f"point {point.index} ({escape(point.label)}): [bold red]failed[/] in job "
+                f"{job.job_id}: {escape(point.error)}; logs {escape(str(job.paths.folder))}",
                 soft_wrap=True,
             )
             return
         console.print(
-            f"point {point.index} ({point.label}): done in job {job.job_id}", soft_wrap=True
+            f"point {point.index} ({point.label}): done in job {job.job_id}",
+            soft_wrap=True,
+            markup=False,
         )
         summary_file = point.run_dir / "summary.json"
         if summary_file.is_file():

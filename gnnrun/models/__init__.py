@@ -19,6 +19,7 @@ from gnnrun.registry import Registry
 # A layer builder: (in_dim, out_dim, cfg, is_last) -> module with forward(block, x_src) -> x_dst
 LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry("model")
 LayerInput = Callable[[int, Block, torch.Tensor], tuple[Block, torch.Tensor]]
+# One function per name that config.ACTIVATIONS accepts.
 ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch.nn.functional.gelu}
 
 

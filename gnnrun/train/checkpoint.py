@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,25 @@ def save_checkpoint(directory: Path, state: dict[str, Any], name: str = CHECKPOI
 
 
 def load_checkpoint(directory: Path, name: str = CHECKPOINT) -> dict[str, Any] | None:
+    """The checkpoint `directory/name`, None when there is none; a damaged one is refused."""
     path = Path(directory) / name
     if not path.is_file():
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # torch's message advises weights_only=False: not here
+        raise GnnrunError(_damaged(path, "its contents are not a checkpoint's")) from None
+    except Exception as exc:  # torch raises a zoo of types for a cut or foreign file
+        reason = str(exc).strip().split("\n")[0].split(". ")[0][:160] or type(exc).__name__
+        raise GnnrunError(_damaged(path, reason)) from None
+    if not isinstance(state, dict) or "epoch" not in state:
+        raise GnnrunError(_damaged(path, "not a gnnrun checkpoint"))
+    return state
+
+
+def _damaged(path: Path, reason: str) -> str:
+    return (
+        f"{path} cannot be read as a checkpoint ({reason}); it may have been cut short. "
+        "Move it away to start this run afresh, or set train.checkpoint_dir to another "
+        "checkpoint's directory"
+    )

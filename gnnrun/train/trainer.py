@@ -17,9 +17,10 @@ from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.memory import allocator_in_use
 from gnnrun.models import build_model
-from gnnrun.train.checkpoint import algorithm_checkpoint, load_checkpoint, save_checkpoint
+from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
+from gnnrun.train.resume import resume, settings_of
 from gnnrun.train.timers import PhaseTimer
 
 
@@ -39,15 +40,10 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
         model.parameters(), lr=cfg.model.lr, weight_decay=cfg.model.weight_decay
     )
 
-    history: list[dict[str, Any]] = []
-    start_epoch = 0
     checkpoint_dir = Path(cfg.train.checkpoint_dir)
-    if cfg.train.resume and (state := load_checkpoint(checkpoint_dir)) is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, history = state["epoch"], state["history"]
-        if algorithm.state_dict() is not None:
-            algorithm.load_state_dict(_load_algorithm_state(checkpoint_dir, comm.rank, start_epoch))
+    start_epoch, history = 0, []
+    if cfg.train.resume:
+        start_epoch, history = resume(cfg, checkpoint_dir, model, optimizer, algorithm, comm.rank)
 
     metrics_file = run_dir / f"metrics.rank{comm.rank}.jsonl"
     end_epoch = cfg.train.epochs
@@ -100,6 +96,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                         "optimizer": optimizer.state_dict(),
                         "epoch": epoch + 1,
                         "history": history,
+                        "settings": settings_of(cfg),
                     },
                 )
             if display is not None:
@@ -121,17 +118,6 @@ def _save_algorithm_state(directory: Path, rank: int, epoch: int, state: Any) ->
     )
     for old in saved[:-2]:
         (directory / algorithm_checkpoint(rank, old)).unlink(missing_ok=True)
-
-
-def _load_algorithm_state(directory: Path, rank: int, epoch: int) -> Any:
-    saved = load_checkpoint(directory, algorithm_checkpoint(rank, epoch))
-    if saved is None:
-        raise GnnrunError(
-            f"{directory} holds the model after epoch {epoch} but not rank {rank}'s algorithm "
-            f"state for it ({algorithm_checkpoint(rank, epoch)}): resume with the same "
-            "cluster.nprocs as the checkpoint, or start again without train.resume"
-        )
-    return saved["state"]
 
 
 def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:

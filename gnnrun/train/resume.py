@@ -1,0 +1,177 @@
+"""`train.resume=true`: what a checkpoint's settings mean for the run that continues it.
+
+A checkpoint records the settings it was trained with (`settings_of`). When a
+run resumes with other settings, each differing key falls in one of three kinds:
+
+- the model's shape and the data it learnt from (`REFUSED`): the weights cannot
+  continue under another; the run is refused, naming the checkpoint's values;
+- the optimiser's (`APPLIED`): the new value takes effect from the first resumed
+  epoch, and the run says so;
+- everything else that shapes training (fanouts, batch size, dropout, the
+  algorithm's settings, the partition, the ranks, the seed): the new value is
+  used, and the run warns that it no longer follows either config's trajectory.
+  An algorithm whose saved state depends on a setting refuses it when loading.
+
+Settings that do not change what is learnt (epochs, evaluation and checkpoint
+cadence, paths, threads) are not recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gnnrun.data import dataset_identity
+from gnnrun.errors import GnnrunError
+from gnnrun.train.checkpoint import algorithm_checkpoint, load_checkpoint
+
+REFUSED = (
+    "model.name",
+    "model.hidden",
+    "model.layers",
+    "model.heads",
+    "model.aggregator",
+    "model.activation",
+    "algorithm.name",
+    "dataset",
+)
+APPLIED = ("model.lr", "model.weight_decay")
+_PARTITION_LOCATION = "output_dir"
+
+
+def settings_of(cfg) -> dict[str, Any]:
+    """The settings a checkpoint records, as flat `section.key` names."""
+    flat = {f"model.{k}": v for k, v in dataclasses.asdict(cfg.model).items()}
+    flat |= {f"algorithm.{k}": v for k, v in dataclasses.asdict(cfg.algorithm).items()}
+    flat |= {
+        f"partitioner.{k}": v
+        for k, v in dataclasses.asdict(cfg.partitioner).items()
+        if k != _PARTITION_LOCATION
+    }
+    flat["dataset"] = dataset_identity(cfg.dataset)
+    flat["cluster.nprocs"] = cfg.cluster.nprocs
+    flat["train.seed"] = cfg.train.seed
+    return flat
+
+
+@dataclass
+class SettingChanges:
+    """The keys whose value differs between a checkpoint and the resuming run."""
+
+    refused: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # key: (saved, now)
+    applied: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    diverging: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+def compare_settings(saved: dict[str, Any], now: dict[str, Any]) -> SettingChanges:
+    changes = SettingChanges()
+    for key in sorted(set(saved) | set(now)):
+        if saved.get(key) == now.get(key):
+            continue
+        kind = (
+            changes.refused
+            if key in REFUSED
+            else changes.applied
+            if key in APPLIED
+            else changes.diverging
+        )
+        kind[key] = (saved.get(key), now.get(key))
+    return changes
+
+
+def _show(key: str, value: Any) -> str:
+    if key == "dataset":  # a dict of the dataset's settings: name the ones that differ
+        return f"dataset {value.get('name')!r}" if isinstance(value, dict) else str(value)
+    return f"{key}={value}"
+
+
+def refusal_message(directory: Path, changes: SettingChanges) -> str:
+    saved = ", ".join(_show(k, old) for k, (old, _) in changes.refused.items())
+    now = ", ".join(_show(k, new) for k, (_, new) in changes.refused.items())
+    return (
+        f"cannot resume from {directory}: its model was trained with {saved}, this run asks "
+        f"for {now}. Resume with the checkpoint's settings, or start a new run without "
+        "train.resume (or with another train.checkpoint_dir)"
+    )
+
+
+def change_messages(changes: SettingChanges, epoch: int) -> list[str]:
+    lines = [
+        f"resuming after epoch {epoch} with {key}={new} (the checkpoint had {old}): "
+        "applied from this epoch on"
+        for key, (old, new) in changes.applied.items()
+    ]
+    if changes.diverging:
+        listed = ", ".join(
+            f"{_show(k, new)} (checkpoint: {old})" for k, (old, new) in changes.diverging.items()
+        )
+        lines.append(
+            f"resuming after epoch {epoch} with {listed}: training continues with the new "
+            "values, so it follows neither the checkpoint's run nor a fresh run of this config"
+        )
+    return lines
+
+
+def no_checkpoint_message(directory: Path) -> str:
+    """What `train.resume=true` does when there is nothing to resume, and where else to look."""
+    others = sorted(
+        p.parent.name for p in Path(directory).parent.glob("*/checkpoint.pt") if p.parent.is_dir()
+    )
+    hint = (
+        f" (checkpoints of this dataset: {', '.join(others)}; the directory is named after "
+        "algorithm, model, cluster.nprocs and train.seed)"
+        if others
+        else ""
+    )
+    return f"train.resume=true: no checkpoint in {directory}{hint}; training from epoch 1"
+
+
+def resume(cfg, directory: Path, model, optimizer, algorithm, rank: int) -> tuple[int, list]:
+    """Load the checkpoint in `directory` into the run: (epochs done, rank 0's history).
+
+    Every rank decides alike (they read the same checkpoint); rank 0 tells the user.
+    """
+    from gnnrun.progress import print_warning
+
+    state = load_checkpoint(directory)
+    if state is None:
+        if rank == 0:
+            print_warning(no_checkpoint_message(directory))
+        return 0, []
+    epoch = state["epoch"]
+    saved = state.get("settings")
+    if saved is not None:
+        changes = compare_settings(saved, settings_of(cfg))
+        if changes.refused:
+            raise GnnrunError(refusal_message(directory, changes))
+        if rank == 0:
+            for line in change_messages(changes, epoch):
+                print_warning(line)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:  # a checkpoint written before settings were recorded
+        first = str(exc).split("\n")[1:2] or [str(exc)]
+        raise GnnrunError(
+            f"cannot resume from {directory}: its model has another shape ({first[0].strip()}). "
+            "Resume with the model settings it was trained with, or start a new run without "
+            "train.resume"
+        ) from None
+    optimizer.load_state_dict(state["optimizer"])
+    for group in optimizer.param_groups:  # this run's optimiser settings win (APPLIED)
+        group["lr"], group["weight_decay"] = cfg.model.lr, cfg.model.weight_decay
+    if algorithm.state_dict() is not None:
+        algorithm.load_state_dict(load_algorithm_state(directory, rank, epoch))
+    return epoch, state["history"]
+
+
+def load_algorithm_state(directory: Path, rank: int, epoch: int) -> Any:
+    saved = load_checkpoint(directory, algorithm_checkpoint(rank, epoch))
+    if saved is None:
+        raise GnnrunError(
+            f"{directory} holds the model after epoch {epoch} but not rank {rank}'s algorithm "
+            f"state for it ({algorithm_checkpoint(rank, epoch)}): resume with the same "
+            "cluster.nprocs as the checkpoint, or start again without train.resume"
+        )
+    return saved["state"]
