@@ -69,6 +69,7 @@ def _data_prepare(cfg: DictConfig, force: bool) -> None:
     out.print(
         f"prepared {dataset.name} at {dataset.path} (checksum {dataset.checksum[:12]})",
         markup=False,
+        soft_wrap=True,
     )
 
 
@@ -86,7 +87,7 @@ def _partition(cfg: DictConfig) -> None:
     dataset = prepare_dataset(config.dataset)
     book = partition_dataset(dataset, config.partitioner)
     out.print(partition_table(book))
-    out.print(f"written to {book.path}", markup=False)
+    out.print(f"written to {book.path}", markup=False, soft_wrap=True)
 
 
 def cmd_train(args: list[str]) -> int:
@@ -246,7 +247,7 @@ def _train(cfg: DictConfig) -> None:
         prepare()
         summary = run_ranks(config, run_dir)
     out.print(summary_table(summary))
-    out.print(f"run directory: {run_dir}", markup=False)
+    out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
@@ -271,6 +272,7 @@ def run_hydra(
     import hydra
 
     from gnnrun.config import register_schemas
+    from gnnrun.run_dir import release_all as release_run_dirs
 
     register_schemas()
     check_overrides(overrides)
@@ -302,6 +304,7 @@ def run_hydra(
         return exc.code if isinstance(exc.code, int) else 1
     finally:
         sys.argv = saved
+        release_run_dirs()
     return 0
 
 

@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gnnrun.cli import main
+from gnnrun.progress import print_error
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -114,6 +116,18 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         ),
         (["data", "info", "dataset=cora", "paths.raw_root=/nonexistent"], "/nonexistent/cora/raw"),
         (["data"], "usage: gnnrun data"),
+        (
+            ["train", "+train.epochz=5"],
+            "unknown config key 'train.epochz'. Did you mean 'train.epochs'?",
+        ),
+        (["train", "train.stop_after=-3"], "train.stop_after must be >= 0"),
+        (["train", "cluster.nprocs=0"], "invalid config: cluster.nprocs must be at least 1"),
+        (["train", "model=gat", "model.heads=0"], "model.heads must be at least 1"),
+        (["train", "model=gat", "model.hidden=10", "model.heads=4"], "must be a multiple of"),
+        (["train", "model.fanouts=[0,0]"], "0 would train without neighbours"),
+        (["train", "model.activation=tanh"], "choose one of relu, elu, gelu"),
+        (["train", "model.aggregator=max"], "choose one of mean, gcn"),
+        (["train", "model.lr=0"], "model.lr must be positive"),
     ],
 )
 def test_bad_input_fails_with_a_clear_message(capsys, args, expected):
@@ -136,3 +150,34 @@ def test_nothing_is_written_to_the_working_directory(capsys, tmp_path, monkeypat
 def test_cfg_job_prints_the_composed_config(capsys):
     code, out, err = run(capsys, "train", "--cfg", "job", "algorithm=hec", "algorithm.delay=3")
     assert code == 0 and "cache_size: 1000000" in out and "delay: 3" in out
+
+
+def test_required_keys_are_set_as_documented(capsys, tmp_path):
+    """`dataset.path=` and `dataset.ogb_name=` fill a required (???) key: no `+` needed."""
+    graph = tmp_path / "graph.npz"
+    np.savez(graph, edges=np.array([[0, 1], [1, 2]]), feat=np.eye(3), label=np.array([0, 1, 0]))
+    args = ["data", "prepare", "dataset=custom", f"dataset.path={graph}", "dataset.name=mine"]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert "prepared mine" in out
+    code, _, err = run(capsys, "data", "info", "dataset=ogbn", "dataset.ogb_name=ogbn-arxiv")
+    assert code == 1 and "unknown config key" not in err and "ogbn_arxiv" in err
+
+
+def test_error_text_is_printed_literally(capsys, tmp_path):
+    """Square brackets in paths and in gloo's messages are text, not rich markup."""
+    odd = tmp_path / "npz" / "[bold]x.npz"
+    code, _, err = run(capsys, "data", "prepare", "dataset=custom", f"dataset.path='{odd}'")
+    assert code == 1 and str(odd) in err
+    print_error("gloo timeout [/pytorch/third_party/gloo/transport/tcp/unbound_buffer.cc:78]")
+    assert "[/pytorch/third_party/gloo/transport/tcp/unbound_buffer.cc:78]" in (
+        capsys.readouterr().err
+    )
+
+
+def test_hydra_flags_may_follow_the_overrides(capsys):
+    code, out, err = run(
+        capsys, "train", "cluster=slurm", "+cluster.sbatch.constraint=icelake", "--cfg", "job"
+    )
+    assert code == 0, err
+    assert "constraint: icelake" in out

@@ -1,0 +1,83 @@
+"""Run and sweep directories: one per invocation, even for runs started in the same second."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from gnnrun import run_dir
+from gnnrun.errors import GnnrunError
+
+NOW = datetime(2026, 11, 23, 10, 0, 0)
+
+
+@pytest.fixture(autouse=True)
+def _release():
+    yield
+    run_dir.release_all()
+
+
+def test_claims_in_the_same_second_get_their_own_directories(tmp_path):
+    first, second = run_dir.claim(tmp_path, NOW), run_dir.claim(tmp_path, NOW)
+    assert first == tmp_path / "2026-11-23" / "10-00-00"
+    assert second == tmp_path / "2026-11-23" / "10-00-00_2"
+
+
+def test_claims_from_concurrent_processes_never_share(tmp_path):
+    script = (
+        "import sys, datetime; from gnnrun.run_dir import claim; "
+        "print(claim(sys.argv[1], datetime.datetime(2026, 11, 23, 10, 0, 0)))"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    claimed = [p.communicate(timeout=60)[0].decode().strip() for p in procs]
+    assert len(set(claimed)) == 4
+
+
+def test_a_locked_directory_is_refused(tmp_path):
+    run_dir.lock(tmp_path / "run")
+    script = "import sys; from gnnrun.run_dir import lock; lock(sys.argv[1])"
+    other = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "run")], capture_output=True, text=True
+    )
+    assert other.returncode != 0 and "in use by another gnnrun process" in other.stderr
+    run_dir.release_all()
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")], check=True)
+
+
+def test_an_occupied_run_directory_is_refused(tmp_path):
+    (tmp_path / "metrics.rank0.jsonl").write_text("{}\n")
+    with pytest.raises(GnnrunError, match="already holds a run"):
+        run_dir.refuse_occupied(tmp_path)
+    run_dir.refuse_occupied(tmp_path / "empty")  # a new one is fine
+
+
+def test_two_runs_started_together_write_separate_directories(tmp_path):
+    gnnrun = Path(sys.executable).with_name("gnnrun")
+    args = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=2"]
+    subprocess.run(
+        [str(gnnrun), "data", "prepare", "dataset=synthetic-tiny"], cwd=tmp_path, check=True
+    )
+    procs = [
+        subprocess.Popen([str(gnnrun), *args], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    dirs = [
+        line.split(": ", 1)[1]
+        for out in outs
+        for line in out.splitlines()
+        if "run directory" in line
+    ]
+    assert len(set(dirs)) == 2
+    for d in dirs:
+        epochs = [json.loads(line)["epoch"] for line in (Path(d) / "metrics.rank0.jsonl").open()]
+        assert epochs == [0, 1]  # one run's epochs only, not two interleaved

@@ -1,0 +1,86 @@
+"""`train.resume=true` with settings other than the checkpoint's: refused, applied or announced."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gnnrun.cli import main
+from gnnrun.train.resume import compare_settings
+
+BASE = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=4"]
+
+
+@pytest.fixture
+def stopped_run(tmp_path, monkeypatch, capsys):
+    """A run of `BASE` stopped after 2 of its 4 epochs: its checkpoint directory."""
+    monkeypatch.chdir(tmp_path)
+    checkpoint_dir = tmp_path / "ckpt"
+    base = [*BASE, f"train.checkpoint_dir={checkpoint_dir}"]
+    assert main([*base, "train.stop_after=2"]) == 0
+    capsys.readouterr()
+    return base, checkpoint_dir
+
+
+def resume(capsys, base: list[str], *overrides: str) -> tuple[int, str]:
+    code = main([*base, "train.resume=true", *overrides])
+    return code, " ".join(capsys.readouterr().err.split())
+
+
+def test_a_new_learning_rate_is_applied_and_announced(stopped_run, capsys):
+    base, checkpoint_dir = stopped_run
+    code, err = resume(capsys, base, "model.lr=0.5", "train.stop_after=1")
+    assert code == 0, err
+    assert "resuming after epoch 2 with model.lr=0.5 (the checkpoint had 0.003)" in err
+    state = torch.load(checkpoint_dir / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 3
+    assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [0.5]
+
+
+@pytest.mark.parametrize(
+    ("override", "saved"),
+    [("model.hidden=64", "model.hidden=256"), ("model=gat", "model.name=sage")],
+)
+def test_another_model_shape_is_refused_naming_the_checkpoints_values(
+    stopped_run, capsys, override, saved
+):
+    base, checkpoint_dir = stopped_run
+    code, err = resume(capsys, [*base, override])
+    assert code == 1
+    assert f"cannot resume from {checkpoint_dir}: its model was trained with" in err
+    assert saved in err.split("this run asks")[0]
+    assert torch.load(checkpoint_dir / "checkpoint.pt", weights_only=True)["epoch"] == 2
+
+
+def test_other_training_settings_are_used_with_a_warning(stopped_run, capsys):
+    base, _ = stopped_run
+    code, err = resume(capsys, base, "model.fanouts=[5,5]", "model.dropout=0.1")
+    assert code == 0, err
+    assert "model.dropout=0.1 (checkpoint: 0.5)" in err
+    assert "model.fanouts=[5, 5] (checkpoint: [10, 25])" in err
+    assert "follows neither" in err
+
+
+def test_the_same_settings_resume_without_a_word(stopped_run, capsys):
+    base, _ = stopped_run
+    code, err = resume(capsys, base)
+    assert code == 0 and "resuming after" not in err
+
+
+def test_no_checkpoint_says_so_and_names_the_ones_there_are(stopped_run, capsys, tmp_path):
+    base, checkpoint_dir = stopped_run
+    other = checkpoint_dir.parent / "elsewhere"
+    code, err = resume(capsys, base, f"train.checkpoint_dir={other}", "train.epochs=1")
+    assert code == 0, err
+    assert f"no checkpoint in {other} (checkpoints of this dataset: ckpt" in err
+    assert "training from epoch 1" in err
+
+
+def test_setting_kinds():
+    changes = compare_settings(
+        {"model.hidden": 256, "model.lr": 0.1, "model.fanouts": [10], "train.seed": 0},
+        {"model.hidden": 64, "model.lr": 0.2, "model.fanouts": [5], "train.seed": 0},
+    )
+    assert changes.refused == {"model.hidden": (256, 64)}
+    assert changes.applied == {"model.lr": (0.1, 0.2)}
+    assert changes.diverging == {"model.fanouts": ([10], [5])}
