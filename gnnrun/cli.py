@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from gnnrun.errors import GnnrunError
+from gnnrun.errors import GnnrunError, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 
@@ -193,11 +193,16 @@ def _train(cfg: DictConfig) -> None:
     from gnnrun.train.display import TrainingDisplay
     from gnnrun.train.trainer import train
 
-    config = to_objects(cfg)
     hydra = HydraConfig.get()
     run_dir = Path(hydra.runtime.output_dir)
     in_sweep = hydra.mode == RunMode.MULTIRUN
     overrides = list(hydra.overrides.task)
+    try:
+        config = to_objects(cfg)
+    except GnnrunError as exc:
+        if not in_sweep:
+            raise
+        raise GnnrunError(f"sweep point {hydra.job.num} ({' '.join(overrides)}): {exc}") from None
     if in_sweep and sweep.finished_point(run_dir, overrides):
         console.print(
             sweep.skip_message(hydra.job.num, overrides, run_dir), soft_wrap=True, markup=False
@@ -286,6 +291,9 @@ def run_hydra(
         except GnnrunError as exc:
             print_error(exc)
             raise SystemExit(1) from None
+        except OSError as exc:  # the file system refused (permissions, space, ...)
+            print_error(os_error_message(exc))
+            raise SystemExit(1) from None
 
     # Hydra's own logging goes to the console only. Commands other than train
     # write their results under paths.data_root and need no run directory.
@@ -338,14 +346,27 @@ def check_overrides(overrides: list[str]) -> None:
                 continue
             if not _known_key(base, key, adding=o.is_add()):
                 raise GnnrunError(_unknown_key_message(base, key))
-        if any(o.is_sweep_override() for o in parsed) or flags:
-            return  # each sweep point is validated when it starts
-        try:
-            full = compose("config", overrides=settings)
-        except HydraException as exc:
-            cause = f": {exc.__cause__}" if exc.__cause__ else ""
-            raise GnnrunError(f"{exc}{cause}".replace("\n", " ")) from None
-        to_objects(full)
+        if any(f not in ("-m", "--multirun") for f in flags) or any(
+            o.key_or_group == "sweep" for o in parsed
+        ):
+            return  # Hydra only prints; a sweep config's points are checked as they start
+        points = _sweep_points(parsed)
+        for number, point in enumerate(points):
+            where = f"sweep point {number} ({' '.join(point)}): " if len(points) > 1 else ""
+            try:
+                to_objects(compose("config", overrides=point))
+            except HydraException as exc:
+                cause = f": {exc.__cause__}" if exc.__cause__ else ""
+                raise GnnrunError(f"{where}{exc}{cause}".replace("\n", " ")) from None
+            except GnnrunError as exc:
+                raise GnnrunError(f"{where}{exc}") from None
+
+
+def _sweep_points(parsed: list) -> list[list[str]]:
+    """Every point of a command-line sweep, in Hydra's order (its job numbers)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
 
 
 def _known_key(cfg: DictConfig, key: str, adding: bool) -> bool:
@@ -438,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[command][0](rest)
     except GnnrunError as exc:
         print_error(exc)
+        return 1
+    except OSError as exc:
+        print_error(os_error_message(exc))
         return 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")

@@ -3,3 +3,10 @@
 
 class GnnrunError(Exception):
     """A problem the user can fix: the message names the problem and the fix."""
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an OSError that reached the command line: the file, the reason, the fix."""
+    where = f" {exc.filename}" if exc.filename is not None else ""
+    reason = (exc.strerror or str(exc)).lower()
+    return f"cannot use{where}: {reason}; check that the path exists and is writable by you"

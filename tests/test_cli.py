@@ -128,6 +128,16 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         (["train", "model.activation=tanh"], "choose one of relu, elu, gelu"),
         (["train", "model.aggregator=max"], "choose one of mean, gcn"),
         (["train", "model.lr=0"], "model.lr must be positive"),
+        (["train", "hydra.run.dir=/proc/gnnrun-run"], "cannot write /proc/gnnrun-run"),
+        (
+            ["train", "dataset=synthetic-tiny", "paths.data_root=/proc/gnnrun-data"],
+            "/proc/gnnrun-data",
+        ),
+        (
+            ["train", "-m", "dataset=synthetic-tiny", "model.hidden=16,-1"],
+            "sweep point 1 (dataset=synthetic-tiny model.hidden=-1): invalid config: "
+            "model.hidden must be positive",
+        ),
     ],
 )
 def test_bad_input_fails_with_a_clear_message(capsys, args, expected):
