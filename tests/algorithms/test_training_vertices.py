@@ -1,0 +1,43 @@
+"""A run with nothing to train on is refused before any rank starts, naming the split."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from gnnrun.algorithms import check_training_vertices
+from gnnrun.cli import main
+from gnnrun.errors import GnnrunError
+
+NO_TRAIN = "dataset.split={train: 0, val: 0.5, test: 0.5}"
+
+
+@pytest.mark.parametrize("algorithm", ["single", "minibatch"])
+def test_an_empty_training_split_is_refused(tmp_path, monkeypatch, capsys, algorithm):
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "dataset=synthetic-tiny", NO_TRAIN, f"algorithm={algorithm}"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1
+    assert "dataset 'synthetic-tiny' has no training vertices (1000 validation, 1000 test)" in err
+    assert "rank 0 failed" not in err  # refused before any rank started
+    assert not list(tmp_path.glob("outputs/train/*/*/metrics.rank0.jsonl"))
+
+
+def _book(train_per_part: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(path="parts", manifest={"parts": [{"train": n} for n in train_per_part]})
+
+
+def _cfg(algorithm: str) -> SimpleNamespace:
+    return SimpleNamespace(algorithm=SimpleNamespace(name=algorithm))
+
+
+def test_a_rank_without_training_vertices_is_refused_where_every_rank_trains():
+    dataset = SimpleNamespace(
+        name="g", train_idx=np.arange(3), val_idx=np.arange(0), test_idx=np.arange(0)
+    )
+    with pytest.raises(GnnrunError, match=r"part\(s\) 1 of parts hold no training vertices"):
+        check_training_vertices(_cfg("minibatch"), dataset, _book([3, 0]))
+    check_training_vertices(_cfg("minibatch"), dataset, _book([2, 1]))
+    check_training_vertices(_cfg("cd0"), dataset, _book([3, 0]))  # clones train wherever
