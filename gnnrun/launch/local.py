@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from gnnrun import RANK_STARTING_ENV
 from gnnrun.errors import GnnrunError
 from gnnrun.launch.backends import CCL_INSTALL_HINT
 from gnnrun.launch.topology import read_topology
@@ -113,6 +114,7 @@ def launch_local(
     # and leaves them installed: put ours back afterwards (only the main thread can).
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {sig: signal.getsignal(sig) for sig in _AGENT_SIGNALS} if main_thread else {}
+    os.environ[RANK_STARTING_ENV] = "1"  # inherited by the ranks only while they start
     try:
         with _quiet_agent():
             results = elastic_launch(launch, entrypoint)(*args)
@@ -125,6 +127,7 @@ def launch_local(
             f"stopped by {signal.Signals(exc.sigval).name}; all {nprocs} ranks were stopped"
         ) from None
     finally:
+        os.environ.pop(RANK_STARTING_ENV, None)
         for sig, handler in handlers.items():
             if handler is not None:  # None: set outside Python, cannot be restored
                 signal.signal(sig, handler)
