@@ -81,3 +81,20 @@ def test_two_runs_started_together_write_separate_directories(tmp_path):
     for d in dirs:
         epochs = [json.loads(line)["epoch"] for line in (Path(d) / "metrics.rank0.jsonl").open()]
         assert epochs == [0, 1]  # one run's epochs only, not two interleaved
+
+
+def test_each_invocation_gets_its_own_run_or_sweep_directory(tmp_path, monkeypatch):
+    from gnnrun.cli import _own_output_dir
+
+    monkeypatch.chdir(tmp_path)
+    runs = [_own_output_dir(["dataset=cora"])[-1] for _ in range(2)]
+    sweeps = [_own_output_dir(["-m", "model.hidden=8,16"])[-1] for _ in range(2)]
+    assert all(r.startswith("hydra.run.dir=outputs/train/") for r in runs)
+    assert all(s.startswith("hydra.sweep.dir=outputs/multirun/") for s in sweeps)
+    assert len(set(runs)) == 2 and len(set(sweeps)) == 2
+    assert _own_output_dir(["--cfg", "job"]) == ["--cfg", "job"]  # printing claims nothing
+    given = ["-m", "model.hidden=8,16", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    assert _own_output_dir(given) == given  # a sweep directory may be resumed ...
+    script = f"from gnnrun.run_dir import lock; lock({str(tmp_path / 'sweep')!r})"
+    other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert other.returncode != 0 and "in use by another gnnrun process" in other.stderr
