@@ -7,6 +7,7 @@ import platform
 
 import torch
 from rich.table import Table
+from rich.text import Text
 
 from gnnrun import __version__
 from gnnrun.launch.backends import probe_all
@@ -15,7 +16,7 @@ from gnnrun.ops.native import native_status
 from gnnrun.progress import out
 
 
-def environment_rows() -> list[tuple[str, str]]:
+def environment_rows() -> list[tuple[str, str | Text]]:
     topo = read_topology()
     rows = [
         ("gnnrun", __version__),
@@ -40,7 +41,9 @@ def environment_rows() -> list[tuple[str, str]]:
         rows.append(
             (
                 f"backend {status.name}",
-                ("[green]works[/] " if status.works else "[red]no[/] ") + status.detail,
+                Text.assemble(
+                    ("works", "green") if status.works else ("no", "red"), " ", status.detail
+                ),
             )
         )
     rows.append(("native kernels", native_status()))
@@ -62,5 +65,5 @@ def print_environment() -> None:
     table.add_column("what", style="bold")
     table.add_column("value")
     for key, value in environment_rows():
-        table.add_row(key, value)
+        table.add_row(key, Text(value) if isinstance(value, str) else value)  # text, not markup
     out.print(table)

@@ -32,10 +32,10 @@ def dataset_table(dataset: GraphDataset) -> Table:
             if isinstance(value, float)
             else f"{value:,}"
             if isinstance(value, int) and not isinstance(value, bool)
-            else str(value),
+            else Text(str(value)),  # names and paths are text, not markup
         )
     table.add_row("checksum", (dataset.checksum or "")[:16])
-    table.add_row("path", str(dataset.path))
+    table.add_row("path", Text(str(dataset.path)))
     return table
 
 
