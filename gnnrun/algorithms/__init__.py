@@ -26,8 +26,8 @@ from gnnrun.train.timers import PhaseTimer
 class Algorithm:
     # The partition kind the algorithm trains on; None: the whole dataset in one process.
     partition_kind: ClassVar[str | None] = None
-    # Whether each rank trains on its own part's training vertices, so that a part
-    # without any would average zero gradients into every step.
+    # Whether each rank trains on its own part's training vertices (a rank without
+    # any still joins every step, adding zero gradients to the average).
     trains_on_every_rank: ClassVar[bool] = False
 
     in_dim: int
@@ -86,8 +86,7 @@ def check_runnable(cfg) -> None:
 
 
 def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:
-    """Refuse a run with nothing to train on: no training vertices, or a rank without any
-    where the algorithm needs some on every rank."""
+    """Refuse a dataset without training vertices; warn of ranks that will have none."""
     if dataset.train_idx.size == 0:
         raise GnnrunError(
             f"dataset {dataset.name!r} has no training vertices ({dataset.val_idx.size} "
@@ -99,10 +98,12 @@ def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | No
         return
     empty = [part for part, figures in enumerate(book.manifest["parts"]) if figures["train"] == 0]
     if empty:
-        raise GnnrunError(
-            f"part(s) {', '.join(map(str, empty))} of {book.path} hold no training vertices, "
-            f"but algorithm={cfg.algorithm.name} trains every rank on its own part's: use "
-            "partitioner=metis with partitioner.balance_splits=true, or fewer ranks"
+        from gnnrun.progress import print_warning
+
+        print_warning(
+            f"part(s) {', '.join(map(str, empty))} of {book.path} hold no training vertices: "
+            "their ranks only serve samples and add zero gradients to every step's average "
+            "(partitioner=metis with partitioner.balance_splits=true spreads them)"
         )
 
 

@@ -1,4 +1,5 @@
-"""A run with nothing to train on is refused before any rank starts, naming the split."""
+"""A run with nothing to train on is refused before any rank starts, naming the split;
+ranks that will train on nothing are announced."""
 
 from __future__ import annotations
 
@@ -33,11 +34,17 @@ def _cfg(algorithm: str) -> SimpleNamespace:
     return SimpleNamespace(algorithm=SimpleNamespace(name=algorithm))
 
 
-def test_a_rank_without_training_vertices_is_refused_where_every_rank_trains():
+def test_ranks_without_training_vertices_are_announced_where_every_rank_trains(capsys):
     dataset = SimpleNamespace(
         name="g", train_idx=np.arange(3), val_idx=np.arange(0), test_idx=np.arange(0)
     )
-    with pytest.raises(GnnrunError, match=r"part\(s\) 1 of parts hold no training vertices"):
-        check_training_vertices(_cfg("minibatch"), dataset, _book([3, 0]))
+    check_training_vertices(_cfg("minibatch"), dataset, _book([3, 0]))
+    assert "part(s) 1 of parts hold no training vertices" in capsys.readouterr().err
     check_training_vertices(_cfg("minibatch"), dataset, _book([2, 1]))
     check_training_vertices(_cfg("cd0"), dataset, _book([3, 0]))  # clones train wherever
+    assert capsys.readouterr().err == ""
+    empty = SimpleNamespace(
+        name="g", train_idx=np.arange(0), val_idx=np.arange(1), test_idx=np.arange(1)
+    )
+    with pytest.raises(GnnrunError, match="no training vertices"):
+        check_training_vertices(_cfg("cd0"), empty, None)
