@@ -155,7 +155,7 @@ class PlainSAGE(torch.nn.Module):
 
 
 def train_step(model, optimizer, blocks, x, y) -> dict[str, float]:
-    """One step as SampledTraining.train_epoch runs it; seconds per phase."""
+    """One step as gnnrun.train.trainer.train_epoch runs it; seconds per phase."""
     t0 = time.perf_counter()
     loss = torch.nn.functional.cross_entropy(model(blocks, x), y)
     t1 = time.perf_counter()

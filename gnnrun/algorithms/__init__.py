@@ -2,8 +2,10 @@
 
 An algorithm owns how a rank sees the graph (whole dataset, edge-cut part,
 vertex-cut part), how it builds each step's computation (full graph or
-sampled blocks), and what it communicates. The trainer owns the loop around
-it: epochs, evaluation metrics, checkpoints, timers and metrics files.
+sampled blocks), its loss, and what it communicates. The trainer owns the
+loop around it: epochs and their steps (zero_grad, backward, the gradient
+all-reduce, the optimizer step, in `gnnrun.train.trainer.train_epoch`),
+evaluation metrics, checkpoints, timers and metrics files.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from gnnrun.comm import Communicator
@@ -44,11 +47,29 @@ class Algorithm:
     def on_step(self, done: int, total: int) -> None:
         """Called after each training step (the trainer points it at rank 0's progress bar)."""
 
-    def train_epoch(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, epoch: int
-    ) -> dict[str, float]:
-        """Run one epoch; return at least {"loss": mean training loss, "steps": n}."""
+    # How each step's gradients are combined across ranks: "mean" (each rank's loss
+    # is a mean over its own seeds), "sum" (each rank's loss is its share of one
+    # global loss), or None (nothing to combine).
+    gradient_reduction: ClassVar[str | None] = None
+
+    def begin_epoch(self, epoch: int) -> int:
+        """Prepare `epoch`; return its number of steps, the same on every rank."""
         raise NotImplementedError
+
+    def batch(self, step: int) -> Any:
+        """What step `step` trains on (sampled blocks and labels), built before its forward
+        pass; None where the loss builds nothing (full batch)."""
+        return None
+
+    def loss(self, model: torch.nn.Module, batch: Any, step: int) -> torch.Tensor | None:
+        """The forward pass and this rank's loss; None when the rank has nothing to train
+        on in this step (it still ran the forward pass, joining every collective)."""
+        raise NotImplementedError
+
+    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
+        """Finish the epoch (exchanges still in flight, statistics); return its figures,
+        at least the training loss: by default the mean of this rank's step losses."""
+        return {"loss": float(np.mean(losses)) if losses else 0.0}
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Per split ("val", "test"): (logits, labels) of the vertices this rank evaluates."""

@@ -28,7 +28,7 @@ measures the trained weights, not the training shortcut.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -113,28 +113,25 @@ class DistGNN(Algorithm):
             self._degrees_in_use[bins_in_use] = (degrees[:, 0].clone(), degrees[:, 1].clone())
         self.graph.graph_degrees = self._degrees_in_use[bins_in_use]
 
-    def train_epoch(self, model, optimizer, epoch):
-        model.train()
+    gradient_reduction = "sum"  # each rank's loss is its clones' share of the whole loss
+
+    def begin_epoch(self, epoch: int) -> int:
         self.drpa.begin_epoch(epoch)
         self.use_degrees(self.drpa.bins_in_use(epoch))
-        with self.timer.phase("fwd"):
-            logits = self.logits(model)
-            ids = self.train_ids
-            per_clone = torch.nn.functional.cross_entropy(
-                logits[ids], self.label[ids], reduction="none"
-            )
-            loss = (per_clone * self.train_weights).sum() / self.num_train
-        with self.timer.phase("bwd"):
-            optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-        with self.timer.phase("ared"):
-            self.comm.all_reduce_sum_([p.grad for p in model.parameters()])
-        with self.timer.phase("opt"):
-            optimizer.step()
+        return 1
+
+    def loss(self, model, batch, step: int) -> torch.Tensor:
+        logits = self.logits(model)
+        ids = self.train_ids
+        per_clone = torch.nn.functional.cross_entropy(
+            logits[ids], self.label[ids], reduction="none"
+        )
+        return (per_clone * self.train_weights).sum() / self.num_train
+
+    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
         self.drpa.end_epoch()
-        self.on_step(1, 1)
-        total_loss = self.comm.all_reduce_sum(loss.detach().reshape(1).to(torch.float64))
-        return {"loss": float(total_loss), "steps": 1, "split_fraction": self.split_fraction}
+        total_loss = self.comm.all_reduce_sum(torch.tensor(losses, dtype=torch.float64).sum())
+        return {"loss": float(total_loss), "split_fraction": self.split_fraction}
 
     @torch.no_grad()
     def evaluate(self, model):

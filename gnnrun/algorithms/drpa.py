@@ -331,7 +331,7 @@ class DelayedRemoteAggregates:
 
     def _wait(self, exchange: Exchange) -> None:
         if exchange.work is not None:
-            with self.timer.phase(f"rat_{exchange.direction}_wait"):
+            with self.timer.phase(f"rat_{exchange.direction}_wait"), self.comm.blocked():
                 exchange.work.wait()
             exchange.work = exchange.sending = None
 

@@ -125,10 +125,13 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     def training_source(self) -> GraphSource:
         return self.local_source
 
-    def train_epoch(self, model, optimizer, epoch):
+    def begin_epoch(self, epoch: int) -> int:
         layers = len(self.caches)
         self.hits, self.lookups = [0] * layers, [0] * layers
-        stats = super().train_epoch(model, optimizer, epoch)
+        return super().begin_epoch(epoch)
+
+    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
+        stats = super().end_epoch(losses)
         counts = torch.tensor([self.hits, self.lookups], dtype=torch.float64)
         self.comm.all_reduce_sum(counts)
         stats["hit_rate"] = [

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from gnnrun.algorithms import ALGORITHMS, Algorithm, open_own_part
 from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource, make_minibatch
+from gnnrun.ops.block import Block
 
 EVAL_STREAM = 0x5EED_E7A1  # keeps evaluation sampling apart from training sampling
 
@@ -20,6 +22,13 @@ def step_key(seed: int, epoch: int, step: int) -> int:
     )
     x ^= x >> 31
     return x % (1 << 62)
+
+
+@dataclass
+class Minibatch:
+    blocks: list[Block]  # one per layer, input layer first
+    x: torch.Tensor  # the first block's source features
+    labels: torch.Tensor  # of the seeds, the last block's destinations
 
 
 class SampledTraining(Algorithm):
@@ -49,8 +58,10 @@ class SampledTraining(Algorithm):
         # sampling and the gradient all-reduce must pair up.
         return self.comm.max_int(math.ceil(count / self.cfg.model.batch_size))
 
-    def train_epoch(self, model, optimizer, epoch):
-        cfg, timer = self.cfg, self.timer
+    gradient_reduction = "mean"
+
+    def begin_epoch(self, epoch: int) -> int:
+        cfg = self.cfg
         batch = cfg.model.batch_size
         seed = cfg.train.seed * 1_000_003 + epoch * 7919 + self.comm.rank
         generator = torch.Generator().manual_seed(seed)
@@ -59,31 +70,21 @@ class SampledTraining(Algorithm):
         if order.numel() and steps * batch > order.numel():
             # Fewer training vertices than the busiest rank: go round again.
             order = order.repeat(math.ceil(steps * batch / order.numel()))
-        model.train()
-        losses = []
-        for step in range(steps):
-            seeds = order[step * batch : (step + 1) * batch]
-            key = step_key(cfg.train.seed, epoch, step)
-            with timer.phase("mbc"):
-                blocks, x = make_minibatch(self.training_source(), seeds, cfg.model.fanouts, key)
-                y = self.labels_of(seeds)
-            optimizer.zero_grad(set_to_none=False)
-            # A rank without training vertices still joins every collective,
-            # contributing zero gradients.
-            with timer.phase("fwd"):
-                logits = self.forward(model, blocks, x, epoch, step, steps)
-            if seeds.numel():
-                with timer.phase("fwd"):
-                    loss = torch.nn.functional.cross_entropy(logits, y)
-                with timer.phase("bwd"):
-                    loss.backward()
-                losses.append(float(loss.detach()))
-            with timer.phase("ared"):
-                self.comm.all_reduce_mean([p.grad for p in model.parameters()])
-            with timer.phase("opt"):
-                optimizer.step()
-            self.on_step(step + 1, steps)
-        return {"loss": float(np.mean(losses)) if losses else 0.0, "steps": steps}
+        self.epoch, self.order, self.steps = epoch, order, steps
+        return steps
+
+    def batch(self, step: int) -> Minibatch:
+        size = self.cfg.model.batch_size
+        seeds = self.order[step * size : (step + 1) * size]
+        key = step_key(self.cfg.train.seed, self.epoch, step)
+        blocks, x = make_minibatch(self.training_source(), seeds, self.cfg.model.fanouts, key)
+        return Minibatch(blocks, x, self.labels_of(seeds))
+
+    def loss(self, model, batch: Minibatch, step: int) -> torch.Tensor | None:
+        logits = self.forward(model, batch.blocks, batch.x, self.epoch, step, self.steps)
+        if not batch.labels.numel():
+            return None  # a rank without seeds still joined every collective of the forward
+        return torch.nn.functional.cross_entropy(logits, batch.labels)
 
     @torch.no_grad()
     def evaluate(self, model):

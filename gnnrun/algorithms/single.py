@@ -46,22 +46,17 @@ class Single(SampledTraining):
     def full_logits(self, model: torch.nn.Module) -> torch.Tensor:
         return model([self.graph] * len(model.layers), self.x)
 
-    def train_epoch(self, model, optimizer, epoch):
+    def begin_epoch(self, epoch: int) -> int:
+        return 1 if self.full else super().begin_epoch(epoch)
+
+    def batch(self, step: int):
+        return None if self.full else super().batch(step)
+
+    def loss(self, model, batch, step: int) -> torch.Tensor | None:
         if not self.full:
-            return super().train_epoch(model, optimizer, epoch)
-        model.train()
-        with self.timer.phase("fwd"):
-            logits = self.full_logits(model)
-            loss = torch.nn.functional.cross_entropy(
-                logits[self.train_ids], self.label[self.train_ids]
-            )
-        with self.timer.phase("bwd"):
-            optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-        with self.timer.phase("opt"):
-            optimizer.step()
-        self.on_step(1, 1)
-        return {"loss": float(loss.detach()), "steps": 1}
+            return super().loss(model, batch, step)
+        logits = self.full_logits(model)
+        return torch.nn.functional.cross_entropy(logits[self.train_ids], self.label[self.train_ids])
 
     @torch.no_grad()
     def evaluate(self, model):

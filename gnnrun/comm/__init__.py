@@ -7,6 +7,9 @@ exchanged first (see NOTES.md).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +40,12 @@ class PendingExchange:
     work: Any = None
     sending: torch.Tensor | None = None  # kept alive until the exchange completes
     incoming_counts: torch.Tensor | None = None  # rows from each rank (known at once)
+    blocked: Callable[[], AbstractContextManager] = contextlib.nullcontext
 
     def wait(self) -> list[torch.Tensor]:
         if self.work is not None:
-            self.work.wait()
+            with self.blocked():
+                self.work.wait()
             self.work = self.sending = None
         return self.received
 
@@ -48,11 +53,14 @@ class PendingExchange:
 class Communicator:
     """This rank's view of the process group (a 1-rank stand-in when not distributed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, blocked: Callable[[], AbstractContextManager] | None = None) -> None:
+        """`blocked()` is entered around every wait on another rank (the trainer passes
+        PhaseTimer.communication, to tell communication time from compute)."""
         self.distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
         self.world_size = dist.get_world_size() if self.distributed else 1
         self.bytes = ByteCounter()
+        self.blocked = blocked or contextlib.nullcontext
 
     def exchange(self, outgoing: list[torch.Tensor], purpose: str) -> list[torch.Tensor]:
         """All-to-all-v: send outgoing[r] to rank r, receive one tensor from every rank.
@@ -82,7 +90,8 @@ class Communicator:
         size_bytes = 0
         if incoming_counts is None:
             incoming_counts = torch.empty_like(counts)
-            dist.all_to_all_single(incoming_counts, counts)
+            with self.blocked():
+                dist.all_to_all_single(incoming_counts, counts)
             size_bytes = counts.numel() * 8
         row = int(torch.tensor(trailing).prod()) if len(trailing) else 1
         send = torch.cat([t.reshape(-1) for t in outgoing])
@@ -92,7 +101,7 @@ class Communicator:
         remote = int(counts.sum() - counts[self.rank]) * row * send.element_size()
         self.bytes.add(purpose, remote + size_bytes)
         parts = [part.view(-1, *trailing) for part in recv.split(incoming)]
-        return PendingExchange(parts, work, send, incoming_counts)
+        return PendingExchange(parts, work, send, incoming_counts, self.blocked)
 
     def all_reduce_mean(self, tensors: list[torch.Tensor], purpose: str = "allreduce") -> None:
         """Average tensors across ranks in place, as one flat bucket."""
@@ -106,7 +115,8 @@ class Communicator:
         if not self.distributed or not tensors:
             return
         flat = torch.cat([t.reshape(-1) for t in tensors])
-        dist.all_reduce(flat)
+        with self.blocked():
+            dist.all_reduce(flat)
         if average:
             flat /= self.world_size
         # A ring all-reduce sends about 2 (P-1)/P of the bucket per rank.
@@ -121,12 +131,14 @@ class Communicator:
 
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         if self.distributed:
-            dist.all_reduce(values)
+            with self.blocked():
+                dist.all_reduce(values)
         return values
 
     def max_int(self, value: int) -> int:
         if not self.distributed:
             return value
         t = torch.tensor([value], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        with self.blocked():
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())

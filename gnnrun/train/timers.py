@@ -1,4 +1,17 @@
-"""Per-epoch wall-clock split into the papers' phases."""
+"""Per-epoch wall-clock split into the papers' phases, adding up to the epoch.
+
+The trainer times each step's phases: minibatch creation, forward, backward,
+gradient all-reduce, optimizer step, plus `sync` for the work at the start and
+end of an epoch (the step plan, exchanges still in flight, the loss's
+all-reduce). Time a rank spends blocked in a collective (`communication()`,
+which the Communicator wraps around every wait) is moved out of the phase it
+happened in into `comm`, except inside `ared`, which is communication by
+definition, and `eval`, which is reported apart from the training epoch; so
+the additive phases below sum to the epoch (`eval` aside), and `comm` shows
+what the training phases waited on the network. Algorithms may time finer phases
+inside them (DistGNN's `lat_*` and `rat_*`, DistGNN-MB's `hec`): those are
+reported too, include any communication within them, and are not added up.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +20,46 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 
-# Minibatch creation (sampling + feature fetch), forward, backward, other
-# communication, gradient all-reduce, optimizer step, evaluation: they add up
-# to the epoch. Algorithms may time finer phases inside them (DistGNN's local
-# aggregation `lat` and remote aggregation `rat_pre` / `rat_wait` / `rat_post`
-# within fwd and bwd); those are reported too, but are not added to the epoch.
-PHASES = ("mbc", "fwd", "bwd", "comm", "ared", "opt", "eval")
+PHASES = ("mbc", "fwd", "bwd", "comm", "ared", "opt", "sync", "eval")
+# Phases that keep the collectives inside them (see the module docstring).
+KEEPS_COMMUNICATION = ("ared", "comm", "eval")
 
 
 class PhaseTimer:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self._open: list[str] = []  # phases entered and not yet left, outermost first
+        self._communicating = False
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        """Time `name`: an additive phase when no other is open, a finer one inside one."""
+        self._open.append(name)
         start = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - start
+            self._open.pop()
+
+    @contextlib.contextmanager
+    def communication(self) -> Iterator[None]:
+        """Time spent blocked in a collective: booked to `comm` instead of its phase."""
+        if self._communicating:  # a collective made of collectives counts once
+            yield
+            return
+        self._communicating = True
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._communicating = False
+            seconds = time.perf_counter() - start
+            outer = self._open[0] if self._open else None
+            if outer not in KEEPS_COMMUNICATION:
+                self.seconds["comm"] += seconds
+                if outer is not None:
+                    self.seconds[outer] -= seconds
 
     def reset(self) -> dict[str, float]:
         out = {name: self.seconds.get(name, 0.0) for name in PHASES}

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnrun.algorithms import ALGORITHMS
+from gnnrun.algorithms import ALGORITHMS, Algorithm
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.memory import allocator_in_use
@@ -30,7 +30,8 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     `display` (rank 0's terminal) is told when epochs start and end and when steps finish.
     """
     run_dir = Path(run_dir)
-    comm, timer = Communicator(), PhaseTimer()
+    timer = PhaseTimer()
+    comm = Communicator(blocked=timer.communication)
     algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, timer)
     if display is not None:
         algorithm.on_step = display.step_done
@@ -53,10 +54,11 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
         # Reseeding per epoch makes dropout independent of where a run resumed.
         torch.manual_seed(cfg.train.seed * 1_000_003 + epoch * 101 + comm.rank)
         comm.bytes.reset()
+        timer.reset()  # what ran before the epoch (set-up, the checkpoint) is not the epoch's
         if display is not None:
             display.epoch_started(epoch)
         start = time.perf_counter()
-        stats = algorithm.train_epoch(model, optimizer, epoch)
+        stats = train_epoch(algorithm, model, optimizer, epoch)
         epoch_seconds = time.perf_counter() - start
         if not math.isfinite(stats["loss"]):
             raise GnnrunError(
@@ -106,6 +108,47 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     summary = summarize(history, cfg, comm.world_size)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+# How Algorithm.gradient_reduction combines a step's gradients across ranks.
+_REDUCE_GRADIENTS = {"mean": Communicator.all_reduce_mean, "sum": Communicator.all_reduce_sum_}
+
+
+def train_epoch(
+    algorithm: Algorithm, model: torch.nn.Module, optimizer: torch.optim.Optimizer, epoch: int
+) -> dict[str, Any]:
+    """One epoch of `algorithm`'s steps; every second of it is booked to a phase of its timer.
+
+    A step: build the batch (mbc), zero the gradients and run the forward pass to
+    the loss (fwd), backward (bwd), combine the gradients across ranks (ared),
+    update (opt). What the algorithm does before the first step and after the
+    last (its step plan, exchanges still in flight, the loss's all-reduce) is `sync`.
+    """
+    timer = algorithm.timer
+    model.train()
+    with timer.phase("sync"):
+        steps = algorithm.begin_epoch(epoch)
+    reduce = _REDUCE_GRADIENTS.get(algorithm.gradient_reduction)
+    losses: list[float] = []
+    for step in range(steps):
+        with timer.phase("mbc"):
+            batch = algorithm.batch(step)
+        with timer.phase("fwd"):
+            optimizer.zero_grad(set_to_none=False)
+            loss = algorithm.loss(model, batch, step)
+        if loss is not None:
+            with timer.phase("bwd"):
+                loss.backward()
+            losses.append(float(loss.detach()))
+        if reduce is not None:
+            with timer.phase("ared"):
+                reduce(algorithm.comm, [p.grad for p in model.parameters()])
+        with timer.phase("opt"):
+            optimizer.step()
+        algorithm.on_step(step + 1, steps)
+    with timer.phase("sync"):
+        stats = algorithm.end_epoch(losses)
+    return {**stats, "steps": steps}
 
 
 def _save_algorithm_state(directory: Path, rank: int, epoch: int, state: Any) -> None:

@@ -19,6 +19,7 @@ from gnnrun.models import build_model
 from gnnrun.ops.block import Block
 from gnnrun.partition.book import Part, open_partition
 from gnnrun.train.timers import PhaseTimer
+from gnnrun.train.trainer import train_epoch
 
 
 def minibatch_matches_single_process(rank: int, world: int, cfg, key: int) -> dict:
@@ -60,7 +61,7 @@ def parameters_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
     model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
     torch.manual_seed(100 + rank)  # different dropout per rank: gradients differ before all-reduce
-    stats = algorithm.train_epoch(model, optimizer, 0)
+    stats = train_epoch(algorithm, model, optimizer, 0)
     assert stats["steps"] >= 1 and comm.bytes.sent.get("features", 0) > 0
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
@@ -83,7 +84,7 @@ def distgnn_trajectory(rank: int, world: int, cfg, epochs: int) -> dict:
     epochs_out = []
     for epoch in range(epochs):
         comm.bytes.reset()
-        stats = algorithm.train_epoch(model, optimizer, epoch)
+        stats = train_epoch(algorithm, model, optimizer, epoch)
         epochs_out.append(
             {
                 "loss": stats["loss"],
@@ -108,7 +109,7 @@ def single_trajectory(cfg, epochs: int) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
     epochs_out = []
     for epoch in range(epochs):
-        stats = algorithm.train_epoch(model, optimizer, epoch)
+        stats = train_epoch(algorithm, model, optimizer, epoch)
         epochs_out.append(
             {"loss": stats["loss"], "grads": [p.grad.clone() for p in model.parameters()]}
         )
@@ -173,7 +174,7 @@ def zero_comm_loss_and_parts_alone(rank: int, world: int, cfgs: list) -> list[tu
             F.cross_entropy(logits[ids], algorithm.label[ids], reduction="none") * weights
         ).sum()
         alone_loss = comm.all_reduce_sum(mine.detach().reshape(1).double()) / algorithm.num_train
-        stats = algorithm.train_epoch(model, optimizer, 0)
+        stats = train_epoch(algorithm, model, optimizer, 0)
         out.append((stats["loss"], float(alone_loss)))
     return out
 
@@ -190,7 +191,7 @@ def hec_trace(rank: int, world: int, cfg, epochs: int) -> dict:
     epochs_out = []
     for epoch in range(epochs):
         comm.bytes.reset()
-        stats = algorithm.train_epoch(model, optimizer, epoch)
+        stats = train_epoch(algorithm, model, optimizer, epoch)
         epochs_out.append({**stats, "bytes": comm.bytes.reset()})
     return {"trace": algorithm.trace, "epochs": epochs_out}
 
