@@ -187,7 +187,7 @@ def _train(cfg: DictConfig) -> None:
     from gnnrun.launch import sweep
     from gnnrun.launch.local import run_ranks
     from gnnrun.launch.slurm import run_slurm_rank
-    from gnnrun.partition import find_partition, partition_dataset
+    from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
     from gnnrun.report.tables import summary_table
     from gnnrun.train.display import TrainingDisplay
@@ -223,8 +223,7 @@ def _train(cfg: DictConfig) -> None:
         dataset = prepare_dataset(config.dataset)
         book = None
         if kind is not None:
-            if find_partition(dataset, config.partitioner) is None:
-                partition_dataset(dataset, config.partitioner)
+            ensure_partition(dataset, config.partitioner)
             book = open_partition(
                 Path(config.partitioner.output_dir),
                 dataset_checksum=dataset.checksum,

@@ -1,9 +1,18 @@
-"""Atomic writes and checksums: an interrupted write never leaves something that loads."""
+"""Atomic writes, checksums and writers' locks: an interrupted write never leaves
+something that loads, a damaged file is never trusted, two writers never race.
+
+Prepared datasets and partitions record each file's size and sha256. Hashing
+every file at every load would cost seconds on big graphs, so `check_files`
+re-hashes a file only when its size or modification time differs from the
+last time it was verified, remembered in `.verified.json` beside the files
+(not written where the directory is read-only: then every load re-hashes).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -29,10 +38,13 @@ def atomic_directory(final: Path, overwrite: bool = True) -> Iterator[Path]:
     temporary directory is removed and an existing `final` is left untouched.
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(final)
     tmp = final.with_name(f"{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(final)
+        tmp.mkdir()
+    except OSError as exc:
+        raise write_error(final, exc) from None
     try:
         yield tmp
         if final.exists():
@@ -44,9 +56,33 @@ def atomic_directory(final: Path, overwrite: bool = True) -> Iterator[Path]:
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.rename(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, FileExistsError):
+            raise write_error(final, exc) from None
         raise
+
+
+@contextlib.contextmanager
+def writer_lock(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock for writing `target` (a file `.<name>.lock` beside it).
+
+    Two runs preparing the same dataset or partition at once would both write it;
+    with the lock, the second waits, then finds the first one's result.
+    """
+    target = Path(target)
+    lock = target.parent / f".{target.name}.lock"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise write_error(lock, exc) from None
+    try:
+        with contextlib.suppress(OSError):  # a file system without locks: go on unlocked
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def remove_stale_temporaries(final: Path) -> None:
@@ -115,9 +151,13 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         f.write("\n")
 
 
-def read_json(path: Path) -> Any:
-    with open(path) as f:
-        return json.load(f)
+def read_json(path: Path, fix: str = "write it again") -> Any:
+    """The JSON in `path`; a file that is not valid JSON is refused naming it and `fix`."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise GnnrunError(f"{path} is not valid JSON ({exc}): {fix}") from None
 
 
 def read_manifest(directory: Path, name: str, version: int, what: str, fix: str) -> dict[str, Any]:
@@ -129,7 +169,9 @@ def read_manifest(directory: Path, name: str, version: int, what: str, fix: str)
     path = Path(directory) / name
     if not path.is_file():
         raise GnnrunError(f"no {what} at {directory} ({name} missing); {fix}")
-    manifest = read_json(path)
+    manifest = read_json(path, fix)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise GnnrunError(f"{path} is not a gnnrun {name} (no file records): {fix}")
     if manifest.get("format_version") != version:
         raise GnnrunError(
             f"{directory} holds {what} format {manifest.get('format_version')}, "
@@ -189,3 +231,51 @@ def load_recorded_array(
             f"{record['dtype']}{record['shape']}: {fix}"
         )
     return array
+
+
+VERIFIED = ".verified.json"
+
+
+def check_files(directory: Path, records: dict[str, dict[str, Any]], fix: str) -> None:
+    """Refuse a recorded file that is missing, of another size or of another sha256.
+
+    Only files whose size or modification time changed since they were last
+    verified are hashed again (see the module docstring).
+    """
+    directory = Path(directory)
+    try:
+        verified = json.loads((directory / VERIFIED).read_text())
+    except (OSError, ValueError):
+        verified = {}
+    if not isinstance(verified, dict):
+        verified = {}
+    changed = False
+    for rel, record in records.items():
+        file = directory / rel
+        check_recorded_file(file, record, fix)
+        stat = file.stat()
+        stamp = {"sha256": record["sha256"], "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        if verified.get(rel) == stamp:
+            continue
+        if sha256_file(file) != record["sha256"]:
+            raise GnnrunError(
+                f"{file} does not match its checksum (it changed after it was written): {fix}"
+            )
+        verified[rel], changed = stamp, True
+    if changed:
+        with contextlib.suppress(GnnrunError):  # a read-only directory: verify every time
+            write_json_atomic(directory / VERIFIED, verified)
+
+
+def mark_verified(directory: Path, records: dict[str, dict[str, Any]]) -> None:
+    """Remember files just written with these records as verified (no hash on first load)."""
+    directory = Path(directory)
+    stamps = {}
+    for rel, record in records.items():
+        stat = (directory / rel).stat()
+        stamps[rel] = {
+            "sha256": record["sha256"],
+            "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+        }
+    write_json_atomic(directory / VERIFIED, stamps)

@@ -36,7 +36,7 @@ def print_error(message: object, where: str = "") -> None:
 
 
 def print_warning(message: object) -> None:
-    console.print(f"[yellow]{escape(str(message))}[/]")
+    console.print(f"[yellow]{escape(str(message))}[/]", soft_wrap=True)
 
 
 @contextlib.contextmanager

@@ -60,17 +60,23 @@ def test_an_occupied_run_directory_is_refused(tmp_path):
 
 
 def test_two_runs_started_together_write_separate_directories(tmp_path):
+    """... and prepare and partition their dataset once, the second waiting for the first."""
     gnnrun = Path(sys.executable).with_name("gnnrun")
-    args = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=2"]
-    subprocess.run(
-        [str(gnnrun), "data", "prepare", "dataset=synthetic-tiny"], cwd=tmp_path, check=True
-    )
+    args = ["train", "dataset=synthetic-tiny", "cluster.nprocs=2", "train.epochs=2"]
     procs = [
-        subprocess.Popen([str(gnnrun), *args], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [str(gnnrun), *args],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0]
+    outs, errs = zip(*(p.communicate(timeout=300) for p in procs), strict=True)
+    assert [p.returncode for p in procs] == [0, 0], errs
+    assert sum(err.count("preparing dataset synthetic-tiny") for err in errs) == 1, errs
+    assert sum(err.count("metis: assigning") for err in errs) == 1, errs
     dirs = [
         line.split(": ", 1)[1]
         for out in outs

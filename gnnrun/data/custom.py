@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnrun.config import CustomDatasetConfig
-from gnnrun.data import DATASET_SOURCES
+from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, edges_from_csr, sorted_unique, stratified_split
 from gnnrun.errors import GnnrunError
@@ -170,7 +170,7 @@ def _split_from_file(
     return tuple(parts)
 
 
-@DATASET_SOURCES.register("custom")
+@register_source("custom", inputs=lambda cfg: [Path(cfg.path)])
 def load(cfg: CustomDatasetConfig) -> GraphDataset:
     path = Path(cfg.path)
     arrays = _load(path)
@@ -212,6 +212,13 @@ def load(cfg: CustomDatasetConfig) -> GraphDataset:
     if not np.any(label >= 0):
         raise _fail(path, "no vertex has a label (all are -1)")
     num_classes = int(label.max()) + 1
+    if num_classes > max(n, 2):  # the model's output layer would be num_classes wide
+        distinct = np.unique(label[label >= 0]).size
+        raise _fail(
+            path,
+            f"labels run up to {num_classes - 1} for {n} vertices ({distinct} distinct values): "
+            "renumber them 0..C-1, e.g. with numpy.unique(label, return_inverse=True)",
+        )
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
         raise _fail(path, f"{kind} has vertex ids outside [0, {n}) (N from feat)")
 

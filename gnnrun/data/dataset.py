@@ -18,8 +18,10 @@ import numpy as np
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
     atomic_directory,
+    check_files,
     combined_digest,
     load_recorded_array,
+    mark_verified,
     read_manifest,
     save_array,
     write_json_atomic,
@@ -130,6 +132,7 @@ class GraphDataset:
             files = {name: save_array(tmp, name, array) for name, array in self.arrays().items()}
             checksum = combined_digest(files)
             write_json_atomic(tmp / "meta.json", self._meta(files, checksum))
+            mark_verified(tmp, {f"{name}.npy": record for name, record in files.items()})
         self.checksum, self.path = checksum, path
         return checksum
 
@@ -150,7 +153,8 @@ class GraphDataset:
 
     @classmethod
     def load(cls, path: Path, mmap: bool = True, verify: bool = False) -> GraphDataset:
-        """Open a prepared dataset; `verify` re-hashes every file against meta.json."""
+        """Open a prepared dataset, its files checked against meta.json (io.check_files);
+        `verify` re-hashes every file even where it is known to be unchanged."""
         path = Path(path)
         meta = read_manifest(
             path,
@@ -159,18 +163,28 @@ class GraphDataset:
             "prepared dataset",
             "create it with `gnnrun data prepare dataset=NAME`",
         )
-        fix = f"prepare it again with `gnnrun data prepare` (the directory is {path})"
+        fix = (
+            f"prepare it again with `gnnrun data prepare dataset={meta.get('name', 'NAME')} "
+            f"--force` (the directory is {path})"
+        )
+        try:
+            records = {f"{n}.npy": meta["files"][n] for n in ARRAY_NAMES}
+            fields = {
+                "name": meta["name"],
+                "num_classes": int(meta["num_classes"]),
+                "directed": bool(meta["directed"]),
+                "task": meta["task"],
+                "info": meta.get("info", {}),
+                "checksum": meta["checksum"],
+            }
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GnnrunError(f"{path / 'meta.json'} lacks {exc}: {fix}") from None
+        if not verify:
+            check_files(path, records, fix)
         arrays = {
-            name: load_recorded_array(path / f"{name}.npy", meta["files"][name], fix, mmap, verify)
+            name: load_recorded_array(
+                path / f"{name}.npy", records[f"{name}.npy"], fix, mmap, verify
+            )
             for name in ARRAY_NAMES
         }
-        return cls(
-            name=meta["name"],
-            num_classes=int(meta["num_classes"]),
-            directed=bool(meta["directed"]),
-            task=meta["task"],
-            info=meta.get("info", {}),
-            checksum=meta["checksum"],
-            path=path,
-            **arrays,
-        )
+        return cls(path=path, **fields, **arrays)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnrun.config import HeterophilousDatasetConfig
-from gnnrun.data import DATASET_SOURCES
+from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges
 from gnnrun.errors import GnnrunError
@@ -32,7 +32,7 @@ SOURCE_HINT = (
 )
 
 
-@DATASET_SOURCES.register("heterophilous")
+@register_source("heterophilous", inputs=lambda cfg: [Path(cfg.file)])
 def load(cfg: HeterophilousDatasetConfig) -> GraphDataset:
     path = Path(cfg.file)
     if not path.is_file():

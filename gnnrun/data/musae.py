@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gnnrun.config import MusaeDatasetConfig
-from gnnrun.data import DATASET_SOURCES
+from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, stratified_split
 from gnnrun.errors import GnnrunError
@@ -44,10 +44,14 @@ SOURCE_HINT = (
 )
 
 
+def _paths(cfg: MusaeDatasetConfig) -> dict[str, Path]:
+    names = {"edges": "edges.csv", "features": "features.json", "target": "target.csv"}
+    return {key: Path(cfg.raw_dir) / f"{cfg.prefix}_{suffix}" for key, suffix in names.items()}
+
+
 def _files(cfg: MusaeDatasetConfig) -> dict[str, Path]:
     raw_dir = Path(cfg.raw_dir)
-    names = {"edges": "edges.csv", "features": "features.json", "target": "target.csv"}
-    files = {key: raw_dir / f"{cfg.prefix}_{suffix}" for key, suffix in names.items()}
+    files = _paths(cfg)
     missing = [p.name for p in files.values() if not p.is_file()]
     if missing:
         raise GnnrunError(
@@ -57,10 +61,29 @@ def _files(cfg: MusaeDatasetConfig) -> dict[str, Path]:
     return files
 
 
-def _read_target(path: Path, label_column: str) -> tuple[np.ndarray, list[str]]:
+def _damaged(path: Path, reason: object) -> GnnrunError:
+    return GnnrunError(
+        f"cannot read {path} ({reason}): the file looks cut short or damaged; download it "
+        f"again ({SOURCE_HINT})"
+    )
+
+
+def _read_csv(path: Path, columns: tuple[str, ...]) -> Any:
+    """The CSV as a DataFrame; a damaged file, or missing or non-integer ids, is refused."""
     import pandas as pd
 
-    target = pd.read_csv(path)
+    try:
+        table = pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:  # EmptyDataError too
+        raise _damaged(path, exc) from None
+    for column in columns:
+        if column in table.columns and not np.issubdtype(table[column].dtype, np.integer):
+            raise _damaged(path, f"column {column} holds values that are not integer ids")
+    return table
+
+
+def _read_target(path: Path, label_column: str) -> tuple[np.ndarray, list[str]]:
+    target = _read_csv(path, ("id",))
     for column in ("id", label_column):
         if column not in target.columns:
             raise GnnrunError(
@@ -82,17 +105,27 @@ def _read_target(path: Path, label_column: str) -> tuple[np.ndarray, list[str]]:
 def _read_features(path: Path, n: int) -> sp.csr_matrix:
     import scipy.sparse as sp
 
-    with open(path) as f:
-        table = json.load(f)
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise _damaged(path, exc) from None
+    if not isinstance(table, dict):
+        raise _damaged(path, "not an object of vertex id -> feature ids")
     rows, cols = [], []
     for key, active in table.items():
-        node = int(key)
+        try:
+            node, ids = int(key), np.asarray(active, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError):
+            raise _damaged(
+                path, f"vertex {key!r}: {active!r} is not a list of feature ids"
+            ) from None
         if not 0 <= node < n:
             raise GnnrunError(
                 f"{path}: vertex id {key} is outside the {n} vertices of the target file"
             )
-        rows.append(np.full(len(active), node, dtype=np.int64))
-        cols.append(np.asarray(active, dtype=np.int64))
+        rows.append(np.full(ids.size, node, dtype=np.int64))
+        cols.append(ids)
     row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     col = np.concatenate(cols) if cols else np.zeros(0, np.int64)
     if col.size and col.min() < 0:
@@ -130,14 +163,12 @@ def truncated_svd(matrix: sp.spmatrix, k: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray((u * (s * signs)).astype(np.float32))
 
 
-@DATASET_SOURCES.register("musae")
+@register_source("musae", inputs=lambda cfg: list(_paths(cfg).values()))
 def load(cfg: MusaeDatasetConfig) -> GraphDataset:
-    import pandas as pd
-
     files = _files(cfg)
     label, classes = _read_target(files["target"], cfg.label_column)
     n = label.size
-    edges = pd.read_csv(files["edges"])
+    edges = _read_csv(files["edges"], ("id_1", "id_2"))
     if not {"id_1", "id_2"} <= set(edges.columns):
         raise GnnrunError(
             f"{files['edges']} must have the header id_1,id_2 (found {', '.join(map(str, edges.columns))})"

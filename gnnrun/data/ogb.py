@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gnnrun.config import OgbDatasetConfig
-from gnnrun.data import DATASET_SOURCES
+from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, sorted_unique
 from gnnrun.errors import GnnrunError
@@ -105,6 +105,12 @@ def required_files(meta: pd.Series) -> list[str]:
     raw = BINARY_RAW if meta["binary"] == "True" else CSV_RAW
     split = meta["split"]
     return [f"raw/{f}" for f in raw] + [f"split/{split}/{p}.csv.gz" for p in SPLIT_PARTS]
+
+
+def input_files(cfg: OgbDatasetConfig) -> list[Path]:
+    """The raw and split files `load` reads for this config."""
+    directory = Path(cfg.root) / cfg.ogb_name.replace("-", "_")
+    return [directory / rel for rel in required_files(dataset_meta(cfg.ogb_name))]
 
 
 def _check_supported(name: str, meta: pd.Series) -> None:
@@ -195,7 +201,7 @@ def _read(directory: Path, meta: pd.Series) -> tuple[dict[str, Any], np.ndarray]
     return graphs[0], labels
 
 
-@DATASET_SOURCES.register("ogb")
+@register_source("ogb", inputs=lambda cfg: input_files(cfg))
 def load(cfg: OgbDatasetConfig) -> GraphDataset:
     name = cfg.ogb_name
     meta = dataset_meta(name)

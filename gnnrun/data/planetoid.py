@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gnnrun.config import PlanetoidDatasetConfig
-from gnnrun.data import DATASET_SOURCES
+from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges
 from gnnrun.errors import GnnrunError
@@ -172,7 +172,10 @@ def _edges_from_adjacency(graph: Any, path: Path) -> tuple[np.ndarray, np.ndarra
     return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
 
 
-@DATASET_SOURCES.register("planetoid")
+@register_source(
+    "planetoid",
+    inputs=lambda cfg: [_path(Path(cfg.raw_dir), cfg.planetoid_name, part) for part in FILES],
+)
 def load(cfg: PlanetoidDatasetConfig) -> GraphDataset:
     name, raw_dir = cfg.planetoid_name, Path(cfg.raw_dir)
     _check_files(raw_dir, name)

@@ -25,12 +25,12 @@ from __future__ import annotations
 import numpy as np
 
 from gnnrun.config import SyntheticDatasetConfig
-from gnnrun.data import DATASET_SOURCES
+from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges
 
 
-@DATASET_SOURCES.register("synthetic")
+@register_source("synthetic")
 def generate(cfg: SyntheticDatasetConfig) -> GraphDataset:
     rng = np.random.default_rng(cfg.seed)
     n, c = cfg.num_nodes, cfg.num_classes

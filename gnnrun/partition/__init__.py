@@ -22,7 +22,7 @@ import numpy as np
 from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_directory, save_array, write_json_atomic
+from gnnrun.io import atomic_directory, mark_verified, save_array, write_json_atomic, writer_lock
 from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
 from gnnrun.partition.edge_cut import EdgeCutBuilder
 from gnnrun.partition.vertex_cut import VertexCutBuilder
@@ -77,10 +77,16 @@ def partitioner_identity(cfg: PartitionerConfig) -> dict[str, Any]:
 def partition_dataset(
     dataset: GraphDataset, cfg: PartitionerConfig, path: Path | None = None
 ) -> PartitionBook:
-    """Partition `dataset` as `cfg` says and write it atomically to `path` (default cfg.output_dir)."""
+    """Partition `dataset` as `cfg` says and write it atomically to `path` (default cfg.output_dir);
+    a concurrent writer of the same partition is waited for."""
+    path = Path(path or cfg.output_dir)
+    with writer_lock(path):
+        return _write_partition(dataset, cfg, path)
+
+
+def _write_partition(dataset: GraphDataset, cfg: PartitionerConfig, path: Path) -> PartitionBook:
     from gnnrun.progress import stage, track
 
-    path = Path(path or cfg.output_dir)
     if cfg.num_parts > dataset.num_nodes:
         raise GnnrunError(
             f"partitioner.num_parts={cfg.num_parts} exceeds the {dataset.num_nodes} vertices of "
@@ -129,16 +135,43 @@ def partition_dataset(
             "files": files,
         }
         write_json_atomic(tmp / "manifest.json", manifest)
+        mark_verified(tmp, files)
     return open_partition(path)
 
 
 def find_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> PartitionBook | None:
     """The partition at cfg.output_dir if it was made from this dataset with this config."""
+    return _reusable(dataset, cfg)[0]
+
+
+def ensure_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> PartitionBook:
+    """The partition at cfg.output_dir, made first when there is none that fits (saying
+    why an existing one does not). Concurrent runs wait for each other's partitioning."""
+    with writer_lock(Path(cfg.output_dir)):
+        book, reason = _reusable(dataset, cfg)
+        if book is not None:
+            return book
+        if reason is not None:
+            from gnnrun.progress import print_warning
+
+            print_warning(f"partitioning again: {reason}")
+        return _write_partition(dataset, cfg, Path(cfg.output_dir))
+
+
+def _reusable(
+    dataset: GraphDataset, cfg: PartitionerConfig
+) -> tuple[PartitionBook | None, str | None]:
+    """(the partition at cfg.output_dir if it fits, else why not; None: there is none)."""
+    path = Path(cfg.output_dir)
+    if not path.exists():
+        return None, None
     try:
-        book = open_partition(Path(cfg.output_dir), dataset_checksum=dataset.checksum)
-    except GnnrunError:
-        return None
-    return book if book.manifest["config"] == partitioner_identity(cfg) else None
+        book = open_partition(path, dataset_checksum=dataset.checksum)
+    except GnnrunError as exc:
+        return None, str(exc)
+    if book.manifest["config"] != partitioner_identity(cfg):
+        return None, f"{path} was made with other partitioner settings"
+    return book, None
 
 
 def _register_partitioners() -> None:

@@ -4,6 +4,7 @@ Layout (all arrays are plain .npy, memory-mappable):
 
     manifest.json            method, kind, parts, dataset checksum, per-part figures,
                              every file's shape/dtype/bytes/sha256, format version
+    .verified.json           files whose sha256 was checked, by size and mtime (gnnrun.io)
     node_owner.npy           [N] part that owns each original vertex (edge cut) or
                              holds its root clone (vertex cut)
     node_local.npy           [N] the vertex's partition-local id (VID_p) in that part
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import check_recorded_file, load_recorded_array, read_manifest
+from gnnrun.io import check_files, check_recorded_file, load_recorded_array, read_manifest
 
 FORMAT_VERSION = 1
 KINDS = ("edge_cut", "vertex_cut")
@@ -153,8 +154,16 @@ def open_partition(
         "partition",
         "create it with `gnnrun partition dataset=... partitioner=... partitioner.num_parts=...`",
     )
-    for rel, record in manifest["files"].items():
-        check_recorded_file(path / rel, record, _REDO.format(path=path))
+    missing = [
+        k
+        for k in ("kind", "method", "num_parts", "config", "dataset", "parts")
+        if k not in manifest
+    ]
+    if missing:
+        raise GnnrunError(
+            f"{path / 'manifest.json'} lacks {', '.join(missing)}: {_REDO.format(path=path)}"
+        )
+    check_files(path, manifest["files"], _REDO.format(path=path))
     book = PartitionBook(path, manifest)
     if dataset_checksum is not None and book.dataset_checksum != dataset_checksum:
         raise GnnrunError(

@@ -217,3 +217,30 @@ def test_object_arrays_refused(tmp_path):
     )
     with pytest.raises(GnnrunError, match="no object arrays"):
         build_dataset(_cfg(path))
+
+
+def test_a_changed_file_is_prepared_again_a_moved_one_is_not(tmp_path, capsys):
+    from gnnrun.data import prepare_dataset
+
+    path = _save(tmp_path, _encodings()["edges"])
+    cfg = CustomDatasetConfig(
+        name="mine", path=str(path), prepared_dir=str(tmp_path / "prepared" / "mine")
+    )
+    assert prepare_dataset(cfg).num_nodes == N
+    three = {"edges": np.array([[0, 1], [1, 2]]), "feat": np.eye(3), "label": np.array([0, 1, 0])}
+    np.savez(path, **three)  # rewritten in place, same name
+    assert prepare_dataset(cfg).num_nodes == 3
+    assert f"{path} changed since it was prepared" in " ".join(capsys.readouterr().err.split())
+    moved = tmp_path / "elsewhere.npz"
+    path.rename(moved)
+    moved.touch()  # a new mtime, the same content
+    again = prepare_dataset(CustomDatasetConfig(**{**cfg.__dict__, "path": str(moved)}))
+    assert again.num_nodes == 3 and "preparing it again" not in capsys.readouterr().err
+
+
+def test_labels_far_beyond_the_vertex_count_are_refused(tmp_path):
+    path = _save(tmp_path, _encodings()["edges"], label=np.where(LABEL == 2, 10**9, LABEL))
+    with pytest.raises(
+        GnnrunError, match=r"labels run up to 1000000000 for 10 vertices \(3 distinct"
+    ):
+        build_dataset(_cfg(path))

@@ -10,7 +10,7 @@ import pytest
 import gnnrun.io
 from gnnrun.config import SyntheticDatasetConfig
 from gnnrun.data import load_prepared, prepare_dataset
-from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.dataset import ARRAY_NAMES, GraphDataset
 from gnnrun.data.graph import csr_from_edges, sorted_unique, stratified_split
 from gnnrun.errors import GnnrunError
 
@@ -38,7 +38,8 @@ def test_missing_truncated_and_corrupt_files_are_refused(tmp_path):
     data = bytearray(feat.read_bytes())
     data[-1] ^= 1
     feat.write_bytes(bytes(data))
-    GraphDataset.load(tmp_path / "t")  # same size: only verify notices
+    with pytest.raises(GnnrunError, match="feat.npy does not match its checksum.*--force"):
+        GraphDataset.load(tmp_path / "t")  # the same size, a changed mtime: hashed again
     with pytest.raises(GnnrunError, match="does not match its checksum"):
         GraphDataset.load(tmp_path / "t", verify=True)
     feat.write_bytes(bytes(data[:100]))
@@ -78,7 +79,7 @@ def test_interrupted_prepare_keeps_the_old_dataset(tmp_path, monkeypatch):
         prepare_dataset(tiny_cfg(tmp_path, seed=5))
     monkeypatch.undo()
     assert GraphDataset.load(tmp_path / "t", verify=True).checksum == first.checksum
-    assert [p.name for p in tmp_path.iterdir()] == ["t"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".t.lock", "t"]  # writers' lock
 
 
 def test_validate_names_the_broken_invariant():
@@ -122,3 +123,33 @@ def test_sorted_unique_and_stratified_split():
     assert np.bincount(label[train]).tolist() == [50, 25, 5]
     assert len(np.intersect1d(train, test)) == 0 and len(np.intersect1d(val, test)) == 0
     assert np.array_equal(train, stratified_split(label, (0.5, 0.2, 0.3), seed=0)[0])
+
+
+def test_verified_files_are_not_hashed_again_until_they_change(tmp_path, monkeypatch):
+    prepare_dataset(tiny_cfg(tmp_path))
+    stamps = json.loads((tmp_path / "t" / ".verified.json").read_text())
+    assert sorted(stamps) == sorted(f"{n}.npy" for n in ARRAY_NAMES)  # written with the data
+    hashed = []
+    real = gnnrun.io.sha256_file
+    monkeypatch.setattr(gnnrun.io, "sha256_file", lambda p: hashed.append(p.name) or real(p))
+    GraphDataset.load(tmp_path / "t")
+    assert hashed == []
+    indices = tmp_path / "t" / "indices.npy"
+    array = np.load(indices)
+    array[0] = 10**6  # an id out of range, the file's size unchanged
+    np.save(indices, array)
+    with pytest.raises(GnnrunError, match="indices.npy does not match its checksum"):
+        GraphDataset.load(tmp_path / "t")
+    assert hashed == ["indices.npy"]
+
+
+def test_a_read_only_directory_is_verified_at_every_load(tmp_path, monkeypatch):
+    prepare_dataset(tiny_cfg(tmp_path))
+    (tmp_path / "t" / ".verified.json").unlink()
+    monkeypatch.setattr(gnnrun.io, "write_json_atomic", _refuse_write)
+    GraphDataset.load(tmp_path / "t")  # hashes, cannot remember, still loads
+    assert not (tmp_path / "t" / ".verified.json").exists()
+
+
+def _refuse_write(path, payload):
+    raise GnnrunError(f"cannot write {path}: read-only file system")

@@ -131,3 +131,19 @@ def test_errors(tmp_path):
         build_dataset(_cfg(tmp_path, label_column="category"))
     with pytest.raises(GnnrunError, match="feature_dim=12 must be below 12"):
         build_dataset(_cfg(tmp_path, feature_dim=12))
+
+
+@pytest.mark.parametrize(
+    ("suffix", "cut"),
+    [("features.json", 0.5), ("edges.csv", 0.7), ("target.csv", 0.6), ("edges.csv", 0.0)],
+    ids=["json-cut", "edges-cut", "target-cut", "edges-empty"],
+)
+def test_a_cut_file_is_named_in_one_line(tmp_path, suffix, cut):
+    _write_tiny(tmp_path)
+    victim = tmp_path / f"facebook_{suffix}"
+    data = victim.read_bytes()
+    victim.write_bytes(data[: int(len(data) * cut)])
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(tmp_path, feature_dim=0))
+    message = str(failure.value)
+    assert str(victim) in message and "\n" not in message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import gnnrun.partition as partition_module
 from gnnrun.config import MetisPartitionerConfig, PartitionerConfig
 from gnnrun.errors import GnnrunError
-from gnnrun.partition import find_partition, partition_dataset
+from gnnrun.partition import ensure_partition, find_partition, partition_dataset
 from gnnrun.partition.book import open_partition
 
 
@@ -50,14 +51,32 @@ def test_missing_or_truncated_file_is_refused(written):
         open_partition(written.path)
 
 
-def test_flipped_byte_is_found_by_verify(written):
+def test_flipped_byte_is_refused_at_open(written):
     victim = written.path / "part-000" / "feat.npy"
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
-    victim.write_bytes(bytes(data))
-    book = open_partition(written.path)  # sizes still match
-    with pytest.raises(GnnrunError, match="does not match its checksum"):
-        book.verify()
+    victim.write_bytes(bytes(data))  # the size still matches
+    with pytest.raises(GnnrunError, match="part-000/feat.npy does not match its checksum"):
+        open_partition(written.path)
+
+
+def test_a_damaged_partition_is_rebuilt_saying_why(tiny, written, capsys):
+    victim = written.path / "part-001" / "indices.npy"
+    victim.write_bytes(victim.read_bytes()[:-8] + b"\xff" * 8)
+    cfg = MetisPartitionerConfig(num_parts=2, output_dir=str(written.path))
+    book = ensure_partition(tiny, cfg)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "partitioning again:" in err and "indices.npy does not match its checksum" in err
+    assert book.manifest["method"] == "metis" and open_partition(written.path).num_parts == 2
+
+
+def test_an_invalid_manifest_is_one_clear_error(written):
+    (written.path / "manifest.json").write_text("{not json")
+    with pytest.raises(GnnrunError, match="manifest.json is not valid JSON"):
+        open_partition(written.path)
+    (written.path / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(GnnrunError, match="manifest.json is not a gnnrun manifest.json"):
+        open_partition(written.path)
 
 
 def test_interrupted_write_leaves_old_partition_and_no_debris(tiny, written, monkeypatch):
@@ -84,12 +103,11 @@ def test_interrupted_write_leaves_old_partition_and_no_debris(tiny, written, mon
 
 def test_interrupted_first_write_leaves_nothing_that_loads(tiny, tmp_path, monkeypatch):
     target = tmp_path / "fresh"
-    monkeypatch.setattr(
-        partition_module, "save_array", lambda *a: (_ for _ in ()).throw(OSError("disk full"))
-    )
-    with pytest.raises(OSError):
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(partition_module, "save_array", lambda *a: (_ for _ in ()).throw(full))
+    with pytest.raises(GnnrunError, match=f"cannot write {target}: no space left on device"):
         partition_dataset(tiny, PartitionerConfig(name="random", num_parts=2), target)
-    assert not target.exists() and list(tmp_path.iterdir()) == []
+    assert not target.exists() and [p.name for p in tmp_path.iterdir()] == [".fresh.lock"]
     with pytest.raises(GnnrunError, match="no partition at"):
         open_partition(target)
 
