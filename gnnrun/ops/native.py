@@ -23,13 +23,14 @@ builds nothing uses are removed (`kernel_cache`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -126,15 +127,16 @@ def load_kernel_file(stem: str) -> bool:
         staged = stage_source(source)
         first_use = not (staged.parent / kernel_cache.LAST_USED).exists()
         _clear_stale_lock(staged.parent / "lock", stem)
-        load(
-            name=f"gnnrun_{stem}",
-            sources=[str(staged)],
-            extra_cflags=compile_flags(),
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(staged.parent),
-            is_python_module=False,
-            verbose=False,
-        )
+        with _our_ninja_first():
+            load(
+                name=f"gnnrun_{stem}",
+                sources=[str(staged)],
+                extra_cflags=compile_flags(),
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(staged.parent),
+                is_python_module=False,
+                verbose=False,
+            )
     except Exception as exc:  # a missing compiler shows up as many different errors
         _warn(stem, _build_failure(exc))
         return False
@@ -142,6 +144,29 @@ def load_kernel_file(stem: str) -> bool:
     if first_use:  # a new build: time to drop the ones nothing uses any more
         _report_pruned(kernel_cache.prune(build_root().parent, STALE_LOCK_SECONDS))
     return True
+
+
+@contextlib.contextmanager
+def _our_ninja_first() -> Iterator[None]:
+    """Build with the ninja of gnnrun's own `ninja` dependency, whatever PATH finds first.
+
+    torch runs the first `ninja` on PATH, and two ninja versions (a system one and
+    the environment's) read each other's build log as too old or too new and
+    rebuild every kernel: each switch of PATH cost a full rebuild (about a minute).
+    """
+    try:
+        import ninja
+
+        ours = str(ninja.BIN_DIR)
+    except (ImportError, AttributeError):  # not installed as a package: PATH decides
+        yield
+        return
+    saved = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join([ours, saved]) if saved else ours
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = saved
 
 
 def _report_pruned(removed: list[Path]) -> None:

@@ -69,3 +69,22 @@ def test_a_failed_build_names_the_compilers_error(monkeypatch):
     reason = native._build_failure(failure)
     assert reason.startswith("cc1plus: error: bad value 'bogus'")
     assert reason.endswith("built with GNNRUN_MARCH=bogus")
+
+
+def test_the_build_uses_our_ninja_whatever_path_finds_first(tmp_path):
+    """Two ninja versions rebuild each other's kernels (their build logs differ): a ninja
+    found earlier on PATH must never be the one that runs."""
+    import subprocess
+    import sys
+
+    other = tmp_path / "bin"
+    other.mkdir()
+    marker = tmp_path / "other-ninja-ran"
+    (other / "ninja").write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    (other / "ninja").chmod(0o755)
+    env = {**os.environ, "PATH": f"{other}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("GNNRUN_NO_NATIVE", None)
+    script = "from gnnrun.ops.native import load_kernel_file; assert load_kernel_file('dropout')"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
