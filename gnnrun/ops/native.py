@@ -176,7 +176,8 @@ def _report_pruned(removed: list[Path]) -> None:
         console.print(
             f"gnnrun: removed {len(removed)} kernel build folder(s) that nothing used for "
             f"{kernel_cache.UNUSED_BUILD_DAYS} days or whose torch installation is gone "
-            f"({', '.join(p.name for p in removed)}) from {build_root().parent}"
+            f"({', '.join(p.name for p in removed)}) from {build_root().parent}",
+            markup=False,
         )
 
 
@@ -196,13 +197,13 @@ def _clear_stale_lock(lock: Path, stem: str) -> None:
         age = time.time() - lock.stat().st_mtime
     except FileNotFoundError:
         return
-    from gnnrun.progress import console
+    from gnnrun.progress import console, print_warning
 
     if age > STALE_LOCK_SECONDS:
         lock.unlink(missing_ok=True)
-        console.print(
-            f"[yellow]gnnrun: removed a stale build lock for kernels/{stem}.cpp "
-            f"({lock}, {age / 60:.0f} min old: a build was killed)[/]"
+        print_warning(
+            f"gnnrun: removed a stale build lock for kernels/{stem}.cpp "
+            f"({lock}, {age / 60:.0f} min old: a build was killed)"
         )
     else:
         deadline = time.monotonic() + BUILD_NOTICE_SECONDS
@@ -212,7 +213,8 @@ def _clear_stale_lock(lock: Path, stem: str) -> None:
             return
         console.print(
             f"gnnrun: waiting for kernels/{stem}.cpp, which another process is building "
-            f"(a lock left by a killed build is removed after {STALE_LOCK_SECONDS // 60} min)"
+            f"(a lock left by a killed build is removed after {STALE_LOCK_SECONDS // 60} min)",
+            markup=False,
         )
 
 
@@ -229,11 +231,10 @@ def to_tensor(array: np.ndarray, dtype: np.dtype | type | None = None) -> torch.
 
 
 def _warn(stem: str, reason: str) -> None:
-    from gnnrun.progress import console
+    from gnnrun.progress import print_warning
 
-    console.print(
-        f"[yellow]gnnrun: native kernels/{stem}.cpp unavailable ({reason}); "
-        "using the slower reference code[/]"
+    print_warning(
+        f"gnnrun: native kernels/{stem}.cpp unavailable ({reason}); using the slower reference code"
     )
 
 
