@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm lint format bench-partition bench-fullbatch bench-train bench-hec clean
+.PHONY: setup run test test-slow test-slurm test-package lint format bench-partition bench-fullbatch bench-train bench-hec clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,11 @@ test-slow: setup
 # slurm-wlm and munge with apt-get when missing) and submits real jobs to it.
 test-slurm: setup
 	$(BIN)/python -m pytest -q -m slurm
+
+# Builds the wheel, installs it into a fresh environment outside the repository and
+# runs gnnrun from an empty directory.
+test-package: setup
+	$(BIN)/python -m pytest -q -m package
 
 lint: setup
 	$(BIN)/ruff check gnnrun tests scripts

@@ -19,7 +19,7 @@ from gnnrun.errors import GnnrunError, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data
 GROUPS = ("dataset", "partitioner", "model", "algorithm", "cluster")
 EXAMPLES = """\
   gnnrun env
@@ -91,9 +91,7 @@ def _partition(cfg: DictConfig) -> None:
 
 
 def cmd_train(args: list[str]) -> int:
-    from gnnrun.launch.slurm_launcher import install
-
-    install()  # cluster=slurm's launcher
+    _install_slurm_launcher(needed=any("slurm" in a for a in args))
     if "--resume-sweep" in args:
         args = _resume_sweep_args(args)
     elif not any(a.startswith("-") for a in args) and _asks_for_slurm(args):
@@ -130,6 +128,20 @@ def _own_output_dir(args: list[str]) -> list[str]:
         if not sweeping:
             run_dir.refuse_occupied(Path(given[-1]))
     return args
+
+
+def _install_slurm_launcher(needed: bool) -> None:
+    """cluster=slurm's launcher, from the `slurm` extra (submitit, Hydra's submitit launcher)."""
+    try:
+        from gnnrun.launch.slurm_launcher import install
+    except ImportError as exc:
+        if needed:
+            raise GnnrunError(
+                f"cluster=slurm needs gnnrun's slurm extra ({exc.name} is not installed): "
+                "pip install 'gnnrun[slurm]'"
+            ) from None
+        return
+    install()
 
 
 def _resume_sweep_args(args: list[str]) -> list[str]:
@@ -434,7 +446,8 @@ def print_help() -> None:
     out.print(
         "\n[bold]environment[/]\n  GNNRUN_DATA_ROOT  prepared datasets and partitions (default ./data)\n"
         "  GNNRUN_RAW_ROOT   raw dataset files (default $GNNRUN_DATA_ROOT/raw)\n"
-        "\n`gnnrun COMMAND --help` shows the composed config; `--cfg job` prints it."
+        "\n`gnnrun COMMAND --help` shows the composed config; `--cfg job` prints it; "
+        "`gnnrun --version` the version."
     )
 
 
@@ -447,6 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print_help()
+        return 0
+    if args[0] == "--version":
+        from gnnrun import __version__
+
+        out.print(f"gnnrun {__version__}", markup=False)
         return 0
     command, rest = args[0], args[1:]
     if command not in COMMANDS:

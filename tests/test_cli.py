@@ -193,3 +193,20 @@ def test_hydra_flags_may_follow_the_overrides(capsys):
     )
     assert code == 0, err
     assert "constraint: icelake" in out
+
+
+def test_version(capsys):
+    from gnnrun import __version__
+
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"gnnrun {__version__}"
+
+
+@pytest.mark.filterwarnings("ignore:.*Error importing 'hydra_plugins")  # Hydra's plugin scan
+def test_cluster_slurm_without_the_slurm_extra_names_it(capsys, monkeypatch):
+    monkeypatch.delitem(sys.modules, "gnnrun.launch.slurm_launcher", raising=False)
+    monkeypatch.setitem(sys.modules, "hydra_plugins.hydra_submitit_launcher.config", None)
+    code, _, err = run(capsys, "train", "cluster=slurm")
+    assert code == 1 and "pip install 'gnnrun[slurm]'" in err
+    code, _, err = run(capsys, "train", "--cfg", "job")  # other runs do not need it
+    assert code == 0, err

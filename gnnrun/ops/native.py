@@ -38,7 +38,7 @@ import torch
 
 from gnnrun.ops import kernel_cache
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"  # package data
 # A build takes well under a minute per file; a lock older than this was left by
 # a build that was killed, and torch would wait on it forever.
 STALE_LOCK_SECONDS = 600
