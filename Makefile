@@ -37,9 +37,11 @@ test-slurm: setup
 test-package: setup
 	$(BIN)/python -m pytest -q -m package
 
+# Style, then the import contracts of pyproject.toml (layers, no cycles).
 lint: setup
 	$(BIN)/ruff check gnnrun tests scripts
 	$(BIN)/ruff format --check gnnrun tests scripts
+	$(BIN)/lint-imports
 
 format: setup
 	$(BIN)/ruff check --fix gnnrun tests scripts

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from gnnrun import job
 from gnnrun.errors import GnnrunError, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
@@ -43,7 +44,7 @@ def cmd_env(args: list[str]) -> int:
 
 
 def cmd_data(args: list[str]) -> int:
-    actions = {"info": _data_info, "prepare": _data_prepare}
+    actions = {"info": job.data_info, "prepare": job.data_prepare}
     if not args or args[0] not in actions:
         raise GnnrunError("usage: gnnrun data {info,prepare} [--force] dataset=NAME [overrides]")
     action, rest = args[0], args[1:]
@@ -52,42 +53,8 @@ def cmd_data(args: list[str]) -> int:
     return run_hydra(lambda cfg: actions[action](cfg, force), f"data-{action}", rest)
 
 
-def _data_info(cfg: DictConfig, force: bool) -> None:
-    from gnnrun.config import to_objects
-    from gnnrun.data import prepare_dataset
-    from gnnrun.report.tables import dataset_table
-
-    dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
-    out.print(dataset_table(dataset))
-
-
-def _data_prepare(cfg: DictConfig, force: bool) -> None:
-    from gnnrun.config import to_objects
-    from gnnrun.data import prepare_dataset
-
-    dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
-    out.print(
-        f"prepared {dataset.name} at {dataset.path} (checksum {dataset.checksum[:12]})",
-        markup=False,
-        soft_wrap=True,
-    )
-
-
 def cmd_partition(args: list[str]) -> int:
-    return run_hydra(_partition, "partition", args)
-
-
-def _partition(cfg: DictConfig) -> None:
-    from gnnrun.config import to_objects
-    from gnnrun.data import prepare_dataset
-    from gnnrun.partition import partition_dataset
-    from gnnrun.report.tables import partition_table
-
-    config = to_objects(cfg)
-    dataset = prepare_dataset(config.dataset)
-    book = partition_dataset(dataset, config.partitioner)
-    out.print(partition_table(book))
-    out.print(f"written to {book.path}", markup=False, soft_wrap=True)
+    return run_hydra(job.partition, "partition", args)
 
 
 def cmd_train(args: list[str]) -> int:
@@ -100,7 +67,7 @@ def cmd_train(args: list[str]) -> int:
         register_schemas()
         check_overrides(args)  # as for any single run, before anything is submitted
         args = _slurm_run_args(args)
-    return run_hydra(_train, "train", args, keep_run_dir=True)
+    return run_hydra(job.train, "train", args, keep_run_dir=True)
 
 
 def _own_output_dir(args: list[str]) -> list[str]:
@@ -187,83 +154,6 @@ def _slurm_run_args(args: list[str]) -> list[str]:
     run_dir = given[-1] if given else claim(Path("outputs/train"))
     rest = [a for a in args if not a.startswith("hydra.run.dir=")]
     return ["-m", *rest, f"hydra.sweep.dir={run_dir}", "hydra.sweep.subdir=."]
-
-
-def _train(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    from gnnrun.algorithms import ALGORITHMS, check_runnable, check_training_vertices
-    from gnnrun.config import to_objects
-    from gnnrun.data import prepare_dataset
-    from gnnrun.launch import sweep
-    from gnnrun.launch.local import run_ranks
-    from gnnrun.launch.slurm import run_slurm_rank
-    from gnnrun.partition import ensure_partition
-    from gnnrun.partition.book import open_partition
-    from gnnrun.report.tables import summary_table
-    from gnnrun.train.display import TrainingDisplay
-    from gnnrun.train.trainer import train
-
-    hydra = HydraConfig.get()
-    run_dir = Path(hydra.runtime.output_dir)
-    in_sweep = hydra.mode == RunMode.MULTIRUN
-    overrides = list(hydra.overrides.task)
-    try:
-        config = to_objects(cfg)
-    except GnnrunError as exc:
-        if not in_sweep:
-            raise
-        raise GnnrunError(f"sweep point {hydra.job.num} ({' '.join(overrides)}): {exc}") from None
-    if in_sweep and sweep.finished_point(run_dir, overrides):
-        console.print(
-            sweep.skip_message(hydra.job.num, overrides, run_dir), soft_wrap=True, markup=False
-        )
-        return
-    algorithm = ALGORITHMS.get(config.algorithm.name)
-    kind = algorithm.partition_kind
-    slurm = config.cluster.name == "slurm"
-    if slurm and kind is None and config.cluster.nprocs != 1:
-        raise GnnrunError(
-            f"algorithm={config.algorithm.name} runs one process: use cluster.nodes=1 "
-            "cluster.tasks_per_node=1 with cluster=slurm"
-        )
-
-    def prepare() -> None:
-        """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
-        check_runnable(config)
-        dataset = prepare_dataset(config.dataset)
-        book = None
-        if kind is not None:
-            ensure_partition(dataset, config.partitioner)
-            book = open_partition(
-                Path(config.partitioner.output_dir),
-                dataset_checksum=dataset.checksum,
-                world_size=config.cluster.nprocs,
-                kind=kind,
-            )
-        check_training_vertices(config, dataset, book)
-        if in_sweep:
-            moved = sweep.begin_point(run_dir, overrides, keep_partial=config.train.resume)
-            if moved is not None:
-                console.print(
-                    f"point {hydra.job.num}: the earlier attempt's files moved to {moved}",
-                    markup=False,
-                )
-
-    if slurm:  # this process is one SLURM task, hence one rank
-        summary = run_slurm_rank(config, run_dir, prepare)
-        if summary is None:  # not rank 0
-            return
-    elif kind is None:  # one process on the whole dataset
-        prepare()
-        with TrainingDisplay(config) as display:
-            summary = train(config, run_dir, display)
-    else:
-        prepare()
-        summary = run_ranks(config, run_dir)
-    out.print(summary_table(summary))
-    out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {

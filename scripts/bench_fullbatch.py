@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import chung_lu, sweep  # noqa: E402
 
-from gnnrun.launch.local import rank_cpus  # noqa: E402
+from gnnrun.launch.rank import rank_cpus  # noqa: E402
 
 GNNRUN = str(Path(sys.executable).parent / "gnnrun")
 # DGL 2.1, 2 threads, 200k vertices / 5M edges / 128-d, 3 x 256 (see /work/shared/NOTES.md).

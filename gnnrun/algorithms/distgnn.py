@@ -33,8 +33,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gnnrun.algorithms import ALGORITHMS, Algorithm, open_own_part
+from gnnrun.algorithms.base import Algorithm, open_own_part
 from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
+from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.errors import GnnrunError
 from gnnrun.ops.block import Block
 

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.partition.book import Part
-from gnnrun.train.timers import PhaseTimer
+from gnnrun.timers import PhaseTimer
 
 # Version of `state_dict`'s layout: 2 keeps each bin's last exchange as it arrived.
 STATE_FORMAT = 2

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnrun.algorithms import ALGORITHMS
 from gnnrun.algorithms.minibatch import DistributedMinibatch, step_key
+from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource
 from gnnrun.comm import PendingExchange
 from gnnrun.errors import GnnrunError

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gnnrun.algorithms import ALGORITHMS, Algorithm, open_own_part
+from gnnrun.algorithms.base import Algorithm, open_own_part
+from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource, make_minibatch
 from gnnrun.ops.block import Block
 

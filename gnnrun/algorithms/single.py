@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnrun.algorithms import ALGORITHMS
 from gnnrun.algorithms.minibatch import SampledTraining
+from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import LocalGraphSource
 from gnnrun.data import load_prepared
 from gnnrun.ops.block import Block

@@ -39,9 +39,9 @@ from pathlib import Path
 import numpy as np
 
 from gnnrun.config import CustomDatasetConfig
-from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, edges_from_csr, sorted_unique, stratified_split
+from gnnrun.data.registry import register_source
 from gnnrun.errors import GnnrunError
 
 GRAPH_KEYS = {"edge_index": ("edge_index",), "edges": ("edges",), "csr": ("indptr", "indices")}

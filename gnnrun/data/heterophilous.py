@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from gnnrun.config import HeterophilousDatasetConfig
-from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges
+from gnnrun.data.registry import register_source
 from gnnrun.errors import GnnrunError
 
 KEYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")

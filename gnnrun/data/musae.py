@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gnnrun.config import MusaeDatasetConfig
-from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, stratified_split
+from gnnrun.data.registry import register_source
 from gnnrun.errors import GnnrunError
 
 if TYPE_CHECKING:

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gnnrun.config import OgbDatasetConfig
-from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, sorted_unique
+from gnnrun.data.registry import register_source
 from gnnrun.errors import GnnrunError
 
 if TYPE_CHECKING:

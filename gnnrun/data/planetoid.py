@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from gnnrun.config import PlanetoidDatasetConfig
-from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges
+from gnnrun.data.registry import register_source
 from gnnrun.errors import GnnrunError
 
 PICKLED = ("x", "y", "tx", "ty", "allx", "ally", "graph")

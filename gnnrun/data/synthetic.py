@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from gnnrun.config import SyntheticDatasetConfig
-from gnnrun.data import register_source
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges
+from gnnrun.data.registry import register_source
 
 
 @register_source("synthetic")

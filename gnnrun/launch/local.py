@@ -20,50 +20,12 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from gnnrun import RANK_STARTING_ENV
 from gnnrun.errors import GnnrunError
-from gnnrun.launch.backends import CCL_INSTALL_HINT
-from gnnrun.launch.topology import read_topology
-
-
-def choose_backend(requested: str) -> str:
-    """auto: NCCL for GPU ranks, else gloo. ccl only when asked for and importable."""
-    if requested == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    if requested == "ccl":
-        try:
-            import oneccl_bindings_for_pytorch  # noqa: F401
-        except ImportError:
-            raise GnnrunError(
-                f"cluster.backend=ccl: oneCCL bindings are not installed; {CCL_INSTALL_HINT}"
-            ) from None
-    if requested == "nccl" and not torch.cuda.is_available():
-        raise GnnrunError(
-            "cluster.backend=nccl needs CUDA devices; use cluster.backend=gloo on CPU"
-        )
-    return requested
-
-
-def rank_cpus(
-    rank: int, nprocs: int, threads_per_rank: int, comm_cores: int
-) -> tuple[list[int], int]:
-    """The CPUs rank `rank` is pinned to and its compute thread count.
-
-    CPUs are handed out socket by socket, so with one rank per socket each rank
-    gets its socket. `comm_cores` of each rank's CPUs are left out of the compute
-    threads for the communication library, as DistGNN does.
-    """
-    cpus = [c for socket_cpus in read_topology().sockets.values() for c in socket_cpus]
-    share = max(1, len(cpus) // nprocs)
-    mine = [cpus[(rank * share + i) % len(cpus)] for i in range(share)]
-    threads = threads_per_rank or max(1, share - comm_cores)
-    return mine, threads
+from gnnrun.launch.rank import choose_backend
 
 
 def _free_port() -> int:
@@ -216,12 +178,8 @@ def _failure_message(failure) -> str:
 
 def run_ranks(cfg, run_dir: Path) -> Any:
     """Train on cluster.nprocs local ranks; return rank 0's summary."""
-    from gnnrun.launch.worker import rank_main
+    from gnnrun.launch.worker import rank_main  # a rank's entry point: its module runs there
 
     backend = choose_backend(cfg.cluster.backend)
     args = (cfg, str(run_dir), backend)
     return launch_local(rank_main, args, cfg.cluster.nprocs, cfg.cluster.timeout_s)[0]
-
-
-def collective_timeout(cfg) -> timedelta:
-    return timedelta(seconds=cfg.cluster.timeout_s)

@@ -262,7 +262,7 @@ def slurm_rank_cpus(local_rank: int, local_world: int, cluster) -> tuple[list[in
     node's CPUs are shared out among its tasks socket by socket, as for
     cluster=local.
     """
-    from gnnrun.launch.local import rank_cpus
+    from gnnrun.launch.rank import rank_cpus
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     node_cpus = os.cpu_count() or len(allowed)
@@ -282,11 +282,9 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
     ranks wait for it in a broadcast with a long timeout; if it fails, they stop
     with its message instead of training on a partition that is not there.
     """
-    import torch
     import torch.distributed as dist
 
-    from gnnrun.launch.local import choose_backend, collective_timeout
-    from gnnrun.launch.worker import train_rank
+    from gnnrun.launch.rank import choose_backend, process_group, train_rank
 
     rdzv = rendezvous_from_env(master_port=cfg.cluster.master_port)
     if rdzv.world_size != cfg.cluster.nprocs:
@@ -298,19 +296,8 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
     os.environ.update(rdzv.env())
     backend = choose_backend(cfg.cluster.backend)
     cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cpus)
-    torch.set_num_threads(threads)
-    if backend == "nccl":
-        torch.cuda.set_device(rdzv.local_rank % torch.cuda.device_count())
-    dist.init_process_group(
-        backend,
-        init_method="env://",
-        rank=rdzv.rank,
-        world_size=rdzv.world_size,
-        timeout=collective_timeout(cfg),
-    )
-    try:
+    init = {"init_method": "env://", "rank": rdzv.rank, "world_size": rdzv.world_size}
+    with process_group(cfg, backend, rdzv.local_rank, cpus, threads, **init):
         gate = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
         status: list[Any] = [READY]
         if rdzv.rank == 0:
@@ -324,5 +311,3 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
         if status[0] != READY:
             raise GnnrunError(f"rank 0 could not prepare the run: {status[0]}")
         return train_rank(cfg, run_dir, rdzv.rank)
-    finally:
-        dist.destroy_process_group()

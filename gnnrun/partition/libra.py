@@ -14,7 +14,7 @@ from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import edges_from_csr
 from gnnrun.ops.native import native_op, to_tensor
-from gnnrun.partition import Assignment, register_partitioner
+from gnnrun.partition.registry import Assignment, register_partitioner
 
 # A part may run this far above the average load before an edge goes to the
 # globally least-loaded part instead (keeps edge counts within a few percent).

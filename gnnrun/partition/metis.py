@@ -7,7 +7,7 @@ import numpy as np
 from gnnrun.config import MetisPartitionerConfig, TwoLevelPartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, edges_from_csr
-from gnnrun.partition import Assignment, register_partitioner
+from gnnrun.partition.registry import Assignment, register_partitioner
 
 
 def vertex_weights(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> np.ndarray:

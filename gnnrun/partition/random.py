@@ -6,7 +6,7 @@ import numpy as np
 
 from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.partition import Assignment, register_partitioner
+from gnnrun.partition.registry import Assignment, register_partitioner
 
 
 @register_partitioner("random", "edge_cut")

@@ -17,11 +17,11 @@ from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.memory import allocator_in_use
 from gnnrun.models import build_model
+from gnnrun.timers import PhaseTimer
 from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.resume import resume, settings_of
-from gnnrun.train.timers import PhaseTimer
 
 
 def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[str, Any] | None:

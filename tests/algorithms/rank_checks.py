@@ -18,7 +18,7 @@ from gnnrun.data import load_prepared
 from gnnrun.models import build_model
 from gnnrun.ops.block import Block
 from gnnrun.partition.book import Part, open_partition
-from gnnrun.train.timers import PhaseTimer
+from gnnrun.timers import PhaseTimer
 from gnnrun.train.trainer import train_epoch
 
 

@@ -16,7 +16,7 @@ from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.partition.book import Part
 from gnnrun.testing import run_on_ranks
-from gnnrun.train.timers import PhaseTimer
+from gnnrun.timers import PhaseTimer
 
 sys.path.insert(0, str(Path(__file__).parent))
 import rank_checks  # noqa: E402

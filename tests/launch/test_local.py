@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gnnrun.errors import GnnrunError
-from gnnrun.launch.local import choose_backend, rank_cpus
+from gnnrun.launch.rank import choose_backend, rank_cpus
 from gnnrun.testing import run_on_ranks
 
 sys.path.insert(0, str(Path(__file__).parent))

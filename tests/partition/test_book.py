@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-import gnnrun.partition as partition_module
+import gnnrun.partition.write as partition_module
 from gnnrun.config import MetisPartitionerConfig, PartitionerConfig
 from gnnrun.errors import GnnrunError
 from gnnrun.partition import ensure_partition, find_partition, partition_dataset

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from gnnrun.launch.local import rank_cpus
+from gnnrun.launch.rank import rank_cpus
 from gnnrun.train.trainer import train
 
 

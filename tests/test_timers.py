@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gnnrun.cli import main
-from gnnrun.train.timers import PHASES, PhaseTimer
+from gnnrun.timers import PHASES, PhaseTimer
 
 
 def test_communication_moves_out_of_its_phase_into_comm():

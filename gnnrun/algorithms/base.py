@@ -1,0 +1,85 @@
+"""The interface every algorithm implements (see the package docstring), and the
+opening of a rank's own part that the partitioned ones share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from gnnrun.comm import Communicator
+from gnnrun.data import load_prepared
+from gnnrun.data.dataset import GraphDataset
+from gnnrun.partition.book import PartitionBook, open_partition
+from gnnrun.timers import PhaseTimer
+
+
+class Algorithm:
+    # The partition kind the algorithm trains on; None: the whole dataset in one process.
+    partition_kind: ClassVar[str | None] = None
+    # Whether each rank trains on its own part's training vertices (a rank without
+    # any still joins every step, adding zero gradients to the average).
+    trains_on_every_rank: ClassVar[bool] = False
+
+    in_dim: int
+    num_classes: int
+    task: str
+
+    def __init__(self, cfg, comm: Communicator, timer: PhaseTimer) -> None:
+        self.cfg, self.comm, self.timer = cfg, comm, timer
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Refuse, before any rank starts, a config this algorithm cannot run (GnnrunError)."""
+
+    def on_step(self, done: int, total: int) -> None:
+        """Called after each training step (the trainer points it at rank 0's progress bar)."""
+
+    # How each step's gradients are combined across ranks: "mean" (each rank's loss
+    # is a mean over its own seeds), "sum" (each rank's loss is its share of one
+    # global loss), or None (nothing to combine).
+    gradient_reduction: ClassVar[str | None] = None
+
+    def begin_epoch(self, epoch: int) -> int:
+        """Prepare `epoch`; return its number of steps, the same on every rank."""
+        raise NotImplementedError
+
+    def batch(self, step: int) -> Any:
+        """What step `step` trains on (sampled blocks and labels), built before its forward
+        pass; None where the loss builds nothing (full batch)."""
+        return None
+
+    def loss(self, model: torch.nn.Module, batch: Any, step: int) -> torch.Tensor | None:
+        """The forward pass and this rank's loss; None when the rank has nothing to train
+        on in this step (it still ran the forward pass, joining every collective)."""
+        raise NotImplementedError
+
+    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
+        """Finish the epoch (exchanges still in flight, statistics); return its figures,
+        at least the training loss: by default the mean of this rank's step losses."""
+        return {"loss": float(np.mean(losses)) if losses else 0.0}
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Per split ("val", "test"): (logits, labels) of the vertices this rank evaluates."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """This rank's algorithm state a checkpoint must keep (None: none), beyond the model's."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} keeps no state")
+
+
+def open_own_part(cfg, comm: Communicator, kind: str) -> tuple[GraphDataset, PartitionBook]:
+    """The dataset and the partition this run trains on, checked against both and the ranks."""
+    dataset = load_prepared(cfg.dataset)
+    book = open_partition(
+        Path(cfg.partitioner.output_dir),
+        dataset_checksum=dataset.checksum,
+        world_size=comm.world_size,
+        kind=kind,
+    )
+    return dataset, book

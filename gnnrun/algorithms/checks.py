@@ -1,0 +1,39 @@
+"""What the launcher refuses (or announces) before any rank starts, per algorithm."""
+
+from __future__ import annotations
+
+from gnnrun.algorithms.registry import ALGORITHMS
+from gnnrun.data.dataset import GraphDataset
+from gnnrun.errors import GnnrunError
+from gnnrun.partition import check_partition_kind
+from gnnrun.partition.book import PartitionBook
+
+
+def check_runnable(cfg) -> None:
+    """Refuse, before anything is prepared, partitioned or queued, what cfg's algorithm cannot run."""
+    algorithm = ALGORITHMS.get(cfg.algorithm.name)
+    algorithm.check_config(cfg)
+    if algorithm.partition_kind is not None:
+        check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
+
+
+def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:
+    """Refuse a dataset without training vertices; warn of ranks that will have none."""
+    if dataset.train_idx.size == 0:
+        raise GnnrunError(
+            f"dataset {dataset.name!r} has no training vertices ({dataset.val_idx.size} "
+            f"validation, {dataset.test_idx.size} test): nothing to train on. Give the split "
+            "a training share (dataset.split.train > 0 where the split is drawn; train_idx or "
+            "train_mask in a custom .npz), then prepare it again"
+        )
+    if book is None or not ALGORITHMS.get(cfg.algorithm.name).trains_on_every_rank:
+        return
+    empty = [part for part, figures in enumerate(book.manifest["parts"]) if figures["train"] == 0]
+    if empty:
+        from gnnrun.progress import print_warning
+
+        print_warning(
+            f"part(s) {', '.join(map(str, empty))} of {book.path} hold no training vertices: "
+            "their ranks only serve samples and add zero gradients to every step's average "
+            "(partitioner=metis with partitioner.balance_splits=true spreads them)"
+        )

@@ -1,0 +1,127 @@
+"""What `gnnrun data`, `gnnrun partition` and `gnnrun train` do with their composed config.
+
+The command line (`gnnrun.cli`) parses, checks and composes; these functions are
+the jobs Hydra runs, locally or, for `train` with cluster=slurm, pickled into
+each SLURM task. `train` prepares the dataset and the partition before any rank
+starts (rank 0 does it under SLURM while the others wait), then launches the ranks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from gnnrun.errors import GnnrunError
+from gnnrun.progress import console, out
+
+
+def data_info(cfg: DictConfig, force: bool) -> None:
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+    from gnnrun.report.tables import dataset_table
+
+    dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
+    out.print(dataset_table(dataset))
+
+
+def data_prepare(cfg: DictConfig, force: bool) -> None:
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+
+    dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
+    out.print(
+        f"prepared {dataset.name} at {dataset.path} (checksum {dataset.checksum[:12]})",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def partition(cfg: DictConfig) -> None:
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+    from gnnrun.partition import partition_dataset
+    from gnnrun.report.tables import partition_table
+
+    config = to_objects(cfg)
+    dataset = prepare_dataset(config.dataset)
+    book = partition_dataset(dataset, config.partitioner)
+    out.print(partition_table(book))
+    out.print(f"written to {book.path}", markup=False, soft_wrap=True)
+
+
+def train(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from gnnrun.algorithms import ALGORITHMS, check_runnable, check_training_vertices
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+    from gnnrun.launch import sweep
+    from gnnrun.launch.local import run_ranks
+    from gnnrun.launch.slurm import run_slurm_rank
+    from gnnrun.partition import ensure_partition
+    from gnnrun.partition.book import open_partition
+    from gnnrun.report.tables import summary_table
+    from gnnrun.train.display import TrainingDisplay
+    from gnnrun.train.trainer import train
+
+    hydra = HydraConfig.get()
+    run_dir = Path(hydra.runtime.output_dir)
+    in_sweep = hydra.mode == RunMode.MULTIRUN
+    overrides = list(hydra.overrides.task)
+    try:
+        config = to_objects(cfg)
+    except GnnrunError as exc:
+        if not in_sweep:
+            raise
+        raise GnnrunError(f"sweep point {hydra.job.num} ({' '.join(overrides)}): {exc}") from None
+    if in_sweep and sweep.finished_point(run_dir, overrides):
+        console.print(
+            sweep.skip_message(hydra.job.num, overrides, run_dir), soft_wrap=True, markup=False
+        )
+        return
+    algorithm = ALGORITHMS.get(config.algorithm.name)
+    kind = algorithm.partition_kind
+    slurm = config.cluster.name == "slurm"
+    if slurm and kind is None and config.cluster.nprocs != 1:
+        raise GnnrunError(
+            f"algorithm={config.algorithm.name} runs one process: use cluster.nodes=1 "
+            "cluster.tasks_per_node=1 with cluster=slurm"
+        )
+
+    def prepare() -> None:
+        """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
+        check_runnable(config)
+        dataset = prepare_dataset(config.dataset)
+        book = None
+        if kind is not None:
+            ensure_partition(dataset, config.partitioner)
+            book = open_partition(
+                Path(config.partitioner.output_dir),
+                dataset_checksum=dataset.checksum,
+                world_size=config.cluster.nprocs,
+                kind=kind,
+            )
+        check_training_vertices(config, dataset, book)
+        if in_sweep:
+            moved = sweep.begin_point(run_dir, overrides, keep_partial=config.train.resume)
+            if moved is not None:
+                console.print(
+                    f"point {hydra.job.num}: the earlier attempt's files moved to {moved}",
+                    markup=False,
+                )
+
+    if slurm:  # this process is one SLURM task, hence one rank
+        summary = run_slurm_rank(config, run_dir, prepare)
+        if summary is None:  # not rank 0
+            return
+    elif kind is None:  # one process on the whole dataset
+        prepare()
+        with TrainingDisplay(config) as display:
+            summary = train(config, run_dir, display)
+    else:
+        prepare()
+        summary = run_ranks(config, run_dir)
+    out.print(summary_table(summary))
+    out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)

@@ -1,0 +1,94 @@
+"""One rank's set-up, the same under every launcher: backend, CPUs and threads, device,
+process group; then training, with every rank leaving together.
+
+The local launcher (`launch.local`, through `launch.worker.rank_main`) and SLURM
+(`launch.slurm.run_slurm_rank`) differ only in where rank, world size and the
+rendezvous come from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gnnrun.errors import GnnrunError
+from gnnrun.launch.backends import CCL_INSTALL_HINT
+from gnnrun.launch.topology import read_topology
+
+
+def choose_backend(requested: str) -> str:
+    """auto: NCCL for GPU ranks, else gloo. ccl only when asked for and importable."""
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested == "ccl":
+        try:
+            import oneccl_bindings_for_pytorch  # noqa: F401
+        except ImportError:
+            raise GnnrunError(
+                f"cluster.backend=ccl: oneCCL bindings are not installed; {CCL_INSTALL_HINT}"
+            ) from None
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise GnnrunError(
+            "cluster.backend=nccl needs CUDA devices; use cluster.backend=gloo on CPU"
+        )
+    return requested
+
+
+def rank_cpus(
+    rank: int, nprocs: int, threads_per_rank: int, comm_cores: int
+) -> tuple[list[int], int]:
+    """The CPUs rank `rank` is pinned to and its compute thread count.
+
+    CPUs are handed out socket by socket, so with one rank per socket each rank
+    gets its socket. `comm_cores` of each rank's CPUs are left out of the compute
+    threads for the communication library, as DistGNN does.
+    """
+    cpus = [c for socket_cpus in read_topology().sockets.values() for c in socket_cpus]
+    share = max(1, len(cpus) // nprocs)
+    mine = [cpus[(rank * share + i) % len(cpus)] for i in range(share)]
+    threads = threads_per_rank or max(1, share - comm_cores)
+    return mine, threads
+
+
+def collective_timeout(cfg) -> timedelta:
+    return timedelta(seconds=cfg.cluster.timeout_s)
+
+
+@contextlib.contextmanager
+def process_group(
+    cfg, backend: str, local_rank: int, cpus: list[int], threads: int, **init: Any
+) -> Iterator[None]:
+    """Pin this rank, pick its device, join the process group (`init`: how), leave at the end."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+    torch.set_num_threads(threads)
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    dist.init_process_group(backend, timeout=collective_timeout(cfg), **init)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def train_rank(cfg, run_dir: str | Path, rank: int) -> dict[str, Any] | None:
+    """Train in the process group this rank has joined; rank 0 shows progress and
+    returns the summary. Every rank leaves together (a barrier)."""
+    from gnnrun.train.trainer import train
+
+    if rank != 0:
+        summary = train(cfg, Path(run_dir))
+    else:
+        from gnnrun.train.display import TrainingDisplay
+
+        with TrainingDisplay(cfg) as display:
+            summary = train(cfg, Path(run_dir), display)
+    dist.barrier()
+    return summary

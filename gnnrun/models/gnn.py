@@ -1,0 +1,75 @@
+"""The stack of layers every model is: input dropout, then activation and dropout between layers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gnnrun.config import ModelConfig
+from gnnrun.models.registry import LAYERS
+from gnnrun.ops.block import Block
+from gnnrun.ops.dropout import dropout, relu_dropout
+
+# What a layer is about to consume may be replaced: (layer, block, rows) -> (block, rows).
+LayerInput = Callable[[int, Block, torch.Tensor], tuple[Block, torch.Tensor]]
+# One function per name that config.ACTIVATIONS accepts.
+ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch.nn.functional.gelu}
+
+
+class Dropout(torch.nn.Module):
+    """gnnrun.ops.dropout as a module: a hashed mask in one fused pass."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+
+class GNN(torch.nn.Module):
+    """A stack of message-passing layers: input dropout, then activation and dropout between them."""
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int) -> None:
+        super().__init__()
+        build = LAYERS.get(cfg.name)
+        dims = [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
+        self.layers = torch.nn.ModuleList(
+            build(dims[i], dims[i + 1], cfg, i == cfg.layers - 1) for i in range(cfg.layers)
+        )
+        if cfg.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"model.activation {cfg.activation!r}: choose one of {sorted(ACTIVATIONS)}"
+            )
+        self.activation = ACTIVATIONS[cfg.activation]
+        self.input_dropout = Dropout(cfg.input_dropout)
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(
+        self, blocks: list[Block], x: torch.Tensor, layer_input: LayerInput | None = None
+    ) -> torch.Tensor:
+        """`layer_input(i, block, h)`, when given, sees what layer i is about to consume
+        (after dropout) and may replace it: the block and the source rows (DistGNN-MB's
+        halo embeddings come in this way)."""
+        if len(blocks) != len(self.layers):
+            raise ValueError(
+                f"{len(self.layers)} layers need {len(self.layers)} blocks, got {len(blocks)}"
+            )
+        h = self.input_dropout(x)
+        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
+            if layer_input is not None:
+                block, h = layer_input(i, block, h)
+            h = layer(block, h)
+            if i < len(self.layers) - 1:
+                h = self._activate_and_drop(h)
+        return h
+
+    def _activate_and_drop(self, h: torch.Tensor) -> torch.Tensor:
+        if self.activation is torch.relu:  # the common case, fused into one pass each way
+            return relu_dropout(h, self.dropout.p, self.training)
+        return self.dropout(self.activation(h))
+
+
+def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> GNN:
+    return GNN(cfg, in_dim, num_classes)

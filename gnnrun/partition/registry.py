@@ -1,0 +1,53 @@
+"""`partitioner=NAME` -> the function assigning parts, and the kind of partition it makes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gnnrun.config import PartitionerConfig
+from gnnrun.data.dataset import GraphDataset
+from gnnrun.errors import GnnrunError
+from gnnrun.registry import Registry
+
+
+@dataclass
+class Assignment:
+    parts: np.ndarray  # edge_cut: one entry per vertex; vertex_cut: one per CSR edge
+    info: dict[str, Any] = field(
+        default_factory=dict
+    )  # partitioner-specific figures for the manifest
+
+
+@dataclass(frozen=True)
+class Partitioner:
+    kind: str  # "edge_cut" or "vertex_cut": what `assign`'s parts index
+    assign: Callable[[GraphDataset, Any], Assignment]
+
+
+PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
+
+
+def register_partitioner(name: str, kind: str) -> Callable:
+    """Register `assign` under `name` as a partitioner of `kind` (a key of BUILDERS)."""
+
+    def add(assign: Callable[[GraphDataset, Any], Assignment]) -> Callable:
+        PARTITIONERS.register(name)(Partitioner(kind, assign))
+        return assign
+
+    return add
+
+
+def check_partition_kind(cfg: PartitionerConfig, kind: str, algorithm: str) -> None:
+    """Refuse a partitioner that makes another kind of partition than `algorithm` trains on."""
+    made = PARTITIONERS.get(cfg.name).kind
+    if made != kind:
+        choices = ", ".join(n for n in PARTITIONERS.names() if PARTITIONERS.get(n).kind == kind)
+        raise GnnrunError(
+            f"partitioner={cfg.name} makes {made} partitions but algorithm={algorithm} trains "
+            f"on {kind} partitions: choose partitioner= one of {choices}, or leave partitioner= "
+            "out to take the algorithm's own"
+        )
