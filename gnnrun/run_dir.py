@@ -23,7 +23,7 @@ from gnnrun.io import write_error
 # Files that show a directory already holds a run's results.
 RUN_FILES = ("summary.json", "metrics.rank*.jsonl", ".hydra")
 
-_held: list[int] = []  # descriptors of the locked directories, open until the process ends
+_held: dict[Path, int] = {}  # locked directories and their descriptors, open until released
 
 
 def claim(root: Path, now: datetime | None = None) -> Path:
@@ -51,6 +51,8 @@ def claim(root: Path, now: datetime | None = None) -> Path:
 def lock(path: Path) -> None:
     """Lock `path` (created if needed) for this process, refusing one that another holds."""
     path = Path(path)
+    if path.resolve() in _held:  # this process has it already (a run that became a sweep)
+        return
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -67,7 +69,7 @@ def lock(path: Path) -> None:
     except OSError:  # a file system without locks: the mkdir claim still holds
         os.close(fd)
         return
-    _held.append(fd)
+    _held[path.resolve()] = fd
 
 
 def refuse_occupied(path: Path) -> None:
@@ -86,4 +88,4 @@ def release_all() -> None:
     """Unlock every directory this process holds (tests; a process's end does it too)."""
     while _held:
         with contextlib.suppress(OSError):
-            os.close(_held.pop())
+            os.close(_held.popitem()[1])

@@ -52,6 +52,11 @@ def test_a_locked_directory_is_refused(tmp_path):
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")], check=True)
 
 
+def test_a_directory_this_process_holds_can_be_locked_again(tmp_path):
+    run_dir.lock(tmp_path / "run")  # cluster=slurm claims a run directory, then runs a sweep in it
+    run_dir.lock(tmp_path / "run")
+
+
 def test_an_occupied_run_directory_is_refused(tmp_path):
     (tmp_path / "metrics.rank0.jsonl").write_text("{}\n")
     with pytest.raises(GnnrunError, match="already holds a run"):
