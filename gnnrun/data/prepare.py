@@ -61,10 +61,14 @@ def prepare_dataset(cfg: DatasetConfig, force: bool = False) -> GraphDataset:
     path = Path(cfg.prepared_dir)
     with writer_lock(path):
         if not force and (path / "meta.json").is_file():
-            existing = GraphDataset.load(path)
-            reason = _stale(existing, cfg)
-            if reason is None:
-                return existing
+            try:
+                existing = GraphDataset.load(path)
+            except GnnrunError as exc:  # damaged: made again, as a damaged partition is
+                reason = f"it cannot be used ({exc})"
+            else:
+                reason = _stale(existing, cfg)
+                if reason is None:
+                    return existing
             print_warning(f"{path}: {reason}; preparing it again")
         with stage(f"preparing dataset {cfg.name} from {cfg.source}"):
             dataset = build_dataset(cfg)

@@ -153,3 +153,27 @@ def test_a_read_only_directory_is_verified_at_every_load(tmp_path, monkeypatch):
 
 def _refuse_write(path, payload):
     raise GnnrunError(f"cannot write {path}: read-only file system")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{cut", "meta.json is not valid JSON"),
+        ('{"files": {}, "format_version": 1}', "lacks 'indptr'"),
+    ],
+)
+def test_a_damaged_meta_json_is_one_clear_error(tmp_path, content, message):
+    prepare_dataset(tiny_cfg(tmp_path))
+    (tmp_path / "t" / "meta.json").write_text(content)
+    with pytest.raises(GnnrunError, match=message):
+        GraphDataset.load(tmp_path / "t")
+
+
+def test_a_damaged_prepared_copy_is_prepared_again_saying_why(tmp_path, capsys):
+    first = prepare_dataset(tiny_cfg(tmp_path))
+    indices = tmp_path / "t" / "indices.npy"
+    indices.write_bytes(indices.read_bytes()[:-4] + b"\xff\xff\xff\x7f")
+    again = prepare_dataset(tiny_cfg(tmp_path))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "indices.npy does not match its checksum" in err and "preparing it again" in err
+    assert again.checksum == first.checksum  # the same config makes the same data
