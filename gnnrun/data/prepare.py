@@ -5,9 +5,12 @@ generating a graph) and names the files it reads. `prepare_dataset` runs it
 once and caches the result as the prepared format under `dataset.prepared_dir`,
 recording the config and those input files (size, modification time, and a
 sha256 for files up to 1 GiB); later calls memory-map the prepared copy and
-prepare it again when the config or an input's content changed. A file that
-was only moved or touched keeps the copy; one that is gone (raw files deleted
-after preparing) does too.
+prepare it again when the config or an input's content changed. An input whose
+size and mtime are as recorded is trusted without hashing; one that was only
+moved or touched keeps the copy (and its new size and mtime are recorded, so it
+is hashed once); one that is gone (raw files deleted after preparing) keeps it
+too. `load_prepared`, which ranks use, refuses a stale copy instead of
+preparing it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from gnnrun.config import DatasetConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.registry import DATASET_SOURCES
 from gnnrun.errors import GnnrunError
-from gnnrun.io import sha256_file, writer_lock
+from gnnrun.io import read_json, sha256_file, write_json_atomic, writer_lock
 
 # Fields that say where files are, not what the dataset is: moving data must not
 # trigger a rebuild.
@@ -66,8 +69,10 @@ def prepare_dataset(cfg: DatasetConfig, force: bool = False) -> GraphDataset:
             except GnnrunError as exc:  # damaged: made again, as a damaged partition is
                 reason = f"it cannot be used ({exc})"
             else:
-                reason = _stale(existing, cfg)
+                reason, touched = _stale(existing, cfg)
                 if reason is None:
+                    if touched:
+                        _refresh_inputs(existing, touched)
                     return existing
             print_warning(f"{path}: {reason}; preparing it again")
         with stage(f"preparing dataset {cfg.name} from {cfg.source}"):
@@ -77,20 +82,69 @@ def prepare_dataset(cfg: DatasetConfig, force: bool = False) -> GraphDataset:
         return GraphDataset.load(path)
 
 
-def _stale(dataset: GraphDataset, cfg: DatasetConfig) -> str | None:
-    """Why the prepared `dataset` no longer matches `cfg` and its input files (None: it does)."""
+def _input_paths(cfg: DatasetConfig) -> list[Path] | None:
+    """The files the source reads for `cfg`; None where it cannot tell now (say, ogb's
+    table is not installed on this machine): then the inputs are not compared."""
+    try:
+        return [Path(p) for p in DATASET_SOURCES.get(cfg.source).inputs(cfg)]
+    except GnnrunError:
+        return None
+
+
+def _stale(dataset: GraphDataset, cfg: DatasetConfig) -> tuple[str | None, dict[int, Path]]:
+    """(why the prepared `dataset` no longer matches `cfg` and its input files, None: it
+    does; the inputs that were only moved or touched, by position, whose records to refresh)."""
     if dataset.info.get("config") != dataset_identity(cfg):
-        return "it was prepared from a different config"
+        return "it was prepared from a different config", {}
     recorded = dataset.info.get("inputs")
-    inputs = DATASET_SOURCES.get(cfg.source).inputs(cfg)
+    inputs = _input_paths(cfg)
+    if inputs is None:
+        return None, {}
     if recorded is None:  # prepared before inputs were recorded
-        return "it does not record its input files" if inputs else None
-    if len(recorded) != len(inputs):
-        return "it was prepared from other input files"
-    for path, then in zip(inputs, recorded, strict=True):
-        if path.is_file() and (change := _input_change(path, then)):
-            return f"{path} changed since it was prepared ({change})"
-    return None
+        return ("it does not record its input files" if inputs else None), {}
+    if (
+        not isinstance(recorded, list)
+        or len(recorded) != len(inputs)
+        or not all(isinstance(then, dict) for then in recorded)
+    ):
+        return "it was prepared from other input files", {}
+    touched = {}
+    for i, (path, then) in enumerate(zip(inputs, recorded, strict=True)):
+        if not path.is_file():  # raw files deleted after preparing: the copy stands
+            continue
+        stat = path.stat()
+        if stat.st_size == then.get("size") and stat.st_mtime_ns == then.get("mtime_ns"):
+            continue  # trusted without hashing
+        if change := _input_change(path, stat.st_size, then):
+            return f"{path} changed since it was prepared ({change})", {}
+        touched[i] = path
+    return None, touched
+
+
+def _input_change(path: Path, size: int, then: dict[str, Any]) -> str | None:
+    """How `path`, whose size or mtime differs from the record `then`, changed (None: its
+    content did not)."""
+    if size != then.get("size"):
+        return f"{then.get('size')} bytes then, {size} now"
+    if "sha256" not in then:
+        return "modified since, too big to compare by content"
+    return None if sha256_file(path) == then["sha256"] else "same size, other content"
+
+
+def _refresh_inputs(dataset: GraphDataset, touched: dict[int, Path]) -> None:
+    """Record the new size, mtime and name of inputs whose content was found unchanged, so
+    that the next check trusts them without hashing (skipped where meta.json is read-only)."""
+    meta_path = Path(dataset.path) / "meta.json"
+    try:
+        meta = read_json(meta_path)
+        inputs = meta["info"]["inputs"]
+        for i, path in touched.items():
+            stat = path.stat()
+            inputs[i] |= {"name": path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        write_json_atomic(meta_path, meta)
+    except (GnnrunError, OSError, KeyError, IndexError, TypeError):
+        return
+    dataset.info["inputs"] = inputs
 
 
 def _input_record(path: Path) -> dict[str, Any]:
@@ -101,23 +155,19 @@ def _input_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def _input_change(path: Path, then: dict[str, Any]) -> str | None:
-    stat = path.stat()
-    if stat.st_size != then.get("size"):
-        return f"{then.get('size')} bytes then, {stat.st_size} now"
-    if stat.st_mtime_ns == then.get("mtime_ns"):
-        return None
-    if "sha256" not in then:
-        return "modified since, too big to compare by content"
-    return None if sha256_file(path) == then["sha256"] else "same size, other content"
-
-
 def load_prepared(cfg: DatasetConfig) -> GraphDataset:
-    """Open an already prepared dataset, refusing a stale one."""
+    """Open an already prepared dataset, refusing a stale one (another config, or an
+    input file whose content changed since): ranks never train on an old graph."""
     dataset = GraphDataset.load(Path(cfg.prepared_dir))
     if dataset.info.get("config") != dataset_identity(cfg):
         raise GnnrunError(
             f"{cfg.prepared_dir} was prepared from a different config than dataset={cfg.name} now "
             f"gives; run `gnnrun data prepare dataset={cfg.name}` again"
+        )
+    reason, _ = _stale(dataset, cfg)
+    if reason is not None:
+        raise GnnrunError(
+            f"{cfg.prepared_dir} is out of date: {reason}; run "
+            f"`gnnrun data prepare dataset={cfg.name}` again"
         )
     return dataset

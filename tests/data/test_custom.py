@@ -244,3 +244,59 @@ def test_labels_far_beyond_the_vertex_count_are_refused(tmp_path):
         GnnrunError, match=r"labels run up to 1000000000 for 10 vertices \(3 distinct"
     ):
         build_dataset(_cfg(path))
+
+
+def _prepared_cfg(tmp_path, path):
+    return CustomDatasetConfig(
+        name="mine", path=str(path), prepared_dir=str(tmp_path / "prepared" / "mine")
+    )
+
+
+def test_load_prepared_refuses_a_copy_whose_file_changed(tmp_path):
+    from gnnrun.data import load_prepared, prepare_dataset
+
+    path = _save(tmp_path, _encodings()["edges"])
+    cfg = _prepared_cfg(tmp_path, path)
+    prepare_dataset(cfg)
+    assert load_prepared(cfg).num_nodes == N
+    np.savez(path, edges=np.array([[0, 1], [1, 2]]), feat=np.eye(3), label=np.array([0, 1, 0]))
+    with pytest.raises(
+        GnnrunError,
+        match=rf"out of date: {path} changed since it was prepared .*gnnrun data prepare "
+        r"dataset=mine` again",
+    ):
+        load_prepared(cfg)  # a rank: refuses rather than train on the old graph
+    assert prepare_dataset(cfg).num_nodes == 3 and load_prepared(cfg).num_nodes == 3
+
+
+def test_a_touched_file_is_hashed_once_then_trusted(tmp_path, monkeypatch):
+    import os
+
+    import gnnrun.data.prepare as prepare_module
+    from gnnrun.data import load_prepared, prepare_dataset
+
+    path = _save(tmp_path, _encodings()["edges"])
+    cfg = _prepared_cfg(tmp_path, path)
+    first = prepare_dataset(cfg)
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched, same bytes
+    hashed = []
+    real = prepare_module.sha256_file
+    monkeypatch.setattr(prepare_module, "sha256_file", lambda p: hashed.append(p) or real(p))
+    assert prepare_dataset(cfg).checksum == first.checksum  # kept, not prepared again
+    assert hashed == [path]
+    prepare_dataset(cfg)
+    load_prepared(cfg)
+    assert hashed == [path]  # the new mtime was recorded: trusted from then on
+
+
+def test_a_deleted_input_keeps_the_prepared_copy(tmp_path, capsys):
+    from gnnrun.data import load_prepared, prepare_dataset
+
+    path = _save(tmp_path, _encodings()["edges"])
+    cfg = _prepared_cfg(tmp_path, path)
+    first = prepare_dataset(cfg)
+    path.unlink()  # raw files removed after preparing, to save space
+    assert prepare_dataset(cfg).checksum == first.checksum
+    assert load_prepared(cfg).checksum == first.checksum
+    assert "preparing it again" not in capsys.readouterr().err
