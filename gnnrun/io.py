@@ -152,32 +152,72 @@ def write_json_atomic(path: Path, payload: Any) -> None:
 
 
 def read_json(path: Path, fix: str = "write it again") -> Any:
-    """The JSON in `path`; a file that is not valid JSON is refused naming it and `fix`."""
+    """The JSON in `path`; a file that cannot be read or is not valid JSON is refused
+    naming it and `fix`."""
     try:
         with open(path) as f:
             return json.load(f)
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise GnnrunError(f"{path} is not valid JSON ({exc}): {fix}") from None
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise GnnrunError(f"cannot read {path} ({reason}): {fix}") from None
 
 
-def read_manifest(directory: Path, name: str, version: int, what: str, fix: str) -> dict[str, Any]:
-    """Read `directory/name` (meta.json, manifest.json), refusing a missing one or another version.
+# What every file record of a manifest holds (see `save_array`).
+RECORD_FIELDS: dict[str, type] = {"bytes": int, "sha256": str, "shape": list, "dtype": str}
 
-    An interrupted atomic write leaves no directory, hence no manifest: "missing"
-    covers that case too.
+
+def read_manifest(
+    directory: Path,
+    name: str,
+    version: int,
+    what: str,
+    fix: str,
+    fields: dict[str, type | tuple[type, ...]] | None = None,
+    damaged_fix: str | None = None,
+) -> dict[str, Any]:
+    """Read `directory/name` (meta.json, manifest.json), refusing a missing one, another
+    version, or one of the wrong shape: not a JSON object, a file record without its
+    `RECORD_FIELDS`, or a top-level field of `fields` missing or of another type.
+
+    `fix` says how to make a missing one, `damaged_fix` (default `fix`) how to replace a
+    damaged one. An interrupted atomic write leaves no directory, hence no manifest:
+    "missing" covers that case too.
     """
     path = Path(directory) / name
+    damaged_fix = damaged_fix or fix
     if not path.is_file():
         raise GnnrunError(f"no {what} at {directory} ({name} missing); {fix}")
-    manifest = read_json(path, fix)
+    manifest = read_json(path, damaged_fix)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        raise GnnrunError(f"{path} is not a gnnrun {name} (no file records): {fix}")
+        raise GnnrunError(f"{path} is not a gnnrun {name} (no file records): {damaged_fix}")
     if manifest.get("format_version") != version:
         raise GnnrunError(
             f"{directory} holds {what} format {manifest.get('format_version')}, "
             f"this gnnrun reads {version}; {fix}"
         )
+    problem = shape_problem(manifest, fields or {})
+    for rel, record in manifest["files"].items():
+        problem = problem or shape_problem(record, RECORD_FIELDS, f"the record of {rel}")
+    if problem:
+        raise GnnrunError(f"{path} is damaged ({problem}): {damaged_fix}")
     return manifest
+
+
+def shape_problem(
+    value: Any, fields: dict[str, type | tuple[type, ...]], what: str = "it"
+) -> str | None:
+    """Why `value` is not a JSON object with `fields` of those types (None: it is)."""
+    if not isinstance(value, dict):
+        return f"{what} is {type(value).__name__}, not an object"
+    for key, kind in fields.items():
+        if key not in value:
+            return f"{what} lacks {key!r}"
+        if not isinstance(value[key], kind) or (kind is int and isinstance(value[key], bool)):
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            return f"{what} has {key!r} of type {type(value[key]).__name__}, expected {names}"
+    return None
 
 
 def sha256_file(path: Path, chunk: int = 1 << 24) -> str:

@@ -30,6 +30,15 @@ from gnnrun.io import (
 FORMAT_VERSION = 1
 ARRAY_NAMES = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
 TASKS = ("multiclass", "binary")
+# meta.json's fields that `load` reads besides the file records, and their JSON types.
+META_FIELDS: dict[str, type] = {
+    "name": str,
+    "num_classes": int,
+    "directed": bool,
+    "task": str,
+    "info": dict,
+    "checksum": str,
+}
 
 
 def task_for(num_classes: int) -> str:
@@ -162,23 +171,21 @@ class GraphDataset:
             FORMAT_VERSION,
             "prepared dataset",
             "create it with `gnnrun data prepare dataset=NAME`",
+            fields=META_FIELDS,
+            damaged_fix=_prepare_again("NAME", path),
         )
-        fix = (
-            f"prepare it again with `gnnrun data prepare dataset={meta.get('name', 'NAME')} "
-            f"--force` (the directory is {path})"
-        )
-        try:
-            records = {f"{n}.npy": meta["files"][n] for n in ARRAY_NAMES}
-            fields = {
-                "name": meta["name"],
-                "num_classes": int(meta["num_classes"]),
-                "directed": bool(meta["directed"]),
-                "task": meta["task"],
-                "info": meta.get("info", {}),
-                "checksum": meta["checksum"],
-            }
-        except (KeyError, TypeError, ValueError) as exc:
-            raise GnnrunError(f"{path / 'meta.json'} lacks {exc}: {fix}") from None
+        fix = _prepare_again(meta["name"], path)
+        missing = [f"{n}.npy" for n in ARRAY_NAMES if n not in meta["files"]]
+        if missing:
+            problem = f"it lacks the record of {', '.join(missing)}"
+        elif meta["task"] not in TASKS:
+            problem = f"its task {meta['task']!r} is not one of {', '.join(TASKS)}"
+        else:
+            problem = None
+        if problem:
+            raise GnnrunError(f"{path / 'meta.json'} is damaged ({problem}): {fix}")
+        records = {f"{n}.npy": meta["files"][n] for n in ARRAY_NAMES}
+        fields = {key: meta[key] for key in META_FIELDS}
         if not verify:
             check_files(path, records, fix)
         arrays = {
@@ -188,3 +195,10 @@ class GraphDataset:
             for name in ARRAY_NAMES
         }
         return cls(path=path, **fields, **arrays)
+
+
+def _prepare_again(name: str, path: Path) -> str:
+    return (
+        f"prepare it again with `gnnrun data prepare dataset={name} --force` "
+        f"(the directory is {path})"
+    )

@@ -47,11 +47,26 @@ from typing import Any
 import numpy as np
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import check_files, check_recorded_file, load_recorded_array, read_manifest
+from gnnrun.io import (
+    check_files,
+    check_recorded_file,
+    load_recorded_array,
+    read_manifest,
+    shape_problem,
+)
 
 FORMAT_VERSION = 1
 KINDS = ("edge_cut", "vertex_cut")
 COMMON_ARRAYS = ("nodes", "indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
+# manifest.json's fields that the loader reads besides the file records, and their JSON types.
+MANIFEST_FIELDS: dict[str, type] = {
+    "kind": str,
+    "method": str,
+    "num_parts": int,
+    "config": dict,
+    "dataset": dict,
+    "parts": list,
+}
 KIND_ARRAYS = {
     "edge_cut": COMMON_ARRAYS + ("halo_owner",),
     "vertex_cut": COMMON_ARRAYS + ("root_part", "clone_links"),
@@ -147,23 +162,20 @@ def open_partition(
     algorithm needs.
     """
     path = Path(path)
+    redo = _REDO.format(path=path)
     manifest = read_manifest(
         path,
         "manifest.json",
         FORMAT_VERSION,
         "partition",
         "create it with `gnnrun partition dataset=... partitioner=... partitioner.num_parts=...`",
+        fields=MANIFEST_FIELDS,
+        damaged_fix=redo,
     )
-    missing = [
-        k
-        for k in ("kind", "method", "num_parts", "config", "dataset", "parts")
-        if k not in manifest
-    ]
-    if missing:
-        raise GnnrunError(
-            f"{path / 'manifest.json'} lacks {', '.join(missing)}: {_REDO.format(path=path)}"
-        )
-    check_files(path, manifest["files"], _REDO.format(path=path))
+    problem = _layout_problem(manifest)
+    if problem:
+        raise GnnrunError(f"{path / 'manifest.json'} is damaged ({problem}): {redo}")
+    check_files(path, manifest["files"], redo)
     book = PartitionBook(path, manifest)
     if dataset_checksum is not None and book.dataset_checksum != dataset_checksum:
         raise GnnrunError(
@@ -182,6 +194,27 @@ def open_partition(
             f"needs kind {kind}: choose partitioner={'libra' if kind == 'vertex_cut' else 'metis'}"
         )
     return book
+
+
+def _layout_problem(manifest: dict[str, Any]) -> str | None:
+    """Why the manifest does not describe a whole partition of its kind (None: it does)."""
+    problem = shape_problem(manifest["dataset"], {"name": str, "checksum": str}, "its 'dataset'")
+    if problem:
+        return problem
+    if manifest["kind"] not in KINDS:
+        return f"its kind {manifest['kind']!r} is not one of {', '.join(KINDS)}"
+    if manifest["num_parts"] < 1 or len(manifest["parts"]) != manifest["num_parts"]:
+        return f"{len(manifest['parts'])} part entries for num_parts={manifest['num_parts']}"
+    expected = ["node_owner.npy", "node_local.npy"] + [
+        f"{part_dir_name(part)}/{name}.npy"
+        for part in range(manifest["num_parts"])
+        for name in KIND_ARRAYS[manifest["kind"]]
+    ]
+    missing = [rel for rel in expected if rel not in manifest["files"]]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        return f"it lacks the record of {', '.join(missing[:3])}{more}"
+    return None
 
 
 def _load_record(root: Path, rel: str, record: dict[str, Any]) -> np.ndarray:

@@ -159,7 +159,8 @@ def _refuse_write(path, payload):
     ("content", "message"),
     [
         ("{cut", "meta.json is not valid JSON"),
-        ('{"files": {}, "format_version": 1}', "lacks 'indptr'"),
+        ('{"files": {}, "format_version": 1}', r"meta.json is damaged \(it lacks 'name'\)"),
+        ("[1, 2]", "meta.json is not a gnnrun meta.json"),
     ],
 )
 def test_a_damaged_meta_json_is_one_clear_error(tmp_path, content, message):
@@ -167,6 +168,40 @@ def test_a_damaged_meta_json_is_one_clear_error(tmp_path, content, message):
     (tmp_path / "t" / "meta.json").write_text(content)
     with pytest.raises(GnnrunError, match=message):
         GraphDataset.load(tmp_path / "t")
+
+
+def _without_bytes(meta):
+    del meta["files"]["indices"]["bytes"]
+
+
+def _without_indptr(meta):
+    del meta["files"]["indptr"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (_without_bytes, "the record of indices lacks 'bytes'"),
+        (lambda meta: meta["files"].update(feat="x"), "the record of feat is str, not an object"),
+        (_without_indptr, "it lacks the record of indptr.npy"),
+        (lambda meta: meta.update(info=5), "it has 'info' of type int, expected dict"),
+        (lambda meta: meta.update(num_classes="4"), "it has 'num_classes' of type str"),
+        (lambda meta: meta.update(task="regression"), "its task 'regression' is not one of"),
+    ],
+)
+def test_a_meta_json_of_the_wrong_shape_is_one_clear_error(tmp_path, capsys, damage, problem):
+    first = prepare_dataset(tiny_cfg(tmp_path))
+    meta_path = tmp_path / "t" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    damage(meta)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(GnnrunError) as failure:
+        GraphDataset.load(tmp_path / "t")
+    message = str(failure.value)
+    assert f"{meta_path} is damaged ({problem}" in message and "\n" not in message
+    assert "gnnrun data prepare dataset=" in message and "--force" in message
+    assert prepare_dataset(tiny_cfg(tmp_path)).checksum == first.checksum  # made again
+    assert "preparing it again" in capsys.readouterr().err
 
 
 def test_a_damaged_prepared_copy_is_prepared_again_saying_why(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 
 import numpy as np
@@ -77,6 +78,42 @@ def test_an_invalid_manifest_is_one_clear_error(written):
     (written.path / "manifest.json").write_text("[1, 2]")
     with pytest.raises(GnnrunError, match="manifest.json is not a gnnrun manifest.json"):
         open_partition(written.path)
+
+
+def _drop_part_record(manifest):
+    del manifest["files"]["part-001/halo_owner.npy"]
+
+
+def _drop_bytes(manifest):
+    del manifest["files"]["part-000/feat.npy"]["bytes"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda m: m.update(dataset=5), "it has 'dataset' of type int, expected dict"),
+        (lambda m: m["dataset"].pop("checksum"), "its 'dataset' lacks 'checksum'"),
+        (lambda m: m.update(num_parts="2"), "it has 'num_parts' of type str, expected int"),
+        (lambda m: m.update(num_parts=3), "2 part entries for num_parts=3"),
+        (lambda m: m.update(kind="other"), "its kind 'other' is not one of edge_cut, vertex_cut"),
+        (lambda m: m.pop("parts"), "it lacks 'parts'"),
+        (_drop_bytes, "the record of part-000/feat.npy lacks 'bytes'"),
+        (_drop_part_record, "it lacks the record of part-001/halo_owner.npy"),
+    ],
+)
+def test_a_manifest_of_the_wrong_shape_is_one_clear_error(tiny, written, capsys, damage, problem):
+    path = written.path / "manifest.json"
+    manifest = json.loads(path.read_text())
+    damage(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(GnnrunError) as failure:
+        open_partition(written.path, dataset_checksum=tiny.checksum, world_size=2)
+    message = str(failure.value)
+    assert f"{path} is damaged ({problem})" in message and "gnnrun partition" in message
+    cfg = MetisPartitionerConfig(num_parts=2, output_dir=str(written.path))
+    ensure_partition(tiny, cfg)  # gnnrun train partitions again, saying why
+    assert f"partitioning again: {path} is damaged" in " ".join(capsys.readouterr().err.split())
+    assert open_partition(written.path).num_parts == 2
 
 
 def test_interrupted_write_leaves_old_partition_and_no_debris(tiny, written, monkeypatch):

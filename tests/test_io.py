@@ -1,0 +1,69 @@
+"""gnnrun.io: manifests that are damaged or of the wrong shape are one clear error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gnnrun.errors import GnnrunError
+from gnnrun.io import read_json, read_manifest
+
+RECORD = {"bytes": 128, "sha256": "0" * 64, "shape": [4], "dtype": "int64"}
+
+
+def _manifest(directory, **changes):
+    payload = {"format_version": 1, "files": {"a.npy": dict(RECORD)}, "name": "x"} | changes
+    (directory / "manifest.json").write_text(json.dumps(payload))
+
+
+def _read(directory):
+    return read_manifest(
+        directory, "manifest.json", 1, "thing", "make it", {"name": str}, "make it again"
+    )
+
+
+def test_read_json_names_the_file_and_the_fix(tmp_path):
+    (tmp_path / "cut.json").write_text('{"a": [1, 2')
+    with pytest.raises(GnnrunError, match=r"cut.json is not valid JSON \(.*\): write it again"):
+        read_json(tmp_path / "cut.json")
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(GnnrunError, match="binary.json is not valid JSON"):
+        read_json(tmp_path / "binary.json")
+    with pytest.raises(GnnrunError, match=rf"cannot read {tmp_path} \(is a directory\): redo"):
+        read_json(tmp_path, "redo")
+
+
+def test_read_manifest_accepts_a_whole_one(tmp_path):
+    _manifest(tmp_path)
+    assert _read(tmp_path)["files"]["a.npy"] == RECORD
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"name": 3}, "it has 'name' of type int, expected str"),
+        ({"files": {"a.npy": []}}, "the record of a.npy is list, not an object"),
+        ({"files": {"a.npy": RECORD | {"bytes": "128"}}}, "the record of a.npy has 'bytes' of"),
+        ({"files": {"a.npy": RECORD | {"bytes": True}}}, "the record of a.npy has 'bytes' of"),
+        ({"files": {"a.npy": {"bytes": 1}}}, "the record of a.npy lacks 'sha256'"),
+    ],
+)
+def test_read_manifest_refuses_the_wrong_shape(tmp_path, changes, problem):
+    _manifest(tmp_path, **changes)
+    with pytest.raises(GnnrunError) as failure:
+        _read(tmp_path)
+    message = str(failure.value)
+    assert message.startswith(f"{tmp_path / 'manifest.json'} is damaged ({problem}")
+    assert message.endswith("): make it again") and "\n" not in message
+
+
+def test_read_manifest_missing_and_other_version(tmp_path):
+    with pytest.raises(GnnrunError, match=r"no thing at .* \(manifest.json missing\); make it$"):
+        _read(tmp_path)
+    _manifest(tmp_path, format_version=2)
+    with pytest.raises(GnnrunError, match="holds thing format 2, this gnnrun reads 1; make it$"):
+        _read(tmp_path)
+    (tmp_path / "manifest.json").write_text('"just a string"')
+    with pytest.raises(GnnrunError, match="is not a gnnrun manifest.json.*: make it again$"):
+        _read(tmp_path)
