@@ -151,6 +151,20 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         f.write("\n")
 
 
+def write_json(path: Path, payload: Any) -> None:
+    """Write JSON into a directory that `atomic_directory` renames into place.
+
+    A plain write: the directory's rename is the atomic step. An OSError (a full
+    disk) propagates, so that `atomic_directory` names the directory being written,
+    not its temporary name, and removes the temporary directory.
+    """
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def read_json(path: Path, fix: str = "write it again") -> Any:
     """The JSON in `path`; a file that cannot be read or is not valid JSON is refused
     naming it and `fix`."""
@@ -308,7 +322,9 @@ def check_files(directory: Path, records: dict[str, dict[str, Any]], fix: str) -
 
 
 def mark_verified(directory: Path, records: dict[str, dict[str, Any]]) -> None:
-    """Remember files just written with these records as verified (no hash on first load)."""
+    """Remember files just written with these records as verified (no hash on first load).
+
+    For a directory being written inside `atomic_directory` (see `write_json`)."""
     directory = Path(directory)
     stamps = {}
     for rel, record in records.items():
@@ -318,4 +334,4 @@ def mark_verified(directory: Path, records: dict[str, dict[str, Any]]) -> None:
             "size": stat.st_size,
             "mtime_ns": stat.st_mtime_ns,
         }
-    write_json_atomic(directory / VERIFIED, stamps)
+    write_json(directory / VERIFIED, stamps)

@@ -1,13 +1,15 @@
-"""gnnrun.io: manifests that are damaged or of the wrong shape are one clear error."""
+"""gnnrun.io: manifests that are damaged or of the wrong shape are one clear error; a\ndirectory write that fails names the directory and leaves nothing behind."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import pytest
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import read_json, read_manifest
+from gnnrun.io import atomic_directory, read_json, read_manifest, write_json
 
 RECORD = {"bytes": 128, "sha256": "0" * 64, "shape": [4], "dtype": "int64"}
 
@@ -67,3 +69,21 @@ def test_read_manifest_missing_and_other_version(tmp_path):
     (tmp_path / "manifest.json").write_text('"just a string"')
     with pytest.raises(GnnrunError, match="is not a gnnrun manifest.json.*: make it again$"):
         _read(tmp_path)
+
+
+def test_a_failed_write_inside_atomic_directory_names_the_directory(tmp_path, monkeypatch):
+    final = tmp_path / "out"
+    with atomic_directory(final) as tmp:
+        write_json(tmp / "manifest.json", {"v": 1})
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(GnnrunError) as failure, atomic_directory(final) as tmp:
+        write_json(tmp / "manifest.json", {"v": 2})
+    assert str(failure.value) == (
+        f"cannot write {final}: no space left on device; free some space there, or write elsewhere"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the temporary is gone
+    assert json.loads((final / "manifest.json").read_text()) == {"v": 1}

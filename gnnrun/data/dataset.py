@@ -24,7 +24,7 @@ from gnnrun.io import (
     mark_verified,
     read_manifest,
     save_array,
-    write_json_atomic,
+    write_json,
 )
 
 FORMAT_VERSION = 1
@@ -140,7 +140,7 @@ class GraphDataset:
         with atomic_directory(path) as tmp:
             files = {name: save_array(tmp, name, array) for name, array in self.arrays().items()}
             checksum = combined_digest(files)
-            write_json_atomic(tmp / "meta.json", self._meta(files, checksum))
+            write_json(tmp / "meta.json", self._meta(files, checksum))
             mark_verified(tmp, {f"{name}.npy": record for name, record in files.items()})
         self.checksum, self.path = checksum, path
         return checksum

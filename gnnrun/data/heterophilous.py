@@ -16,6 +16,7 @@ ROC-AUC), else "multiclass".
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +49,11 @@ def load(cfg: HeterophilousDatasetConfig) -> GraphDataset:
                     f"{', '.join(KEYS)}); it is not a heterophilous-graphs file, {SOURCE_HINT}"
                 )
             arrays = {k: npz[k] for k in KEYS}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise GnnrunError(f"cannot read {path} as .npz ({exc}); {SOURCE_HINT}") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise GnnrunError(
+            f"cannot read {path} as .npz ({exc or type(exc).__name__}): the file looks cut short "
+            f"or damaged; download it again ({SOURCE_HINT})"
+        ) from None
 
     feat = np.ascontiguousarray(arrays["node_features"], dtype=np.float32)
     label = np.asarray(arrays["node_labels"]).astype(np.int64)

@@ -30,6 +30,7 @@ import contextlib
 import importlib.util
 import io
 import sys
+import zipfile
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,10 +167,54 @@ def _labels(raw: np.ndarray, num_nodes: int, num_classes: int, where: Path) -> n
     return label
 
 
-def _read_split(path: Path, num_nodes: int) -> np.ndarray:
+# What reading a cut or damaged raw file raises (pandas' ParserError is a ValueError,
+# gzip's BadGzipFile an OSError).
+READ_ERRORS = (
+    OSError,
+    ValueError,
+    KeyError,
+    RuntimeError,
+    EOFError,
+    zlib.error,
+    zipfile.BadZipFile,
+)
+
+
+def _damaged(path: Path, exc: BaseException, url: str) -> GnnrunError:
+    return GnnrunError(
+        f"cannot read {path} ({type(exc).__name__}: {exc}): the file looks cut short or "
+        f"damaged; unzip the official archive {url} again"
+    )
+
+
+def _first_damaged(paths: list[Path]) -> tuple[Path, BaseException] | None:
+    """The first of `paths` whose compressed stream is cut or corrupt, and what reading it
+    raised. Only run after a read failed: it decompresses each file once."""
+    import gzip
+
+    for path in paths:
+        try:
+            if path.name.endswith(".gz"):
+                with gzip.open(path, "rb") as f:
+                    while f.read(1 << 24):
+                        pass
+            elif path.suffix == ".npz":
+                with zipfile.ZipFile(path) as archive:
+                    bad = archive.testzip()
+                if bad is not None:
+                    raise zipfile.BadZipFile(f"bad CRC-32 for {bad}")
+        except READ_ERRORS as exc:
+            return path, exc
+    return None
+
+
+def _read_split(path: Path, num_nodes: int, url: str) -> np.ndarray:
     import pandas as pd
 
-    values = pd.read_csv(path, compression="gzip", header=None).to_numpy()
+    try:
+        values = pd.read_csv(path, compression="gzip", header=None).to_numpy()
+    except READ_ERRORS as exc:
+        raise _damaged(path, exc, url) from None
     idx = values.reshape(-1).astype(np.int64) if values.size else np.zeros(0, np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
         raise GnnrunError(
@@ -213,14 +258,10 @@ def load(cfg: OgbDatasetConfig) -> GraphDataset:
         graph, raw_labels = _read(directory, meta)
     except GnnrunError:
         raise
-    except (
-        OSError,
-        ValueError,
-        KeyError,
-        RuntimeError,
-        EOFError,
-        zlib.error,  # pandas' ParserError is a ValueError
-    ) as exc:
+    except READ_ERRORS as exc:
+        damaged = _first_damaged([directory / rel for rel in required_files(meta)])
+        if damaged is not None:
+            raise _damaged(*damaged, meta["url"]) from None
         raise GnnrunError(
             f"cannot read {name} from {directory} ({type(exc).__name__}: {exc}); the files look "
             f"damaged: unzip the official archive {meta['url']} again"
@@ -252,7 +293,7 @@ def load(cfg: OgbDatasetConfig) -> GraphDataset:
 
     split_dir = directory / "split" / meta["split"]
     train_idx, val_idx, test_idx = (
-        _read_split(split_dir / f"{p}.csv.gz", num_nodes) for p in SPLIT_PARTS
+        _read_split(split_dir / f"{p}.csv.gz", num_nodes, meta["url"]) for p in SPLIT_PARTS
     )
     return GraphDataset(
         name=cfg.name,

@@ -190,7 +190,8 @@ def load(cfg: PlanetoidDatasetConfig) -> GraphDataset:
     if tx.shape[0] != test_index.size or ty.shape[0] != test_index.size:
         raise GnnrunError(
             f"Planetoid {name} in {raw_dir}: tx/ty have {tx.shape[0]}/{ty.shape[0]} rows but "
-            f"test.index lists {test_index.size} ids; the files do not belong together ({SOURCE_HINT})"
+            f"test.index lists {test_index.size} ids; the files do not belong together or one is "
+            f"cut short: replace them with the originals ({SOURCE_HINT})"
         )
 
     test_sorted = np.sort(test_index)

@@ -14,7 +14,7 @@ from typing import Any
 from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_directory, mark_verified, save_array, write_json_atomic, writer_lock
+from gnnrun.io import atomic_directory, mark_verified, save_array, write_json, writer_lock
 from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
 from gnnrun.partition.edge_cut import EdgeCutBuilder
 from gnnrun.partition.registry import PARTITIONERS
@@ -88,7 +88,7 @@ def _write_partition(dataset: GraphDataset, cfg: PartitionerConfig, path: Path) 
             "timings": timings,
             "files": files,
         }
-        write_json_atomic(tmp / "manifest.json", manifest)
+        write_json(tmp / "manifest.json", manifest)
         mark_verified(tmp, files)
     return open_partition(path)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import numpy as np
 import pytest
@@ -212,3 +214,21 @@ def test_a_damaged_prepared_copy_is_prepared_again_saying_why(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "indices.npy does not match its checksum" in err and "preparing it again" in err
     assert again.checksum == first.checksum  # the same config makes the same data
+
+
+def test_a_full_disk_while_writing_meta_json_names_the_directory(tmp_path, monkeypatch):
+    first = prepare_dataset(tiny_cfg(tmp_path))
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)  # the first fsync is meta.json's, after the arrays
+    with pytest.raises(GnnrunError) as failure:
+        prepare_dataset(tiny_cfg(tmp_path), force=True)
+    monkeypatch.undo()
+    assert str(failure.value) == (
+        f"cannot write {tmp_path / 't'}: no space left on device; free some space there, "
+        "or write elsewhere"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".t.lock", "t"]  # no temporary left
+    assert GraphDataset.load(tmp_path / "t", verify=True).checksum == first.checksum

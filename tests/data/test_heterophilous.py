@@ -84,3 +84,16 @@ def test_missing_file_and_keys(tmp_path):
     np.savez(path, node_features=np.zeros((2, 2), np.float32))
     with pytest.raises(GnnrunError, match="lacks node_labels, edges"):
         build_dataset(_cfg(path))
+
+
+@pytest.mark.parametrize("cut", [0.0, 0.5, 0.95], ids=["empty", "half", "tail"])
+def test_a_cut_file_is_named_in_one_line(tmp_path, cut):
+    path = tmp_path / "roman.npz"
+    _write(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * cut)])
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(path))
+    message = str(failure.value)
+    assert message.startswith(f"cannot read {path} as .npz") and "\n" not in message
+    assert "download it again" in message

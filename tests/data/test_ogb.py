@@ -183,3 +183,17 @@ def test_damaged_labels(tmp_path, offline):
     _write_csv_dataset(tmp_path, labels=np.full(N, 40))
     with pytest.raises(GnnrunError, match=r"labels outside \[0, 40\)"):
         build_dataset(_cfg(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "rel", ["raw/edge.csv.gz", "raw/node-label.csv.gz", "split/time/valid.csv.gz"]
+)
+def test_a_cut_file_is_named_in_one_line(tmp_path, offline, rel):
+    victim = _write_csv_dataset(tmp_path) / rel
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(tmp_path))
+    message = str(failure.value)
+    assert message.startswith(f"cannot read {victim} (") and "\n" not in message
+    assert "cut short or damaged" in message and dataset_meta("ogbn-arxiv")["url"] in message

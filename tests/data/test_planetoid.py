@@ -147,3 +147,17 @@ def test_restricted_unpickler_refuses_other_globals(tmp_path):
     _dump(path, {"f": eval})  # a builtin callable that is not on the allow list
     with pytest.raises(GnnrunError, match=r"refusing to load (__builtin__|builtins)\.eval"):
         restricted_load(path)
+
+
+@pytest.mark.parametrize("part", ["allx", "graph", "test.index"])
+def test_a_cut_file_is_one_line(tmp_path, part):
+    raw_dir = tmp_path / "raw"
+    _write_citeseer_like(raw_dir, name="cora")
+    victim = raw_dir / f"ind.cora.{part}"
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(raw_dir))
+    message = str(failure.value)
+    assert str(raw_dir) in message and "kimiyoung/planetoid" in message and "\n" not in message
+    assert str(victim) in message or "cut short" in message

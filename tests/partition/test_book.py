@@ -149,6 +149,21 @@ def test_interrupted_first_write_leaves_nothing_that_loads(tiny, tmp_path, monke
         open_partition(target)
 
 
+def test_a_full_disk_while_writing_the_manifest_names_the_partition(tiny, written, monkeypatch):
+    manifest_before = (written.path / "manifest.json").read_text()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)  # the first fsync is manifest.json's
+    with pytest.raises(GnnrunError) as failure:
+        partition_dataset(tiny, PartitionerConfig(name="random", num_parts=2), written.path)
+    monkeypatch.undo()
+    assert str(failure.value).startswith(f"cannot write {written.path}: no space left on device")
+    assert sorted(p.name for p in written.path.parent.iterdir()) == [".part.lock", "part"]
+    assert (written.path / "manifest.json").read_text() == manifest_before
+
+
 def test_stale_temporaries_of_dead_writers_are_removed(tiny, written):
     debris = written.path.with_name(f"{written.path.name}.tmp-999999999-deadbeef")
     debris.mkdir()
