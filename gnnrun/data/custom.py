@@ -14,7 +14,8 @@ Vertex data, required:
 
 - `feat`: N x F float (any real or bool dtype; stored as float32);
 - `label`: N int, class ids 0..C-1, and -1 for unlabelled vertices. C is
-  `max(label) + 1`; the task is "binary" when C = 2, else "multiclass".
+  `max(label) + 1`, at most the number of labelled vertices (or 2); the task is
+  "binary" when C = 2, else "multiclass".
 
 Optional:
 
@@ -39,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnrun.config import CustomDatasetConfig
-from gnnrun.data.dataset import GraphDataset, task_for
+from gnnrun.data.dataset import GraphDataset, task_for, too_many_classes
 from gnnrun.data.graph import csr_from_edges, edges_from_csr, sorted_unique, stratified_split
 from gnnrun.data.registry import register_source
 from gnnrun.errors import GnnrunError
@@ -212,13 +213,8 @@ def load(cfg: CustomDatasetConfig) -> GraphDataset:
     if not np.any(label >= 0):
         raise _fail(path, "no vertex has a label (all are -1)")
     num_classes = int(label.max()) + 1
-    if num_classes > max(n, 2):  # the model's output layer would be num_classes wide
-        distinct = np.unique(label[label >= 0]).size
-        raise _fail(
-            path,
-            f"labels run up to {num_classes - 1} for {n} vertices ({distinct} distinct values): "
-            "renumber them 0..C-1, e.g. with numpy.unique(label, return_inverse=True)",
-        )
+    if problem := too_many_classes(label, num_classes):  # before anything that wide is made
+        raise GnnrunError(f"custom dataset {path}: {problem}")
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
         raise _fail(path, f"{kind} has vertex ids outside [0, {n}) (N from feat)")
 

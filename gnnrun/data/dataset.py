@@ -46,6 +46,24 @@ def task_for(num_classes: int) -> str:
     return "binary" if num_classes == 2 else "multiclass"
 
 
+def too_many_classes(label: np.ndarray, num_classes: int) -> str | None:
+    """Why `num_classes` = max(label) + 1 cannot be right (None when it is plausible): more
+    classes than labelled vertices means sparse class ids, and the model's output layer
+    (and every per-class buffer) would be that wide. For sources that take the class
+    count from the labels (custom, heterophilous); others have it from their metadata."""
+    labelled = label[label >= 0]
+    if num_classes <= max(labelled.size, 2):
+        return None
+    distinct = int(np.unique(labelled).size)
+    top = int(labelled.max()) if labelled.size else -1
+    return (
+        f"labels run up to {top} for {labelled.size} labelled vertices ({distinct} distinct "
+        f"values), which would make {num_classes} classes: renumber them 0..C-1 and keep -1 "
+        "for unlabelled vertices, e.g. label[label >= 0] = "
+        "numpy.unique(label[label >= 0], return_inverse=True)[1]"
+    )
+
+
 @dataclass
 class GraphDataset:
     """A node-classification graph: in-CSR, features, labels and the split.

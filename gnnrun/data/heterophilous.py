@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnrun.config import HeterophilousDatasetConfig
-from gnnrun.data.dataset import GraphDataset, task_for
+from gnnrun.data.dataset import GraphDataset, task_for, too_many_classes
 from gnnrun.data.graph import csr_from_edges
 from gnnrun.data.registry import register_source
 from gnnrun.errors import GnnrunError
@@ -87,6 +87,8 @@ def load(cfg: HeterophilousDatasetConfig) -> GraphDataset:
             f"{path}: edges do not fit the {n} vertices ({exc}); {SOURCE_HINT}"
         ) from None
     num_classes = int(label.max()) + 1 if label.size else 0
+    if problem := too_many_classes(label, num_classes):
+        raise GnnrunError(f"{path}: {problem}")
     train_idx, val_idx, test_idx = (
         np.flatnonzero(masks[k][cfg.split]).astype(np.int64) for k in ("train", "val", "test")
     )

@@ -240,10 +240,26 @@ def test_a_changed_file_is_prepared_again_a_moved_one_is_not(tmp_path, capsys):
 
 def test_labels_far_beyond_the_vertex_count_are_refused(tmp_path):
     path = _save(tmp_path, _encodings()["edges"], label=np.where(LABEL == 2, 10**9, LABEL))
-    with pytest.raises(
-        GnnrunError, match=r"labels run up to 1000000000 for 10 vertices \(3 distinct"
-    ):
+    with pytest.raises(GnnrunError) as failure:
         build_dataset(_cfg(path))
+    assert str(failure.value) == (
+        f"custom dataset {path}: labels run up to 1000000000 for 9 labelled vertices "
+        "(3 distinct values), which would make 1000000001 classes: renumber them 0..C-1 and "
+        "keep -1 for unlabelled vertices, e.g. label[label >= 0] = "
+        "numpy.unique(label[label >= 0], return_inverse=True)[1]"
+    )
+
+
+def test_more_classes_than_labelled_vertices_are_refused(tmp_path):
+    label = np.full(N, -1)
+    label[[0, 1, 2]] = [0, 4, 8]  # 9 classes for 3 labelled vertices, fewer than N = 10
+    path = _save(tmp_path, _encodings()["edges"], label=label)
+    with pytest.raises(GnnrunError, match=r"labels run up to 8 for 3 labelled vertices \(3 dis"):
+        build_dataset(_cfg(path))
+    label[[0, 1, 2]] = [0, 1, 1]  # two classes for three labelled vertices: fine
+    assert build_dataset(_cfg(_save(tmp_path, _encodings()["edges"], label=label))).task == (
+        "binary"
+    )
 
 
 def _prepared_cfg(tmp_path, path):

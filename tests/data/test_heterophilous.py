@@ -97,3 +97,10 @@ def test_a_cut_file_is_named_in_one_line(tmp_path, cut):
     message = str(failure.value)
     assert message.startswith(f"cannot read {path} as .npz") and "\n" not in message
     assert "download it again" in message
+
+
+def test_sparse_class_ids_are_refused(tmp_path):
+    path = tmp_path / "roman.npz"
+    _write(path, node_labels=np.arange(12) * 1000)  # 11,001 classes for 12 vertices
+    with pytest.raises(GnnrunError, match=r"labels run up to 11000 for 12 labelled vertices"):
+        build_dataset(_cfg(path))
