@@ -94,7 +94,9 @@ def _write_partition(dataset: GraphDataset, cfg: PartitionerConfig, path: Path) 
 
 
 def find_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> PartitionBook | None:
-    """The partition at cfg.output_dir if it was made from this dataset with this config."""
+    """The partition at cfg.output_dir if it was made from this dataset with this config;
+    None when there is none or it does not fit (`ensure_partition` says why, then
+    partitions again; `_reusable` gives the reason)."""
     return _reusable(dataset, cfg)[0]
 
 
