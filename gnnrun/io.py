@@ -68,7 +68,9 @@ def writer_lock(target: Path) -> Iterator[None]:
     """Hold an exclusive lock for writing `target` (a file `.<name>.lock` beside it).
 
     Two runs preparing the same dataset or partition at once would both write it;
-    with the lock, the second waits, then finds the first one's result.
+    with the lock, the second waits, then finds the first one's result. Where the
+    directory is read-only (shared data) nobody can write `target` there: an existing
+    `target` is then read unlocked; with none, the lock's `write_error` says so.
     """
     target = Path(target)
     lock = target.parent / f".{target.name}.lock"
@@ -76,7 +78,15 @@ def writer_lock(target: Path) -> Iterator[None]:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise write_error(lock, exc) from None
+        read_only = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and not os.access(
+            target.parent, os.W_OK
+        )
+        if not (read_only and target.exists()):
+            raise write_error(lock, exc) from None
+        fd = None  # nobody can write here, and there is something to read
+    if fd is None:
+        yield
+        return
     try:
         with contextlib.suppress(OSError):  # a file system without locks: go on unlocked
             fcntl.flock(fd, fcntl.LOCK_EX)

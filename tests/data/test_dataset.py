@@ -232,3 +232,20 @@ def test_a_full_disk_while_writing_meta_json_names_the_directory(tmp_path, monke
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == [".t.lock", "t"]  # no temporary left
     assert GraphDataset.load(tmp_path / "t", verify=True).checksum == first.checksum
+
+
+def test_a_read_only_data_root_is_read_without_the_writers_lock(tmp_path, monkeypatch):
+    first = prepare_dataset(tiny_cfg(tmp_path))
+    (tmp_path / ".t.lock").unlink()
+    real_open = os.open
+
+    def read_only_open(path, flags, *args):
+        if flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only_open)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert prepare_dataset(tiny_cfg(tmp_path)).checksum == first.checksum
+    with pytest.raises(GnnrunError, match=r"cannot write .*other/\.t\.lock: read-only file"):
+        prepare_dataset(tiny_cfg(tmp_path / "other"))  # none there to read: refused
