@@ -127,7 +127,7 @@ def load_kernel_file(stem: str) -> bool:
         staged = stage_source(source)
         first_use = not (staged.parent / kernel_cache.LAST_USED).exists()
         _clear_stale_lock(staged.parent / "lock", stem)
-        with _our_ninja_first():
+        with _path_independent_build():
             load(
                 name=f"gnnrun_{stem}",
                 sources=[str(staged)],
@@ -146,27 +146,51 @@ def load_kernel_file(stem: str) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _our_ninja_first() -> Iterator[None]:
-    """Build with the ninja of gnnrun's own `ninja` dependency, whatever PATH finds first.
-
-    torch runs the first `ninja` on PATH, and two ninja versions (a system one and
-    the environment's) read each other's build log as too old or too new and
-    rebuild every kernel: each switch of PATH cost a full rebuild (about a minute).
-    """
+def _our_ninja_dir() -> str | None:
+    """The folder of this environment's own ninja (gnnrun's `ninja` dependency), if any."""
     try:
         import ninja
 
-        ours = str(ninja.BIN_DIR)
-    except (ImportError, AttributeError):  # not installed as a package: PATH decides
-        yield
-        return
-    saved = os.environ.get("PATH", "")
-    os.environ["PATH"] = os.pathsep.join([ours, saved]) if saved else ours
+        folders = [ninja.BIN_DIR]  # the package's own lookup; "" when it found none
+    except (ImportError, AttributeError):
+        folders = []
+    folders.append(str(Path(sys.executable).parent))  # next to the running interpreter
+    for folder in folders:
+        if folder and os.access(Path(folder) / "ninja", os.X_OK):
+            return folder
+    return None
+
+
+@contextlib.contextmanager
+def _path_independent_build() -> Iterator[None]:
+    """Build the same way whatever PATH holds, so that no PATH change rebuilds the kernels.
+
+    ninja rebuilds a target whose command line changed, or whose build log it cannot
+    read; both depended on PATH, and each switch of PATH (gnnrun run as `gnnrun` with
+    the environment's bin on PATH, then by its full path without) rebuilt all six
+    kernels, about 70 s here:
+    - torch runs the first `ninja` on PATH, and two ninja versions (a system 1.11 and
+      the environment's 1.13) read each other's build log as foreign. So the
+      environment's own ninja goes first on PATH during the build.
+    - torch writes `cxx = ccache c++` into build.ninja when `ccache` (or `sccache`) is
+      on PATH and `cxx = c++` when not: another command line. gnnrun already caches
+      builds by content (`stage_source`), so the wrapper is turned off
+      (TORCH_NO_COMPILER_WRAPPER); an explicit CXX is still honoured.
+    """
+    saved = {name: os.environ.get(name) for name in ("PATH", "TORCH_NO_COMPILER_WRAPPER")}
+    ours = _our_ninja_dir()
+    if ours is not None:  # none: PATH decides, as torch would
+        path = saved["PATH"]
+        os.environ["PATH"] = os.pathsep.join([ours, path]) if path else ours
+    os.environ["TORCH_NO_COMPILER_WRAPPER"] = "1"
     try:
         yield
     finally:
-        os.environ["PATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _report_pruned(removed: list[Path]) -> None:

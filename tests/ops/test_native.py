@@ -88,3 +88,37 @@ def test_the_build_uses_our_ninja_whatever_path_finds_first(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
+
+
+def test_switching_path_rebuilds_nothing(tmp_path):
+    """gnnrun run by name with the environment's bin on PATH, then by its full path without
+    it (so another ninja, and here a ccache, come first): the second load builds nothing."""
+    import subprocess
+    import sys
+
+    ours = os.path.dirname(sys.executable)
+    system = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != ours]
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    marker = tmp_path / "ccache-ran"
+    (wrappers / "ccache").write_text(f'#!/bin/sh\ntouch {marker}\nexec "$@"\n')
+    (wrappers / "ccache").chmod(0o755)
+    script = "from gnnrun.ops.native import load_kernel_file; assert load_kernel_file('dropout')"
+    build = native.stage_source(native.KERNELS_DIR / "dropout.cpp").parent
+    stamps = []
+    for path in ([ours, *system], [str(wrappers), *system]):
+        env = {**os.environ, "PATH": os.pathsep.join(path)}
+        env.pop("GNNRUN_NO_NATIVE", None)
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        stamps.append(
+            {
+                f.name: f.stat().st_mtime_ns
+                for f in build.iterdir()
+                if f.suffix in {".ninja", ".o", ".so"}
+            }
+        )
+    assert stamps[1] == stamps[0]  # not rebuilt, nor its build file rewritten
+    assert not marker.exists()
