@@ -37,11 +37,16 @@ test-slurm: setup
 test-package: setup
 	$(BIN)/python -m pytest -q -m package
 
-# Style, then the import contracts of pyproject.toml (layers, no cycles).
+# Style, then the import contracts of pyproject.toml (layers, no cycles), then the
+# documentation's links: mkdocs (mkdocs.yml, strict) for docs/, and
+# tests/test_docs_links.py for README.md, CONTRIBUTING.md, CHANGELOG.md and benchmarks/
+# (no --quiet for mkdocs: it hides the warnings that --strict counts).
 lint: setup
 	$(BIN)/ruff check gnnrun tests scripts
 	$(BIN)/ruff format --check gnnrun tests scripts
 	$(BIN)/lint-imports
+	$(BIN)/mkdocs build --strict --site-dir build/site
+	$(BIN)/python -m pytest -q tests/test_docs_links.py
 
 format: setup
 	$(BIN)/ruff check --fix gnnrun tests scripts
