@@ -57,7 +57,8 @@ def with_self_loops(block: Block) -> Block:
     mask[loop_positions] = False
     indices[mask] = block.indices
     indices[loop_positions] = torch.arange(block.num_dst, dtype=indices.dtype)
-    looped = Block(indptr, indices, block.num_src, block.src_ids)
+    # Remote shards (SAR) stay with the block: the self-loops are local edges.
+    looped = Block(indptr, indices, block.num_src, block.src_ids, sharded=block.sharded)
     object.__setattr__(block, "_with_self_loops", looped)
     return looped
 

@@ -13,6 +13,11 @@ fallback when the kernel cannot be built.
 On a vertex-cut part (a Block with a `completion`), the part's edges give a
 split vertex only a partial sum: the completion adds its clones' partial sums
 (DRPA), and `mean` divides by the vertex's degree in the whole graph.
+
+A Block with a `sharded` aggregation (SAR's edge-cut parts) is handed to it:
+it adds the in-edges from other ranks' vertices. `aggregate_with_dst` and
+`aggregate_normalized` then take their composite path, whose one aggregation
+is such a sum (GCN's source scaling happens on each source's own rank).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ NATIVE_DTYPES = (torch.float32, torch.float64)
 def aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     """Aggregate source features `x` [num_src, ...] into destination rows [num_dst, ...]."""
     _check(block, x, reduce)
+    if block.sharded is not None:
+        return block.sharded.aggregate(block, x, reduce)
     if block.completion is None:
         return local_aggregate(block, x, reduce)
     with block.completion.local_phase():
@@ -90,10 +97,12 @@ def aggregate_normalized(
 
 
 def _native_applies(op: str, block: Block, x: torch.Tensor) -> bool:
-    """Whether a fused native op serves: built, a block without completion, float CPU x."""
+    """Whether a fused native op serves: built, a block with neither completion nor remote
+    shards, float CPU x."""
     return (
         native_op(op, "aggregate") is not None
         and block.completion is None
+        and block.sharded is None
         and x.dtype in NATIVE_DTYPES
         and x.device.type == "cpu"
     )

@@ -10,6 +10,8 @@ Rows without in-edges give 0. `gat_aggregate` runs the fused kernels in
 kernels/gat.cpp (forward and a hand-written backward) and falls back to
 `gat_aggregate_reference`, plain PyTorch autograd, when they cannot be built or
 the inputs are not CPU float32/float64. Attention dropout is not part of it.
+A Block with a `sharded` aggregation (SAR) is handed to it: its edge softmax
+spans the in-edges from other ranks' vertices too.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ def gat_aggregate(
     Native kernels for CPU float32/float64 (all three of one dtype); the reference otherwise.
     """
     _check_shapes(block, feat_src, el, er)
+    if block.sharded is not None:
+        return block.sharded.gat_aggregate(block, feat_src, el, er, negative_slope)
     native = (
         feat_src.dtype in NATIVE_DTYPES
         and el.dtype == feat_src.dtype

@@ -15,6 +15,12 @@ carries the graph's degrees of its vertices (`graph_degrees`), which
 normalisations use, and a `completion` that adds to each split vertex's
 partial aggregate what its clones in other parts aggregated (DistGNN's DRPA,
 gnnrun/algorithms/drpa.py).
+
+An edge-cut part trained full batch without halo rows (SAR) is a Block over
+the rank's own vertices only (num_src == num_dst), whose CSR holds the edges
+between them; its `sharded` aggregation adds the in-edges whose sources live
+on other ranks, fetching those rows itself (gnnrun/algorithms/shards.py). The
+aggregation ops hand such a block to it whole.
 """
 
 from __future__ import annotations
@@ -37,6 +43,27 @@ class Completion(Protocol):
         ...
 
 
+class ShardedAggregation(Protocol):
+    """Aggregates over a block's own edges and over in-edges from other ranks' vertices,
+    whose rows it fetches itself (gnnrun.algorithms.shards). `block`'s CSR is the local
+    shard: the edges among this rank's vertices (with GAT's self-loops where added)."""
+
+    def aggregate(self, block: Block, x: torch.Tensor, reduce: str) -> torch.Tensor:
+        """Sum or mean of x over every in-edge, remote sources included."""
+        ...
+
+    def gat_aggregate(
+        self,
+        block: Block,
+        feat_src: torch.Tensor,
+        el: torch.Tensor,
+        er: torch.Tensor,
+        negative_slope: float,
+    ) -> torch.Tensor:
+        """GAT's attention aggregation with the edge softmax over every in-edge."""
+        ...
+
+
 @dataclass
 class Block:
     indptr: torch.Tensor  # int64 [num_dst + 1]
@@ -45,6 +72,7 @@ class Block:
     src_ids: torch.Tensor | None = None  # int64 [num_src]
     graph_degrees: tuple[torch.Tensor, torch.Tensor] | None = None  # (in, out) in the whole graph
     completion: Completion | None = None
+    sharded: ShardedAggregation | None = None
 
     @property
     def num_dst(self) -> int:
