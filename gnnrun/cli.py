@@ -21,7 +21,7 @@ from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data
-GROUPS = ("dataset", "partitioner", "model", "algorithm", "cluster")
+GROUPS = ("dataset", "partitioner", "model", "optimizer", "algorithm", "cluster")
 EXAMPLES = """\
   gnnrun env
   gnnrun data info dataset=cora
@@ -62,7 +62,7 @@ def cmd_train(args: list[str]) -> int:
     if "--resume-sweep" in args:
         args = _resume_sweep_args(args)
     elif not any(a.startswith("-") for a in args) and _asks_for_slurm(args):
-        from gnnrun.config import register_schemas
+        from gnnrun.schemas import register_schemas
 
         register_schemas()
         check_overrides(args)  # as for any single run, before anything is submitted
@@ -177,8 +177,8 @@ def run_hydra(
     """Run `task` as a Hydra app over configs/ with these command-line overrides."""
     import hydra
 
-    from gnnrun.config import register_schemas
     from gnnrun.run_dir import release_all as release_run_dirs
+    from gnnrun.schemas import register_schemas
 
     register_schemas()
     check_overrides(overrides)
@@ -303,6 +303,13 @@ def _split_flags(arguments: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _unknown_key_message(cfg: DictConfig, key: str) -> str:
+    from gnnrun.config import RENAMED_KEYS
+
+    if key in RENAMED_KEYS:
+        names = RENAMED_KEYS[key]
+        here = [n for n in names if OmegaConf.select(cfg, n, default=None) is not None]
+        new = here[0] if here else " or ".join(names)
+        return f"'{key}' is now '{new}' (CHANGELOG.md): write {new}=..."
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
     if not isinstance(node, DictConfig):

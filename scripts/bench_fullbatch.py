@@ -9,7 +9,7 @@ DistGNN's Table 3 and Figure 3 in spirit, on this machine. Measured:
    run is a fresh `gnnrun train` subprocess; figures come from its
    `metrics.rank<R>.jsonl`. The epoch time of an epoch is the slowest rank's
    `epoch_s`; the table shows its median over the epochs after the warm-up
-   (`--warmup` epochs, and for cdr at least 2 x `algorithm.delay`: no remote
+   (`--warmup` epochs, and for cdr at least 2 x `algorithm.delay_epochs`: no remote
    aggregate arrives before epoch `delay`, and the exchanges in flight, with
    each rank's memory, keep growing for a few epochs more; the figures from
    just after `delay` were 25% faster than the steady state). Phases (fwd, bwd, ared, opt and
@@ -155,7 +155,7 @@ def train_run(
         overrides.append("algorithm.mode=full")
     if algorithm == "cdr":
         overrides += [
-            f"algorithm.delay={args.delay}",
+            f"algorithm.delay_epochs={args.delay}",
             f"algorithm.bins={args.bins}",
             f"algorithm.backward={args.backward}",
         ]
@@ -358,8 +358,8 @@ def training(args: argparse.Namespace, tmp: Path) -> list[dict]:
 
 
 def single_rank(args: argparse.Namespace) -> list[dict]:
-    from gnnrun.config import ModelConfig
     from gnnrun.models import build_model
+    from gnnrun.models.registry import ModelConfig
 
     torch.set_num_threads(args.threads)
     nodes, edges = args.dgl_nodes, args.dgl_edges
@@ -529,7 +529,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="synthetic-medium")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2, help="epochs left out of the medians")
-    parser.add_argument("--delay", type=int, default=5, help="cdr's algorithm.delay")
+    parser.add_argument("--delay", type=int, default=5, help="cdr's algorithm.delay_epochs")
     parser.add_argument(
         "--bins",
         type=int,

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 GNNRUN = str(Path(sys.executable).parent / "gnnrun")
-PAPER = {"cache_size": 1_000_000, "lifespan": 2, "push_limit": 2000, "delay": 1}
+PAPER = {"cache_size": 1_000_000, "lifespan": 2, "push_limit": 2000, "delay_minibatches": 1}
 GRID = [  # one HEC parameter changed at a time, on 2 ranks
     {"cache_size": 0},
     {"cache_size": 20_000},
@@ -49,8 +49,8 @@ GRID = [  # one HEC parameter changed at a time, on 2 ranks
     {"lifespan": 8},
     {"push_limit": 500},
     {"push_limit": 8000},
-    {"delay": 0},
-    {"delay": 4},
+    {"delay_minibatches": 0},
+    {"delay_minibatches": 4},
 ]
 
 

@@ -40,7 +40,8 @@ import json, resource, sys, time
 from unittest import mock
 import numpy as np
 from hydra import compose, initialize_config_dir
-from gnnrun.config import register_schemas, to_objects
+from gnnrun.config import to_objects
+from gnnrun.schemas import register_schemas
 from gnnrun.data import load_prepared
 from gnnrun.partition import partition_dataset
 import gnnrun.partition.metis as metis_module

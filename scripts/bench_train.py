@@ -57,8 +57,8 @@ from omegaconf import OmegaConf
 
 from gnnrun.algorithms.minibatch import step_key
 from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
-from gnnrun.config import ModelConfig
 from gnnrun.models import ACTIVATIONS, build_model
+from gnnrun.models.registry import ModelConfig
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
 

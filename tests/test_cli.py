@@ -129,7 +129,11 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         (["train", "model.fanouts=[0,0]"], "0 would train without neighbours"),
         (["train", "model.activation=tanh"], "choose one of relu, elu, gelu"),
         (["train", "model.aggregator=max"], "choose one of mean, gcn"),
-        (["train", "model.lr=0"], "model.lr must be positive"),
+        (["train", "optimizer.lr=0"], "optimizer.lr must be positive"),
+        (["train", "model.lr=0.01"], "'model.lr' is now 'optimizer.lr'"),
+        (["train", "algorithm=cdr", "algorithm.delay=2"], "now 'algorithm.delay_epochs'"),
+        (["train", "algorithm=hec", "algorithm.delay=2"], "now 'algorithm.delay_minibatches'"),
+        (["partition", "partitioner=libra", "partitioner.num_parts=65"], "at most 64 parts"),
         (["train", "hydra.run.dir=/proc/gnnrun-run"], "cannot write /proc/gnnrun-run"),
         (
             ["train", "dataset=synthetic-tiny", "paths.data_root=/proc/gnnrun-data"],
@@ -160,8 +164,10 @@ def test_nothing_is_written_to_the_working_directory(capsys, tmp_path, monkeypat
 
 
 def test_cfg_job_prints_the_composed_config(capsys):
-    code, out, err = run(capsys, "train", "--cfg", "job", "algorithm=hec", "algorithm.delay=3")
-    assert code == 0 and "cache_size: 1000000" in out and "delay: 3" in out
+    code, out, err = run(
+        capsys, "train", "--cfg", "job", "algorithm=hec", "algorithm.delay_minibatches=3"
+    )
+    assert code == 0 and "cache_size: 1000000" in out and "delay_minibatches: 3" in out
 
 
 def test_required_keys_are_set_as_documented(capsys, tmp_path):

@@ -28,7 +28,7 @@ from gnnrun.memory import allocator_library
             "partitioner=metis makes edge_cut partitions but algorithm=cd0 trains on vertex_cut "
             "partitions: choose partitioner= one of libra",
         ),
-        (["algorithm=cdr", "algorithm.delay=-1"], "algorithm.delay must be >= 0"),
+        (["algorithm=cdr", "algorithm.delay_epochs=-1"], "algorithm.delay_epochs must be >= 0"),
         (["algorithm=cdr", "algorithm.backward=stale"], "algorithm.backward must be one of"),
     ],
 )

@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
+from gnnrun.algorithms import ALGORITHMS
 from gnnrun.cli import CONFIG_DIR, GROUPS
-from gnnrun.config import SCHEMAS, register_schemas, to_objects
+from gnnrun.config import ClusterConfig, SlurmClusterConfig, to_objects
+from gnnrun.data import DATASET_SOURCES
 from gnnrun.errors import GnnrunError
+from gnnrun.models import LAYERS
+from gnnrun.partition import PARTITIONERS
+from gnnrun.schemas import register_schemas
+from gnnrun.train.optimizer import OPTIMIZERS
 
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONFIG_DIR / g).glob("*.yaml"))]
 # Options whose config leaves a required field for the user to give.
@@ -28,7 +34,18 @@ def test_every_option_composes_and_validates(group, option):
         cfg = compose("config", overrides=[f"{group}={option}", *REQUIRED.get((group, option), [])])
     config = to_objects(cfg)
     section = getattr(config, group)
-    assert type(section) in SCHEMAS[group].values(), f"{group}={option} is not typed by a schema"
+    assert type(section) is SCHEMA_OF[group](section), f"{group}={option} has the wrong schema"
+
+
+# The schema each group's option must be typed by: the one its implementation registered.
+SCHEMA_OF = {
+    "dataset": lambda s: DATASET_SOURCES.schema(s.source),
+    "partitioner": lambda s: PARTITIONERS.schema(s.name),
+    "model": lambda s: LAYERS.schema(s.name),
+    "optimizer": lambda s: OPTIMIZERS.schema(s.name),
+    "algorithm": lambda s: ALGORITHMS.schema(s.name),
+    "cluster": lambda s: SlurmClusterConfig if s.name == "slurm" else ClusterConfig,
+}
 
 
 def test_yaml_typo_in_a_config_file_fails_at_composition(tmp_path):

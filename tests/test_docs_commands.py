@@ -66,8 +66,9 @@ from markdown_it import MarkdownIt
 from omegaconf import OmegaConf
 
 from gnnrun.cli import CONFIG_DIR, check_overrides
-from gnnrun.config import TrainConfig, register_schemas, to_objects
+from gnnrun.config import TrainConfig, to_objects
 from gnnrun.errors import GnnrunError
+from gnnrun.schemas import register_schemas
 
 from .conftest import REPO, SHARED_DATASETS
 

@@ -11,8 +11,9 @@ from hydra import compose, initialize_config_dir
 
 import gnnrun.train.trainer as trainer
 from gnnrun.cli import CONFIG_DIR, main
-from gnnrun.config import register_schemas, to_objects
+from gnnrun.config import to_objects
 from gnnrun.launch.sweep import begin_point, finished_point, resume_arguments
+from gnnrun.schemas import register_schemas
 
 SWEEP = ["dataset=synthetic-tiny", "algorithm=single", "train.epochs=2", "train.seed=0,1,2"]
 

@@ -3,17 +3,32 @@ opening of a rank's own part that the partitioned ones share."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from omegaconf import MISSING
 
 from gnnrun.comm import Communicator
+from gnnrun.config import check
 from gnnrun.data import load_prepared
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.partition.book import PartitionBook, open_partition
 from gnnrun.timers import PhaseTimer
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = MISSING  # key in gnnrun.algorithms.ALGORITHMS
+    mode: str = "minibatch"  # single: full | minibatch
+
+    def validate(self) -> None:
+        check(
+            self.mode in ("full", "minibatch"),
+            f"algorithm.mode {self.mode!r}: choose full or minibatch",
+        )
 
 
 class Algorithm:

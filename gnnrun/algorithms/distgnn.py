@@ -3,7 +3,7 @@
 Each rank trains on its part's edges and a clone of every vertex they touch.
 Every aggregation is local (the part's edges), then completed across the
 clones of split vertices by DRPA (gnnrun/algorithms/drpa.py): synchronously
-every layer (cd0), delayed by `algorithm.delay` epochs and in `algorithm.bins`
+every layer (cd0), delayed by `algorithm.delay_epochs` epochs and in `algorithm.bins`
 turns (cdr), or not at all (zero_comm).
 
 Normalisations use the degree of the neighbourhood a clone aggregates over: a
@@ -28,16 +28,59 @@ measures the trained weights, not the training shortcut.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from gnnrun.algorithms.base import Algorithm, open_own_part
+from gnnrun.algorithms.base import Algorithm, AlgorithmConfig, open_own_part
 from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
 from gnnrun.algorithms.registry import ALGORITHMS
+from gnnrun.config import check
 from gnnrun.errors import GnnrunError
 from gnnrun.ops.block import Block
+
+BACKWARD_COMPLETIONS = ("autograd", "delayed", "exact")
+
+
+@dataclass
+class DistGNNConfig(AlgorithmConfig):
+    mode: str = "full"
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.mode == "full", "algorithm.mode: DistGNN's algorithms train full batch")
+
+
+@dataclass
+class DelayedAggregatesConfig(DistGNNConfig):
+    """cdr: remote partial aggregates sent at epoch t are used from epoch t + delay_epochs."""
+
+    delay_epochs: int = 5  # between sending split vertices' partial aggregates and using them
+    # Split vertices communicate in turn: bin (vertex id % bins) at the epochs = bin mod
+    # bins. None: one bin per epoch of delay (at least one), as DistGNN's released code
+    # groups them; a remote sum is then delay to 2 x delay - 1 epochs old.
+    bins: int | None = None
+    # How split clones complete their partial *gradients*: `autograd`, the gradient of
+    # the forward pass as it ran (stale remote sums are constants; delay 0 is cd0);
+    # `delayed` like the forward pass; `exact` synchronously every layer (DistGNN's
+    # released code). Completing gradients of a stale forward pass makes training
+    # oscillate (docs/algorithms/distgnn.md), hence the default.
+    backward: str = "autograd"
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.delay_epochs >= 0, "algorithm.delay_epochs must be >= 0 (0 is cd0)")
+        check(
+            self.bins is None or self.bins >= 1,
+            "algorithm.bins must be at least 1, or null for one bin per epoch of delay",
+        )
+        check(
+            self.backward in BACKWARD_COMPLETIONS,
+            f"algorithm.backward must be one of {BACKWARD_COMPLETIONS}, not {self.backward!r}",
+        )
+
 
 # Models whose layers only sum (or average) over in-neighbours; GAT's edge
 # softmax would need its maximum and denominator completed across clones too.
@@ -167,32 +210,32 @@ def training_clones(
     return ids, 1.0 / clones[ids].to(torch.float32)
 
 
-@ALGORITHMS.register("cd0")
+@ALGORITHMS.register("cd0", DistGNNConfig)
 class CD0(DistGNN):
     """Split vertices complete their aggregates every layer before going on: exact."""
 
     delay = 0
 
 
-@ALGORITHMS.register("cdr")
+@ALGORITHMS.register("cdr", DelayedAggregatesConfig)
 class CDR(DistGNN):
-    """Remote partial aggregates sent at epoch t are used from epoch t + algorithm.delay."""
+    """Remote partial aggregates sent at epoch t are used from epoch t + algorithm.delay_epochs."""
 
     def __init__(self, cfg, comm, timer) -> None:
-        self.delay = cfg.algorithm.delay
+        self.delay = cfg.algorithm.delay_epochs
         super().__init__(cfg, comm, timer)
 
     @staticmethod
     def num_bins(cfg) -> int:
         bins = cfg.algorithm.bins
-        return max(cfg.algorithm.delay, 1) if bins is None else bins
+        return max(cfg.algorithm.delay_epochs, 1) if bins is None else bins
 
     @staticmethod
     def backward_completion(cfg) -> str:
         return cfg.algorithm.backward
 
 
-@ALGORITHMS.register("zero_comm")
+@ALGORITHMS.register("zero_comm", DistGNNConfig)
 class ZeroComm(DistGNN):
     """Split vertices keep their local partial aggregates during training (0c)."""
 

@@ -357,6 +357,10 @@ class DelayedRemoteAggregates:
                 "the checkpoint's cdr state was written by an older gnnrun (before "
                 "2026-11-23) and cannot be resumed: start again without train.resume"
             )
+        # `delay_epochs` was `delay` before 2026-11-24.
+        saved_settings = {
+            ("delay_epochs" if k == "delay" else k): v for k, v in saved_settings.items()
+        }
         if saved_settings.get("backward") == "local" and self.delay != 0:
             # `autograd`'s name before 2026-11-23 (it then never completed gradients,
             # which is what autograd does at every delay but 0): the same run goes on.
@@ -383,7 +387,7 @@ class DelayedRemoteAggregates:
             self._slots[key] = slot
 
     def _settings(self) -> dict[str, Any]:
-        return {"delay": self.delay, "bins": self.num_bins, "backward": self.backward}
+        return {"delay_epochs": self.delay, "bins": self.num_bins, "backward": self.backward}
 
 
 class _Complete(torch.autograd.Function):

@@ -11,11 +11,11 @@ computed for its solid vertices that are halo vertices on other ranks
 random weighted by degree (Algorithm 2). What a layer consumes is pushed and
 loaded after dropout, as the layer sees it.
 
-The delay, defined once: an embedding computed at minibatch k is usable in the
-remote caches from minibatch k + max(delay, 1). With delay d >= 1 the push is
-an asynchronous all-to-all-v started at k and completed at k + d, just before
-that minibatch searches the same layer's cache, so d minibatches of compute
-overlap it (the paper's d). With delay 0 the exchange completes at once (no
+The delay d (`algorithm.delay_minibatches`), defined once: an embedding computed
+at minibatch k is usable in the remote caches from minibatch k + max(d, 1). With
+d >= 1 the push is an asynchronous all-to-all-v started at k and completed at
+k + d, just before that minibatch searches the same layer's cache, so d
+minibatches of compute overlap it (the paper's d). With d = 0 the exchange completes at once (no
 overlap), for the next minibatch. So a rank loading at minibatch j gets the
 latest embedding pushed at j - max(d, 1) or before. Minibatches are numbered
 on across epochs and pushes cross epoch boundaries (Algorithm 2 stops pushing d
@@ -38,15 +38,39 @@ from typing import Any
 import numpy as np
 import torch
 
+from gnnrun.algorithms.base import AlgorithmConfig
 from gnnrun.algorithms.minibatch import DistributedMinibatch, step_key
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource
 from gnnrun.comm import PendingExchange
+from gnnrun.config import check
 from gnnrun.errors import GnnrunError
 from gnnrun.ops.block import Block
 from gnnrun.ops.hec import HistoricalEmbeddingCache
 from gnnrun.ops.rows import take_rows
 from gnnrun.ops.sampling import sample_neighbors
+
+
+@dataclass
+class HistoricalEmbeddingCacheConfig(AlgorithmConfig):
+    """hec (DistGNN-MB): halo embeddings come from a per-layer cache filled by pushes.
+
+    Defaults are the paper's settings for every experiment (section 5).
+    """
+
+    cache_size: int = 1_000_000  # cs: cache lines per layer (input features included)
+    lifespan: int = 2  # ls: a line older than this many minibatches is purged
+    push_limit: int = 2000  # nc: embeddings pushed per layer to each remote rank per minibatch
+    # d: a push started at minibatch k is stored remotely at minibatch k + d
+    delay_minibatches: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.mode == "minibatch", "algorithm.mode: hec trains on minibatches")
+        check(self.cache_size >= 0, "algorithm.cache_size must be >= 0 (0: local-only training)")
+        check(self.lifespan >= 0, "algorithm.lifespan must be >= 0")
+        check(self.push_limit >= 0, "algorithm.push_limit must be >= 0")
+        check(self.delay_minibatches >= 0, "algorithm.delay_minibatches must be >= 0")
 
 
 class LocalPartSource(GraphSource):
@@ -82,13 +106,13 @@ class Push:
     rows: PendingExchange
 
 
-@ALGORITHMS.register("hec")
+@ALGORITHMS.register("hec", HistoricalEmbeddingCacheConfig)
 class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
         algo = cfg.algorithm
         self.cache_size, self.lifespan = algo.cache_size, algo.lifespan
-        self.push_limit, self.delay = algo.push_limit, algo.delay
+        self.push_limit, self.delay = algo.push_limit, algo.delay_minibatches
         self.local_source = LocalPartSource(self.source, comm.rank)
         part = self.part
         nodes = torch.from_numpy(np.array(part["nodes"], dtype=np.int64))

@@ -187,7 +187,7 @@ def _exchange_needs(
         torch.stack([s.rows, torch.bincount(s.csr.indices, minlength=s.num_rows)], 1)
         for s in remote
     ]
-    received = comm.exchange(needs, "sar_setup") if comm.distributed else needs
+    received = comm.exchange(needs, "shard_plan") if comm.distributed else needs
     out_degrees = torch.bincount(local_shard.indices, minlength=local_shard.num_dst)
     send_rows = []
     for peer, asked in enumerate(received):

@@ -35,15 +35,29 @@ duplicate edges are always dropped.
 from __future__ import annotations
 
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from omegaconf import MISSING
 
-from gnnrun.config import CustomDatasetConfig
 from gnnrun.data.dataset import GraphDataset, task_for, too_many_classes
 from gnnrun.data.graph import csr_from_edges, edges_from_csr, sorted_unique, stratified_split
-from gnnrun.data.registry import register_source
+from gnnrun.data.registry import DatasetConfig, SplitFractions, register_source
 from gnnrun.errors import GnnrunError
+
+
+@dataclass
+class CustomDatasetConfig(DatasetConfig):
+    source: str = "custom"
+    path: str = MISSING  # a .npz file, layout in the README
+    to_undirected: bool = True
+    split: SplitFractions = field(default_factory=SplitFractions)  # used when the file has no split
+
+    def validate(self) -> None:
+        super().validate()
+        self.split.validate("dataset.split")
+
 
 GRAPH_KEYS = {"edge_index": ("edge_index",), "edges": ("edges",), "csr": ("indptr", "indices")}
 SPLIT_IDX = ("train_idx", "val_idx", "test_idx")
@@ -171,7 +185,7 @@ def _split_from_file(
     return tuple(parts)
 
 
-@register_source("custom", inputs=lambda cfg: [Path(cfg.path)])
+@register_source("custom", CustomDatasetConfig, inputs=lambda cfg: [Path(cfg.path)])
 def load(cfg: CustomDatasetConfig) -> GraphDataset:
     path = Path(cfg.path)
     arrays = _load(path)

@@ -17,15 +17,31 @@ from __future__ import annotations
 
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from omegaconf import MISSING
 
-from gnnrun.config import HeterophilousDatasetConfig
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset, task_for, too_many_classes
 from gnnrun.data.graph import csr_from_edges
-from gnnrun.data.registry import register_source
+from gnnrun.data.registry import DatasetConfig, register_source
 from gnnrun.errors import GnnrunError
+
+
+@dataclass
+class HeterophilousDatasetConfig(DatasetConfig):
+    """The npz layout of Platonov et al.'s heterophilous benchmarks (tolokers, ...)."""
+
+    source: str = "heterophilous"
+    file: str = MISSING
+    split: int = 0  # which of the file's fixed splits
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.split >= 0, "dataset.split must be >= 0")
+
 
 KEYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
 SOURCE_HINT = (
@@ -33,7 +49,7 @@ SOURCE_HINT = (
 )
 
 
-@register_source("heterophilous", inputs=lambda cfg: [Path(cfg.file)])
+@register_source("heterophilous", HeterophilousDatasetConfig, inputs=lambda cfg: [Path(cfg.file)])
 def load(cfg: HeterophilousDatasetConfig) -> GraphDataset:
     path = Path(cfg.file)
     if not path.is_file():

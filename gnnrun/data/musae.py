@@ -24,16 +24,34 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from omegaconf import MISSING
 
-from gnnrun.config import MusaeDatasetConfig
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, stratified_split
-from gnnrun.data.registry import register_source
+from gnnrun.data.registry import DatasetConfig, SplitFractions, register_source
 from gnnrun.errors import GnnrunError
+
+
+@dataclass
+class MusaeDatasetConfig(DatasetConfig):
+    source: str = "musae"
+    raw_dir: str = MISSING
+    prefix: str = "facebook"  # <prefix>_edges.csv, <prefix>_features.json, <prefix>_target.csv
+    label_column: str = "page_type"
+    feature_dim: int = 128  # truncated SVD of the sparse bag of feature ids; 0 keeps them dense
+    split: SplitFractions = field(default_factory=lambda: SplitFractions(0.2, 0.2, 0.6))
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.feature_dim >= 0, "dataset.feature_dim must be >= 0")
+        self.split.validate("dataset.split")
+
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -163,7 +181,7 @@ def truncated_svd(matrix: sp.spmatrix, k: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray((u * (s * signs)).astype(np.float32))
 
 
-@register_source("musae", inputs=lambda cfg: list(_paths(cfg).values()))
+@register_source("musae", MusaeDatasetConfig, inputs=lambda cfg: list(_paths(cfg).values()))
 def load(cfg: MusaeDatasetConfig) -> GraphDataset:
     files = _files(cfg)
     label, classes = _read_target(files["target"], cfg.label_column)

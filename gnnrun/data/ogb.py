@@ -32,16 +32,34 @@ import io
 import sys
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from omegaconf import MISSING
 
-from gnnrun.config import OgbDatasetConfig
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, sorted_unique
-from gnnrun.data.registry import register_source
+from gnnrun.data.registry import DatasetConfig, register_source
 from gnnrun.errors import GnnrunError
+
+
+@dataclass
+class OgbDatasetConfig(DatasetConfig):
+    source: str = "ogb"
+    ogb_name: str = MISSING  # e.g. ogbn-arxiv
+    root: str = "${paths.raw_root}/ogb"  # holds <ogb_name with _ for ->/raw, split/...
+    to_undirected: bool = True  # add reverse edges to directed graphs (arxiv, papers100M)
+
+    def validate(self) -> None:
+        super().validate()
+        check(
+            self.ogb_name.startswith("ogbn-"),
+            f"dataset.ogb_name {self.ogb_name!r} is not an ogbn-* name",
+        )
+
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -246,7 +264,7 @@ def _read(directory: Path, meta: pd.Series) -> tuple[dict[str, Any], np.ndarray]
     return graphs[0], labels
 
 
-@register_source("ogb", inputs=lambda cfg: input_files(cfg))
+@register_source("ogb", OgbDatasetConfig, inputs=lambda cfg: input_files(cfg))
 def load(cfg: OgbDatasetConfig) -> GraphDataset:
     name = cfg.ogb_name
     meta = dataset_meta(name)

@@ -33,16 +33,33 @@ import codecs
 import collections
 import io
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import MISSING
 
-from gnnrun.config import PlanetoidDatasetConfig
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges
-from gnnrun.data.registry import register_source
+from gnnrun.data.registry import DatasetConfig, register_source
 from gnnrun.errors import GnnrunError
+
+
+@dataclass
+class PlanetoidDatasetConfig(DatasetConfig):
+    source: str = "planetoid"
+    planetoid_name: str = MISSING  # cora | citeseer | pubmed: the ind.<name>.* file prefix
+    raw_dir: str = MISSING
+
+    def validate(self) -> None:
+        super().validate()
+        check(
+            self.planetoid_name in ("cora", "citeseer", "pubmed"),
+            f"dataset.planetoid_name {self.planetoid_name!r} is not one of cora, citeseer, pubmed",
+        )
+
 
 PICKLED = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 FILES = (*PICKLED, "test.index")
@@ -174,6 +191,7 @@ def _edges_from_adjacency(graph: Any, path: Path) -> tuple[np.ndarray, np.ndarra
 
 @register_source(
     "planetoid",
+    PlanetoidDatasetConfig,
     inputs=lambda cfg: [_path(Path(cfg.raw_dir), cfg.planetoid_name, part) for part in FILES],
 )
 def load(cfg: PlanetoidDatasetConfig) -> GraphDataset:

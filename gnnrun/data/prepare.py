@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from gnnrun.config import DatasetConfig
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.data.registry import DATASET_SOURCES
+from gnnrun.data.registry import DATASET_SOURCES, DatasetConfig
 from gnnrun.errors import GnnrunError
 from gnnrun.io import read_json, sha256_file, write_json_atomic, writer_lock
 

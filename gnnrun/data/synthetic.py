@@ -22,15 +22,45 @@ config gives the same bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from gnnrun.config import SyntheticDatasetConfig
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges
-from gnnrun.data.registry import register_source
+from gnnrun.data.registry import DatasetConfig, SplitFractions, register_source
 
 
-@register_source("synthetic")
+@dataclass
+class SyntheticDatasetConfig(DatasetConfig):
+    source: str = "synthetic"
+    num_nodes: int = 2000
+    avg_degree: float = 10.0  # directed edges per vertex after symmetrisation
+    num_classes: int = 8  # one community per class
+    feat_dim: int = 32
+    homophily: float = 0.8  # probability that an edge stays inside its community
+    power_law_exponent: float = 2.5  # of the expected-degree distribution
+    max_degree_fraction: float = 0.01  # caps expected degree at this share of the nodes
+    feature_noise: float = 1.0  # noise std relative to the class-centroid spread
+    split: SplitFractions = field(default_factory=SplitFractions)
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.num_nodes >= 2, "dataset.num_nodes must be at least 2")
+        check(0 < self.avg_degree < self.num_nodes, "dataset.avg_degree must be in (0, num_nodes)")
+        check(
+            2 <= self.num_classes <= self.num_nodes, "dataset.num_classes must be in [2, num_nodes]"
+        )
+        check(self.feat_dim >= 1, "dataset.feat_dim must be positive")
+        check(0 <= self.homophily <= 1, "dataset.homophily must be in [0, 1]")
+        check(self.power_law_exponent > 2, "dataset.power_law_exponent must exceed 2 (finite mean)")
+        check(0 < self.max_degree_fraction <= 1, "dataset.max_degree_fraction must be in (0, 1]")
+        check(self.feature_noise >= 0, "dataset.feature_noise must be >= 0")
+        self.split.validate("dataset.split")
+
+
+@register_source("synthetic", SyntheticDatasetConfig)
 def generate(cfg: SyntheticDatasetConfig) -> GraphDataset:
     rng = np.random.default_rng(cfg.seed)
     n, c = cfg.num_nodes, cfg.num_classes

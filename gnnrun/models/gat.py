@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from gnnrun.config import ModelConfig
-from gnnrun.models.registry import LAYERS
+from gnnrun.config import check
+from gnnrun.models.registry import LAYERS, ModelConfig
 from gnnrun.ops.attention import gat_aggregate
 from gnnrun.ops.block import Block
+
+
+@dataclass
+class GatConfig(ModelConfig):
+    def validate(self) -> None:
+        super().validate()
+        check(
+            self.layers == 1 or self.hidden % self.heads == 0,
+            f"model.hidden ({self.hidden}) must be a multiple of model.heads ({self.heads}): "
+            "hidden GAT layers concatenate their heads",
+        )
 
 
 class GATConv(torch.nn.Module):
@@ -63,6 +76,6 @@ def with_self_loops(block: Block) -> Block:
     return looped
 
 
-@LAYERS.register("gat")
+@LAYERS.register("gat", GatConfig)
 def gat_layer(in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool) -> torch.nn.Module:
     return GATConv(in_dim, out_dim, cfg.heads, concat=not is_last)

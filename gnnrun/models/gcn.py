@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnrun.config import ModelConfig
-from gnnrun.models.registry import LAYERS
+from gnnrun.models.registry import LAYERS, ModelConfig
 from gnnrun.ops.aggregate import aggregate_normalized
 from gnnrun.ops.block import Block
 

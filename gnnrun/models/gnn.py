@@ -6,15 +6,12 @@ from collections.abc import Callable
 
 import torch
 
-from gnnrun.config import ModelConfig
-from gnnrun.models.registry import LAYERS
+from gnnrun.models.registry import ACTIVATIONS, LAYERS, ModelConfig
 from gnnrun.ops.block import Block
 from gnnrun.ops.dropout import dropout, relu_dropout
 
 # What a layer is about to consume may be replaced: (layer, block, rows) -> (block, rows).
 LayerInput = Callable[[int, Block, torch.Tensor], tuple[Block, torch.Tensor]]
-# One function per name that config.ACTIVATIONS accepts.
-ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch.nn.functional.gelu}
 
 
 class Dropout(torch.nn.Module):

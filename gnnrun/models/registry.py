@@ -1,13 +1,56 @@
 """`model.name` -> the builder of one layer: (in_dim, out_dim, cfg, is_last) -> a module
-with forward(block, x_src) -> x_dst."""
+with forward(block, x_src) -> x_dst; and the settings every model shares (`ModelConfig`;
+a model with settings of its own registers a subclass)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
+from omegaconf import MISSING
 
-from gnnrun.config import ModelConfig
+from gnnrun.config import check
 from gnnrun.registry import Registry
 
-LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry("model")
+# `model.activation` -> the function between layers.
+ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch.nn.functional.gelu}
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING  # a key of LAYERS
+    hidden: int = 256
+    layers: int = 2
+    dropout: float = 0.5  # on hidden features, after each activation
+    # On the input features. Kipf & Welling's GCN and DGL's full-batch examples
+    # drop inputs; DGL's minibatch examples (and the papers' presets) do not.
+    input_dropout: float = 0.0
+    activation: str = "relu"
+    aggregator: str = "mean"  # sage: mean | gcn (gnnrun.models.sage)
+    heads: int = 1  # gat (gnnrun.models.gat)
+    fanouts: list[int] = field(default_factory=lambda: [10, 25])  # seeds first (PyG order)
+    batch_size: int = 1000
+
+    def validate(self) -> None:
+        check(self.layers >= 1, "model.layers must be at least 1")
+        check(self.hidden >= 1, "model.hidden must be positive")
+        check(0 <= self.dropout < 1, "model.dropout must be in [0, 1)")
+        check(0 <= self.input_dropout < 1, "model.input_dropout must be in [0, 1)")
+        check(len(self.fanouts) == self.layers, "model.fanouts needs one entry per layer")
+        check(
+            all(f >= 1 or f == -1 for f in self.fanouts),
+            f"model.fanouts {list(self.fanouts)}: each entry is the neighbours sampled per "
+            "vertex, at least 1 (or -1 for all of them; 0 would train without neighbours)",
+        )
+        check(self.batch_size >= 1, "model.batch_size must be positive")
+        check(
+            self.activation in ACTIVATIONS,
+            f"model.activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}",
+        )
+        check(self.heads >= 1, f"model.heads must be at least 1 (got {self.heads})")
+
+
+LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry(
+    "model", group="model", base_schema=ModelConfig
+)

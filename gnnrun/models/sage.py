@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from gnnrun.config import ModelConfig
-from gnnrun.models.registry import LAYERS
+from gnnrun.config import check
+from gnnrun.models.registry import LAYERS, ModelConfig
 from gnnrun.ops.aggregate import aggregate, aggregate_normalized, aggregate_with_dst
 from gnnrun.ops.block import Block
+
+AGGREGATORS = ("mean", "gcn")
+
+
+@dataclass
+class SageConfig(ModelConfig):
+    def validate(self) -> None:
+        super().validate()
+        check(
+            self.aggregator in AGGREGATORS,
+            f"model.aggregator {self.aggregator!r}: choose one of {', '.join(AGGREGATORS)}",
+        )
 
 
 class SAGEConv(torch.nn.Module):
@@ -20,7 +34,7 @@ class SAGEConv(torch.nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, aggregator: str) -> None:
         super().__init__()
-        if aggregator not in ("mean", "gcn"):
+        if aggregator not in AGGREGATORS:
             raise ValueError(f"model.aggregator {aggregator!r}: choose mean or gcn")
         self.aggregator = aggregator
         self.neigh = torch.nn.Linear(in_dim, out_dim, bias=aggregator == "gcn")
@@ -49,6 +63,6 @@ class SAGEConv(torch.nn.Module):
         return self.neigh(aggregate_normalized(block, x, None, scale))
 
 
-@LAYERS.register("sage")
+@LAYERS.register("sage", SageConfig)
 def sage_layer(in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool) -> torch.nn.Module:
     return SAGEConv(in_dim, out_dim, cfg.aggregator)

@@ -8,17 +8,29 @@ sorted order would pile whole neighbourhoods onto one part.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from gnnrun.config import PartitionerConfig
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import edges_from_csr
 from gnnrun.ops.native import native_op, to_tensor
-from gnnrun.partition.registry import Assignment, register_partitioner
+from gnnrun.partition.registry import Assignment, PartitionerConfig, register_partitioner
 
 # A part may run this far above the average load before an edge goes to the
 # globally least-loaded part instead (keeps edge counts within a few percent).
 BALANCE_SLACK = 0.05
+
+
+@dataclass
+class LibraPartitionerConfig(PartitionerConfig):
+    name: str = "libra"
+
+    def validate(self) -> None:
+        super().validate()
+        # The parts holding a vertex are one 64-bit mask per vertex.
+        check(self.num_parts <= 64, f"libra supports at most 64 parts, not {self.num_parts}")
 
 
 def libra_assign_reference(
@@ -56,8 +68,8 @@ def libra_assign(
     ).numpy()
 
 
-@register_partitioner("libra", "vertex_cut")
-def libra_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> Assignment:
+@register_partitioner("libra", "vertex_cut", LibraPartitionerConfig)
+def libra_partition(dataset: GraphDataset, cfg: LibraPartitionerConfig) -> Assignment:
     n = dataset.num_nodes
     src, dst = edges_from_csr(dataset.indptr, dataset.indices)
     if dataset.directed:

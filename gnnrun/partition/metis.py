@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from gnnrun.config import MetisPartitionerConfig, TwoLevelPartitionerConfig
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, edges_from_csr
-from gnnrun.partition.registry import Assignment, register_partitioner
+from gnnrun.partition.registry import Assignment, PartitionerConfig, register_partitioner
+
+
+@dataclass
+class MetisPartitionerConfig(PartitionerConfig):
+    name: str = "metis"
+    # Balance train/val/test vertex counts and edges per part as extra METIS
+    # constraints, as DistDGL does; off: balance vertices only.
+    balance_splits: bool = True
+    balance_edges: bool = True
+
+
+@dataclass
+class TwoLevelPartitionerConfig(MetisPartitionerConfig):
+    name: str = "two_level"
+    num_machines: int = 1  # first level; num_parts / num_machines trainers per machine
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.num_machines >= 1, "partitioner.num_machines must be at least 1")
+        check(
+            self.num_parts % self.num_machines == 0,
+            f"partitioner.num_parts ({self.num_parts}) must be a multiple of "
+            f"partitioner.num_machines ({self.num_machines})",
+        )
 
 
 def vertex_weights(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> np.ndarray:
@@ -59,7 +85,7 @@ def run_metis(
     return np.frombuffer(result.vertex_part, dtype=np.int64).astype(np.int32), int(result.edge_cuts)
 
 
-@register_partitioner("metis", "edge_cut")
+@register_partitioner("metis", "edge_cut", MetisPartitionerConfig)
 def metis_partition(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> Assignment:
     indptr, indices = metis_adjacency(dataset)
     weights = vertex_weights(dataset, cfg)
@@ -67,7 +93,7 @@ def metis_partition(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> Assig
     return Assignment(parts, {"metis_edge_cut": cut, "constraints": int(weights.shape[1])})
 
 
-@register_partitioner("two_level", "edge_cut")
+@register_partitioner("two_level", "edge_cut", TwoLevelPartitionerConfig)
 def two_level_partition(dataset: GraphDataset, cfg: TwoLevelPartitionerConfig) -> Assignment:
     """METIS over machines, then METIS over the trainers of each machine (DistDGLv2).
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.partition.registry import Assignment, register_partitioner
+from gnnrun.partition.registry import Assignment, PartitionerConfig, register_partitioner
 
 
 @register_partitioner("random", "edge_cut")

@@ -7,11 +7,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from omegaconf import II, MISSING
 
-from gnnrun.config import PartitionerConfig
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
 from gnnrun.registry import Registry
+
+
+@dataclass
+class PartitionerConfig:
+    name: str = MISSING  # key in gnnrun.partition.PARTITIONERS
+    num_parts: int = II("cluster.nprocs")  # one part per rank unless told otherwise
+    seed: int = 0
+    output_dir: str = (
+        "${paths.data_root}/partitions/${dataset.name}/${partitioner.name}-${partitioner.num_parts}"
+    )
+
+    def validate(self) -> None:
+        check(self.num_parts >= 1, "partitioner.num_parts must be at least 1")
 
 
 @dataclass
@@ -28,14 +42,17 @@ class Partitioner:
     assign: Callable[[GraphDataset, Any], Assignment]
 
 
-PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
+PARTITIONERS: Registry[Partitioner] = Registry(
+    "partitioner", group="partitioner", base_schema=PartitionerConfig
+)
 
 
-def register_partitioner(name: str, kind: str) -> Callable:
-    """Register `assign` under `name` as a partitioner of `kind` (a key of BUILDERS)."""
+def register_partitioner(name: str, kind: str, schema: type | None = None) -> Callable:
+    """Register `assign` under `name` as a partitioner of `kind` (a key of BUILDERS), with
+    its config schema (PartitionerConfig unless it has settings of its own)."""
 
     def add(assign: Callable[[GraphDataset, Any], Assignment]) -> Callable:
-        PARTITIONERS.register(name)(Partitioner(kind, assign))
+        PARTITIONERS.register(name, schema)(Partitioner(kind, assign))
         return assign
 
     return add

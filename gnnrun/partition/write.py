@@ -11,13 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gnnrun.config import PartitionerConfig
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
 from gnnrun.io import atomic_directory, mark_verified, save_array, write_json, writer_lock
 from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
 from gnnrun.partition.edge_cut import EdgeCutBuilder
-from gnnrun.partition.registry import PARTITIONERS
+from gnnrun.partition.registry import PARTITIONERS, PartitionerConfig
 from gnnrun.partition.vertex_cut import VertexCutBuilder
 
 BUILDERS = {"edge_cut": EdgeCutBuilder, "vertex_cut": VertexCutBuilder}

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gnnrun.config import RENAMED_KEYS
 from gnnrun.data import dataset_identity
 from gnnrun.errors import GnnrunError
 from gnnrun.train.checkpoint import algorithm_checkpoint, load_checkpoint
@@ -35,15 +36,17 @@ REFUSED = (
     "model.aggregator",
     "model.activation",
     "algorithm.name",
+    "optimizer.name",
     "dataset",
 )
-APPLIED = ("model.lr", "model.weight_decay")
+APPLIED = ("optimizer.lr", "optimizer.weight_decay")
 _PARTITION_LOCATION = "output_dir"
 
 
 def settings_of(cfg) -> dict[str, Any]:
     """The settings a checkpoint records, as flat `section.key` names."""
     flat = {f"model.{k}": v for k, v in dataclasses.asdict(cfg.model).items()}
+    flat |= {f"optimizer.{k}": v for k, v in dataclasses.asdict(cfg.optimizer).items()}
     flat |= {f"algorithm.{k}": v for k, v in dataclasses.asdict(cfg.algorithm).items()}
     flat |= {
         f"partitioner.{k}": v
@@ -65,7 +68,20 @@ class SettingChanges:
     diverging: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
+def under_current_names(saved: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's settings with renamed keys (config.RENAMED_KEYS) under the names
+    `now` uses; a checkpoint from before the optimizer group was stepped by Adam."""
+    current = {}
+    for key, value in saved.items():
+        names = [n for n in RENAMED_KEYS.get(key, ()) if n in now]
+        current[names[0] if names else key] = value
+    if "optimizer.name" in now and "optimizer.name" not in saved:
+        current["optimizer.name"] = "adam"
+    return current
+
+
 def compare_settings(saved: dict[str, Any], now: dict[str, Any]) -> SettingChanges:
+    saved = under_current_names(saved, now)
     changes = SettingChanges()
     for key in sorted(set(saved) | set(now)):
         if saved.get(key) == now.get(key):
@@ -160,7 +176,7 @@ def resume(cfg, directory: Path, model, optimizer, algorithm, rank: int) -> tupl
         ) from None
     optimizer.load_state_dict(state["optimizer"])
     for group in optimizer.param_groups:  # this run's optimiser settings win (APPLIED)
-        group["lr"], group["weight_decay"] = cfg.model.lr, cfg.model.weight_decay
+        group["lr"], group["weight_decay"] = cfg.optimizer.lr, cfg.optimizer.weight_decay
     if algorithm.state_dict() is not None:
         algorithm.load_state_dict(load_algorithm_state(directory, rank, epoch))
     return epoch, state["history"]

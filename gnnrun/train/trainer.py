@@ -21,6 +21,7 @@ from gnnrun.timers import PhaseTimer
 from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
+from gnnrun.train.optimizer import build_optimizer
 from gnnrun.train.resume import resume, settings_of
 
 
@@ -37,9 +38,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
         algorithm.on_step = display.step_done
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
     model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=cfg.model.lr, weight_decay=cfg.model.weight_decay
-    )
+    optimizer = build_optimizer(model.parameters(), cfg.optimizer)
 
     checkpoint_dir = Path(cfg.train.checkpoint_dir)
     start_epoch, history = 0, []
@@ -63,7 +62,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
         if not math.isfinite(stats["loss"]):
             raise GnnrunError(
                 f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch}; "
-                f"the run stopped before writing a bad checkpoint. Lower model.lr (now {cfg.model.lr}) "
+                f"the run stopped before writing a bad checkpoint. Lower optimizer.lr (now {cfg.optimizer.lr}) "
                 "or check the features for NaN/inf"
             )
         record: dict[str, Any] = {

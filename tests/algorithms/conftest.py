@@ -6,9 +6,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from gnnrun.cli import CONFIG_DIR
-from gnnrun.config import register_schemas, to_objects
+from gnnrun.config import to_objects
 from gnnrun.data import prepare_dataset
 from gnnrun.partition import find_partition, partition_dataset
+from gnnrun.schemas import register_schemas
 
 
 def make_config(*overrides: str):

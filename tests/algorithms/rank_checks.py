@@ -59,7 +59,7 @@ def parameters_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
     algorithm = DistributedMinibatch(cfg, comm, PhaseTimer())
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optimizer.lr)
     torch.manual_seed(100 + rank)  # different dropout per rank: gradients differ before all-reduce
     stats = train_epoch(algorithm, model, optimizer, 0)
     assert stats["steps"] >= 1 and comm.bytes.sent.get("features", 0) > 0
@@ -73,7 +73,7 @@ def algorithm_and_model(cfg):
     algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, PhaseTimer())
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optimizer.lr)
     return comm, algorithm, model, optimizer
 
 
@@ -106,7 +106,7 @@ def single_trajectory(cfg, epochs: int) -> dict:
     algorithm = Single(cfg, Communicator(), PhaseTimer())
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.model.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optimizer.lr)
     epochs_out = []
     for epoch in range(epochs):
         stats = train_epoch(algorithm, model, optimizer, epoch)

@@ -74,15 +74,17 @@ def test_cdr_limits_and_bytes(configure):
     epochs = 4
     cfgs = [
         configure(*common, "algorithm=cd0"),
-        configure(*common, "algorithm=cdr", "algorithm.delay=0"),
-        configure(*common, "algorithm=cdr", "algorithm.delay=0", "algorithm.backward=delayed"),
+        configure(*common, "algorithm=cdr", "algorithm.delay_epochs=0"),
+        configure(
+            *common, "algorithm=cdr", "algorithm.delay_epochs=0", "algorithm.backward=delayed"
+        ),
         configure(*common, "algorithm=zero_comm"),
-        configure(*common, "algorithm=cdr", f"algorithm.delay={epochs + 1}"),
-        configure(*common, "algorithm=cdr", "algorithm.delay=1", "algorithm.bins=4"),
+        configure(*common, "algorithm=cdr", f"algorithm.delay_epochs={epochs + 1}"),
+        configure(*common, "algorithm=cdr", "algorithm.delay_epochs=1", "algorithm.bins=4"),
         configure(
             *common,
             "algorithm=cdr",
-            "algorithm.delay=1",
+            "algorithm.delay_epochs=1",
             "algorithm.bins=4",
             "algorithm.backward=delayed",
         ),
@@ -112,7 +114,12 @@ def test_cdr_limits_and_bytes(configure):
 
 @pytest.mark.parametrize(
     ("overrides", "bins"),
-    [((), 5), (("algorithm.delay=3",), 3), (("algorithm.delay=0",), 1), (("algorithm.bins=2",), 2)],
+    [
+        ((), 5),
+        (("algorithm.delay_epochs=3",), 3),
+        (("algorithm.delay_epochs=0",), 1),
+        (("algorithm.bins=2",), 2),
+    ],
 )
 def test_cdr_bins_default_to_one_per_epoch_of_delay(overrides, bins):
     """As DistGNN's released code groups split vertices: each exchanges every delay epochs."""

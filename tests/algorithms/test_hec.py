@@ -45,7 +45,7 @@ def test_cache_size_zero_is_local_only_training(configure):
 def test_a_loaded_halo_embedding_is_the_latest_its_owner_pushed_in_time(configure, nprocs, delay):
     # Batches of 16: about 6 minibatches per epoch, so that pushes cross epochs too.
     cfg = hec_config(
-        configure, nprocs, *UNLIMITED, f"algorithm.delay={delay}", "model.batch_size=16"
+        configure, nprocs, *UNLIMITED, f"algorithm.delay_minibatches={delay}", "model.batch_size=16"
     )
     results = run_on_ranks(rank_checks.hec_trace, nprocs, cfg, 2)
     lag = max(delay, 1)
@@ -86,7 +86,7 @@ def test_a_loaded_halo_embedding_is_the_latest_its_owner_pushed_in_time(configur
 
 
 def test_push_limit_bounds_every_push(configure):
-    cfg = hec_config(configure, 2, "algorithm.push_limit=5", "algorithm.delay=1")
+    cfg = hec_config(configure, 2, "algorithm.push_limit=5", "algorithm.delay_minibatches=1")
     results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 1)
     sizes = [len(ids) for r in results for kind, *_, ids, _ in r["trace"] if kind == "push"]
     assert max(sizes) == 5

@@ -3,9 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnrun.config import CustomDatasetConfig, SplitFractions
 from gnnrun.data import build_dataset
+from gnnrun.data.custom import CustomDatasetConfig
 from gnnrun.data.graph import csr_from_edges, is_symmetric
+from gnnrun.data.registry import SplitFractions
 from gnnrun.errors import GnnrunError
 
 N = 10

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import gnnrun.io
-from gnnrun.config import SyntheticDatasetConfig
 from gnnrun.data import load_prepared, prepare_dataset
 from gnnrun.data.dataset import ARRAY_NAMES, GraphDataset
 from gnnrun.data.graph import csr_from_edges, sorted_unique, stratified_split
+from gnnrun.data.synthetic import SyntheticDatasetConfig
 from gnnrun.errors import GnnrunError
 
 

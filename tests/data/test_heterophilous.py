@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnrun.config import HeterophilousDatasetConfig
 from gnnrun.data import build_dataset
 from gnnrun.data.graph import is_symmetric
+from gnnrun.data.heterophilous import HeterophilousDatasetConfig
 from gnnrun.errors import GnnrunError
 
 

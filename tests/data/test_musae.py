@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gnnrun.config import MusaeDatasetConfig, SplitFractions
 from gnnrun.data import build_dataset
 from gnnrun.data.graph import is_symmetric
+from gnnrun.data.musae import MusaeDatasetConfig
+from gnnrun.data.registry import SplitFractions
 from gnnrun.errors import GnnrunError
 
 

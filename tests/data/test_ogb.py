@@ -10,10 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gnnrun.config import OgbDatasetConfig
 from gnnrun.data import build_dataset
 from gnnrun.data.graph import is_symmetric
-from gnnrun.data.ogb import dataset_meta
+from gnnrun.data.ogb import OgbDatasetConfig, dataset_meta
 from gnnrun.errors import GnnrunError
 
 N, F, C = 20, 5, 4

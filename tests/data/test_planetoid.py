@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gnnrun.config import PlanetoidDatasetConfig
 from gnnrun.data import build_dataset
 from gnnrun.data.graph import is_symmetric
-from gnnrun.data.planetoid import restricted_load
+from gnnrun.data.planetoid import PlanetoidDatasetConfig, restricted_load
 from gnnrun.errors import GnnrunError
 
 

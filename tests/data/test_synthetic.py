@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnrun.config import SyntheticDatasetConfig
 from gnnrun.data import build_dataset, prepare_dataset
 from gnnrun.data.graph import is_symmetric
+from gnnrun.data.synthetic import SyntheticDatasetConfig
 
 TINY = {  # as configs/dataset/synthetic-tiny.yaml
     "name": "synthetic-tiny",

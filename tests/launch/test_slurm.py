@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from gnnrun.cli import CONFIG_DIR
-from gnnrun.config import register_schemas, to_objects
+from gnnrun.config import to_objects
 from gnnrun.errors import GnnrunError
 from gnnrun.launch import slurm
 from gnnrun.launch.slurm import (
@@ -22,6 +22,7 @@ from gnnrun.launch.slurm import (
     rendezvous_from_env,
     slurm_rank_cpus,
 )
+from gnnrun.schemas import register_schemas
 
 # ------------------------------------------------------------------ host lists
 

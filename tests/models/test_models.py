@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from gnnrun.config import ModelConfig
 from gnnrun.data.graph import csr_from_edges
 from gnnrun.models import build_model
 from gnnrun.models.gcn import GCNConv
+from gnnrun.models.registry import ModelConfig
 from gnnrun.models.sage import SAGEConv
 from gnnrun.ops.block import Block
 from gnnrun.ops.sampling import sample_blocks

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gnnrun.config import PlanetoidDatasetConfig, SyntheticDatasetConfig
 from gnnrun.data import prepare_dataset
+from gnnrun.data.planetoid import PlanetoidDatasetConfig
+from gnnrun.data.synthetic import SyntheticDatasetConfig
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import gnnrun.partition.write as partition_module
-from gnnrun.config import MetisPartitionerConfig, PartitionerConfig
 from gnnrun.errors import GnnrunError
 from gnnrun.partition import ensure_partition, find_partition, partition_dataset
 from gnnrun.partition.book import open_partition
+from gnnrun.partition.metis import MetisPartitionerConfig
+from gnnrun.partition.registry import PartitionerConfig
 
 
 @pytest.fixture

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnrun.config import MetisPartitionerConfig, PartitionerConfig, TwoLevelPartitionerConfig
 from gnnrun.data.graph import edges_from_csr
 from gnnrun.partition import partition_dataset
+from gnnrun.partition.metis import MetisPartitionerConfig, TwoLevelPartitionerConfig
+from gnnrun.partition.registry import PartitionerConfig
 
 
 def make_config(name: str, num_parts: int) -> PartitionerConfig:

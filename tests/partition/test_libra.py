@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnrun.config import PartitionerConfig
 from gnnrun.ops.native import load_kernel_file
 from gnnrun.partition import partition_dataset
 from gnnrun.partition.libra import (
@@ -14,6 +13,7 @@ from gnnrun.partition.libra import (
     libra_assign_reference,
     reverse_edges,
 )
+from gnnrun.partition.registry import PartitionerConfig
 
 
 @pytest.mark.parametrize("num_parts", [1, 2, 5, 64])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gnnrun.cli import main
-from gnnrun.train.resume import compare_settings
+from gnnrun.train.resume import SettingChanges, compare_settings
 
 BASE = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=4"]
 
@@ -29,9 +29,9 @@ def resume(capsys, base: list[str], *overrides: str) -> tuple[int, str]:
 
 def test_a_new_learning_rate_is_applied_and_announced(stopped_run, capsys):
     base, checkpoint_dir = stopped_run
-    code, err = resume(capsys, base, "model.lr=0.5", "train.stop_after=1")
+    code, err = resume(capsys, base, "optimizer.lr=0.5", "train.stop_after=1")
     assert code == 0, err
-    assert "resuming after epoch 2 with model.lr=0.5 (the checkpoint had 0.003)" in err
+    assert "resuming after epoch 2 with optimizer.lr=0.5 (the checkpoint had 0.003)" in err
     state = torch.load(checkpoint_dir / "checkpoint.pt", weights_only=True)
     assert state["epoch"] == 3
     assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [0.5]
@@ -76,11 +76,27 @@ def test_no_checkpoint_says_so_and_names_the_ones_there_are(stopped_run, capsys,
     assert "training from epoch 1" in err
 
 
+def test_settings_recorded_under_old_names_compare_under_the_new_ones():
+    saved = {"algorithm.name": "hec", "model.lr": 0.003, "algorithm.delay": 1}
+    now = {
+        "algorithm.name": "hec",
+        "optimizer.name": "adam",
+        "optimizer.lr": 0.003,
+        "algorithm.delay_minibatches": 1,
+    }
+    assert compare_settings(saved, now) == SettingChanges()
+    changes = compare_settings(saved, {**now, "algorithm.delay_minibatches": 2})
+    assert changes.diverging == {"algorithm.delay_minibatches": (1, 2)}
+    assert compare_settings(saved, {**now, "optimizer.name": "adamw"}).refused == {
+        "optimizer.name": ("adam", "adamw")
+    }
+
+
 def test_setting_kinds():
     changes = compare_settings(
-        {"model.hidden": 256, "model.lr": 0.1, "model.fanouts": [10], "train.seed": 0},
-        {"model.hidden": 64, "model.lr": 0.2, "model.fanouts": [5], "train.seed": 0},
+        {"model.hidden": 256, "optimizer.lr": 0.1, "model.fanouts": [10], "train.seed": 0},
+        {"model.hidden": 64, "optimizer.lr": 0.2, "model.fanouts": [5], "train.seed": 0},
     )
     assert changes.refused == {"model.hidden": (256, 64)}
-    assert changes.applied == {"model.lr": (0.1, 0.2)}
+    assert changes.applied == {"optimizer.lr": (0.1, 0.2)}
     assert changes.diverging == {"model.fanouts": ([10], [5])}

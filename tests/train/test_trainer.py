@@ -9,9 +9,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from gnnrun.cli import CONFIG_DIR, main
-from gnnrun.config import register_schemas, to_objects
+from gnnrun.config import to_objects
 from gnnrun.data import prepare_dataset
 from gnnrun.errors import GnnrunError
+from gnnrun.schemas import register_schemas
 from gnnrun.train.trainer import train
 
 COMPARED = ("epoch", "loss", "val_acc", "test_acc")
@@ -73,7 +74,7 @@ def resumed_trajectories(common: list[str], tmp_path, refused: tuple[str, ...] =
     [
         ["algorithm=minibatch", "model=sage", "model.batch_size=128"],
         # Pushes in flight at the checkpoint, and the caches, must be restored.
-        ["algorithm=hec", "algorithm.delay=2", "model=sage", "model.batch_size=32"],
+        ["algorithm=hec", "algorithm.delay_minibatches=2", "model=sage", "model.batch_size=32"],
     ],
     ids=["minibatch", "hec"],
 )
@@ -95,7 +96,7 @@ def test_cdr_resume_refuses_other_settings_and_continues_the_same_trajectory(
         "train",
         "dataset=synthetic-tiny",
         "algorithm=cdr",
-        "algorithm.delay=2",
+        "algorithm.delay_epochs=2",
         "algorithm.bins=2",
         "model=sage_gcn",
         "cluster.nprocs=2",
