@@ -71,7 +71,8 @@ from bench_kernels import chung_lu, sweep  # noqa: E402
 from gnnrun.launch.rank import rank_cpus  # noqa: E402
 
 GNNRUN = str(Path(sys.executable).parent / "gnnrun")
-# DGL 2.1, 2 threads, 200k vertices / 5M edges / 128-d, 3 x 256 (see /work/shared/NOTES.md).
+# DGL 2.1's epoch seconds from an earlier run, not measured by this script (2 threads,
+# 200k vertices / 5M edges / 128-d, 3 x 256): a rough reference, not a side-by-side one.
 DGL_SECONDS = {"sage": 3.58, "gcn": 2.87}
 MAIN_PHASES = ("fwd", "bwd", "ared", "opt")
 

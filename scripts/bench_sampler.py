@@ -10,8 +10,7 @@ the total number of block edges over the total wall time, compaction included.
 
 Fanouts are in gnnrun's order (PyG's: the first entry is what each seed gets).
 `[15, 10, 5]` is DGL's `NeighborSampler([5, 10, 15])`, and `[5, 10, 15]` is
-DGL's `[15, 10, 5]`. Peer figures (NOTES.md, DGL 2.1, 2 threads): seeds get 5:
-23.1 M edges/s; seeds get 15: 15.8 M edges/s.
+DGL's `[15, 10, 5]`.
 
     .venv/bin/python scripts/bench_sampler.py [--nodes 1000000 --edges 25000000]
 """

@@ -28,7 +28,7 @@ arrived from an earlier epoch are constants, so only an exchange made in this
 same epoch (delay 0) completes gradients, synchronously. `delayed` completes
 gradients like the forward pass, with their own delayed state; it feeds each
 clone's gradient back to the others `delay` epochs late, and that loop makes
-training oscillate (README, DistGNN section). Every call is one *slot*
+training oscillate (docs/algorithms/distgnn.md). Every call is one *slot*
 (direction, call number within the epoch); all ranks make the same calls in
 the same order, which is what pairs up their collectives.
 """

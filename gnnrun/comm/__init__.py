@@ -1,8 +1,8 @@
 """Collectives the algorithms use, with a count of the bytes each rank sends.
 
-gloo's list-form all_to_all rejects uneven sizes, so every variable-size
-exchange goes through `all_to_all_single` with split sizes, the sizes being
-exchanged first (see NOTES.md).
+gloo's list-form all_to_all does not take tensors of different sizes, so
+every variable-size exchange goes through `all_to_all_single` with split
+sizes, the sizes being exchanged first.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from gnnrun.errors import GnnrunError
 @dataclass
 class CustomDatasetConfig(DatasetConfig):
     source: str = "custom"
-    path: str = MISSING  # a .npz file, layout in the README
+    path: str = MISSING  # a .npz file, layout in docs/datasets.md
     to_undirected: bool = True
     split: SplitFractions = field(default_factory=SplitFractions)  # used when the file has no split
 

@@ -190,7 +190,7 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         if history
         else 0,
         "peak_rss_mb_rank0": max((r["peak_rss_mb"] for r in history), default=None),
-        # Epoch times depend on it (1.3-1.7x for full batch; README, Performance).
+        # Epoch times depend on it (1.3-1.7x for full batch; docs/performance.md).
         "allocator_rank0": allocator_in_use(),
         **(
             {"split_fraction_rank0": history[-1]["split_fraction"]}
