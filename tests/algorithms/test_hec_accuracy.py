@@ -93,7 +93,7 @@ def test_hec_sends_fewer_bytes_than_minibatch(configure, tmp_path):
     # hec's pushes have a fixed budget (push_limit rows per layer, peer and minibatch)
     # whatever the graph; minibatch pulls what its minibatches reach. On synthetic-small
     # the budget undercuts the pulls on 2 ranks (1.25x fewer) but not on 4 (0.63x: 3
-    # peers' budgets, 2 minibatches per epoch); the test below checks the issue's 3x
+    # peers' budgets, 2 minibatches per epoch); the test below checks the 3x target
     # where the benchmark measures it.
     sent = bytes_per_epoch(configure, tmp_path, 2, "synthetic-small")
     assert sent["hec"] < sent["minibatch"], sent

@@ -149,7 +149,7 @@ def test_a_partition_for_another_world_size_is_refused(tmp_path, monkeypatch, ca
 
 @pytest.mark.slow
 def test_gcn_on_cora_reaches_kipf_and_welling(shared_datasets, tmp_path):
-    """Published 81.5%; the issue asks for at least 80.0% mean test accuracy over 5 seeds."""
+    """Published 81.5%; the bar here is at least 80.0% mean test accuracy over 5 seeds."""
     accuracies = []
     for seed in range(5):
         cfg = config(
