@@ -118,8 +118,8 @@ class ShardPlan:
         each of them here: their sum over ranks is the out-degree GCN normalises by.
         """
         num_local, world = part.num_solid, comm.world_size
-        indptr = torch.from_numpy(np.asarray(part["indptr"], dtype=np.int64))
-        src = torch.from_numpy(np.asarray(part["indices"], dtype=np.int64))
+        indptr = torch.from_numpy(np.array(part["indptr"], dtype=np.int64))
+        src = torch.from_numpy(np.array(part["indices"], dtype=np.int64))
         dst = torch.repeat_interleave(torch.arange(num_local), indptr[1:] - indptr[:-1])
         halo_owner = np.asarray(part["halo_owner"], dtype=np.int64)
         local = src < num_local

@@ -110,6 +110,8 @@ def rank_part(rank: int, world: int) -> tuple[Part, np.ndarray]:
 def sharded_layers(rank: int, world: int, kinds: list[str], strategies: list[str]) -> list[dict]:
     """Per (kind, strategy): outputs and gradients of this rank's rows, its parameter
     gradients, the rows moved per purpose and the remote rows alive at once per layer."""
+    # More ranks than cores: one thread each, or OpenMP's spinning threads crowd the peers.
+    torch.set_num_threads(1)
     part, halo_local = rank_part(rank, world)
     comm = Communicator()
     solid = torch.from_numpy(np.asarray(part["nodes"][: part.num_solid]))
