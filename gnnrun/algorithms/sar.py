@@ -1,0 +1,143 @@
+"""Full-batch training on METIS edge-cut parts without halo copies: `sar` and its
+memory baseline `domain_parallel`.
+
+Each rank owns its part's solid vertices and computes every layer for them
+alone; the model runs on a Block over those vertices whose `sharded`
+aggregation brings in the in-edges from other parts
+(gnnrun/algorithms/shards.py): one remote shard at a time under `sar`
+(Sequential Aggregation and Rematerialization, Mostafa, MLSys 2022; with
+`algorithm.prefetch`, the next shard arrives while the current one is
+aggregated), all of a layer's remote rows at once, kept for the backward pass,
+under `domain_parallel`. Degrees are the whole graph's: in-degrees are the
+part's CSR rows, out-degrees (GCN) are summed over ranks once at start-up.
+
+The loss is the cross entropy summed over the rank's own training vertices,
+divided by the number of training vertices in the graph, and parameter
+gradients are summed over ranks: every rank's loss is its share of the one
+global loss, so with dropout off the gradients are those of `single` full
+batch. A rank without training vertices still runs every forward and backward
+pass, whose exchanges its peers wait on. Evaluation is exact (the same
+aggregation, without gradients).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnrun.algorithms.base import Algorithm, AlgorithmConfig, open_own_part
+from gnnrun.algorithms.registry import ALGORITHMS
+from gnnrun.algorithms.shards import (
+    DomainParallelAggregation,
+    SequentialAggregation,
+    ShardPlan,
+)
+from gnnrun.config import check
+
+
+@dataclass
+class ShardedFullBatchConfig(AlgorithmConfig):
+    """domain_parallel: full batch on edge-cut parts, a layer's remote rows fetched at once."""
+
+    mode: str = "full"
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.mode == "full", f"algorithm.mode: {self.name} trains full batch")
+
+
+@dataclass
+class SarConfig(ShardedFullBatchConfig):
+    """sar: remote rows one peer's shard at a time."""
+
+    # Receive the next peer's shard while aggregating the current one: two shards alive.
+    prefetch: bool = False
+
+
+class ShardedFullBatch(Algorithm):
+    """What `sar` and `domain_parallel` share; they differ only in their aggregation."""
+
+    partition_kind = "edge_cut"
+    gradient_reduction = "sum"  # each rank's loss is its share of the one global loss
+
+    def __init__(self, cfg, comm, timer) -> None:
+        super().__init__(cfg, comm, timer)
+        dataset, book = open_own_part(cfg, comm, self.partition_kind)
+        part = book.load_part(comm.rank)
+        self.in_dim, self.num_classes, self.task = (
+            dataset.feat_dim,
+            dataset.num_classes,
+            dataset.task,
+        )
+        halos = np.asarray(part["nodes"][part.num_solid :], dtype=np.int64)
+        halo_local = np.asarray(book.node_local()[halos], dtype=np.int64)
+        plan, self.graph = ShardPlan.from_part(part, halo_local, comm)
+        self.graph.graph_degrees = (plan.in_degrees, plan.out_degrees)
+        self.aggregation = self.sharded_aggregation(cfg, plan, comm)
+        self.graph.sharded = self.aggregation
+        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32))
+        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
+        self.train_ids = torch.from_numpy(np.array(part["train_idx"], dtype=np.int64))
+        self.eval_ids = {
+            "val": torch.from_numpy(np.array(part["val_idx"], dtype=np.int64)),
+            "test": torch.from_numpy(np.array(part["test_idx"], dtype=np.int64)),
+        }
+        self.num_train = len(dataset.train_idx)
+        self.remote_rows = plan.remote_rows()
+
+    @staticmethod
+    def sharded_aggregation(cfg, plan: ShardPlan, comm):
+        raise NotImplementedError
+
+    def logits(self, model: torch.nn.Module) -> torch.Tensor:
+        """The model's outputs for this rank's vertices."""
+        self.aggregation.begin_pass()
+        return model([self.graph] * len(model.layers), self.x)
+
+    def begin_epoch(self, epoch: int) -> int:
+        self.aggregation.remote_rows.reset()
+        self.aggregation.rows.reset()
+        return 1
+
+    def loss(self, model, batch, step: int) -> torch.Tensor:
+        logits = self.logits(model)
+        ids = self.train_ids
+        own = torch.nn.functional.cross_entropy(logits[ids], self.label[ids], reduction="sum")
+        return own / self.num_train
+
+    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
+        total_loss = self.comm.all_reduce_sum(torch.tensor(losses, dtype=torch.float64).sum())
+        return {
+            "loss": float(total_loss),
+            # Per layer, input layer first: remote rows alive at once (forward or backward).
+            "remote_rows_peak": self.aggregation.remote_rows.peaks(),
+            "remote_rows": self.remote_rows,  # every remote row a layer needs
+            "rows_moved": self.aggregation.rows.reset(),
+        }
+
+    @torch.no_grad()
+    def evaluate(self, model):
+        model.eval()
+        logits = self.logits(model)
+        return {split: (logits[ids], self.label[ids]) for split, ids in self.eval_ids.items()}
+
+
+@ALGORITHMS.register("sar", schema=SarConfig)
+class SAR(ShardedFullBatch):
+    """Sequential aggregation and rematerialization: one remote shard alive at a time."""
+
+    @staticmethod
+    def sharded_aggregation(cfg, plan, comm):
+        return SequentialAggregation(plan, comm, prefetch=cfg.algorithm.prefetch)
+
+
+@ALGORITHMS.register("domain_parallel", schema=ShardedFullBatchConfig)
+class DomainParallel(ShardedFullBatch):
+    """Every remote row of a layer fetched at once and kept for the backward pass."""
+
+    @staticmethod
+    def sharded_aggregation(cfg, plan, comm):
+        return DomainParallelAggregation(plan, comm)
