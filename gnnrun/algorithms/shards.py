@@ -52,6 +52,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -121,19 +122,11 @@ class ShardPlan:
         indptr = torch.from_numpy(np.array(part["indptr"], dtype=np.int64))
         src = torch.from_numpy(np.array(part["indices"], dtype=np.int64))
         dst = torch.repeat_interleave(torch.arange(num_local), indptr[1:] - indptr[:-1])
-        halo_owner = np.asarray(part["halo_owner"], dtype=np.int64)
         local = src < num_local
         local_shard = _csr_of(src[local], dst[local], num_local)
-        # The rows from one peer arrive in halo order (increasing original id).
-        position = torch.from_numpy(local_ids(halo_owner, world))
-        owner = torch.from_numpy(halo_owner)
-        halo_of_edge = src[~local] - num_local
-        remote = []
-        for peer in range(world):
-            mine = owner[halo_of_edge] == peer
-            halos = torch.from_numpy(np.flatnonzero(halo_owner == peer))
-            rows = torch.from_numpy(np.asarray(halo_local, dtype=np.int64))[halos]
-            remote.append(_shard(peer, rows, position[halo_of_edge[mine]], dst[~local][mine]))
+        remote = _remote_shards(
+            src[~local] - num_local, dst[~local], np.asarray(part["halo_owner"]), halo_local, world
+        )
         send_rows, out_degrees = _exchange_needs(remote, local_shard, comm)
         plan = cls(
             comm.rank,
@@ -167,6 +160,31 @@ def _csr_of(src: torch.Tensor, dst: torch.Tensor, num_dst: int) -> Block:
     indptr = torch.zeros(num_dst + 1, dtype=torch.int64)
     torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=indptr[1:])
     return Block(indptr, src.contiguous(), num_dst)
+
+
+def _remote_shards(
+    halo: torch.Tensor,
+    dst: torch.Tensor,
+    halo_owner: np.ndarray,
+    halo_local: np.ndarray,
+    world: int,
+) -> list[Shard]:
+    """One shard per peer from the edges whose sources are halo vertices (`halo`: the
+    source's halo index, `dst`: the local destination; in destination order)."""
+    halo_owner = halo_owner.astype(np.int64)
+    # A peer's rows arrive in halo order (increasing original id); `position` is each
+    # halo vertex's place among its owner's rows.
+    position = torch.from_numpy(local_ids(halo_owner, world))
+    rows_by_peer = torch.from_numpy(
+        np.asarray(halo_local, dtype=np.int64)[np.argsort(halo_owner, kind="stable")]
+    ).split(np.bincount(halo_owner, minlength=world).tolist())
+    owner = torch.from_numpy(halo_owner)[halo]
+    by_owner = torch.argsort(owner, stable=True)  # keeps each peer's edges in destination order
+    edges_per_peer = torch.bincount(owner, minlength=world).tolist()
+    src_by_peer = position[halo][by_owner].split(edges_per_peer)
+    dst_by_peer = dst[by_owner].split(edges_per_peer)
+    shards = zip(rows_by_peer, src_by_peer, dst_by_peer, strict=True)
+    return [_shard(peer, *shard) for peer, shard in enumerate(shards)]
 
 
 def _shard(peer: int, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> Shard:
@@ -268,6 +286,9 @@ class RowCounts:
 
 # ------------------------------------------------------------------ aggregations
 
+# rows_of(local ids) -> the rows of those vertices that peers receive (gathered on demand,
+# so that no copy of every local row is made).
+RowsOf = Callable[[torch.Tensor], torch.Tensor]
 # gradient_of(shard, its rows or None) -> the gradient of each of the shard's rows.
 RowGradients = Callable[[Shard, torch.Tensor | None], torch.Tensor]
 # What a forward pass keeps of the remote rows for the backward pass (domain parallel).
@@ -335,11 +356,11 @@ class _ShardedAggregation:
         self.rows.add(purpose, int(rows.shape[0]), expected)
         return self.comm.exchange_start(outgoing, purpose, incoming_counts=incoming)
 
-    def _fetch(self, step: int, payload: torch.Tensor, purpose: str) -> PendingExchange:
+    def _fetch(self, step: int, rows_of: RowsOf, purpose: str) -> PendingExchange:
         """Ring step `step`: the rows of the peer ahead arrive, this rank's go to the one behind."""
         plan = self.plan
         ahead, behind = plan.ahead(step), plan.behind(step)
-        send = payload.index_select(0, plan.send_rows[behind])
+        send = rows_of(plan.send_rows[behind])
         return self._exchange(send, behind, plan.remote[ahead].num_rows, ahead, purpose)
 
     def _give_back(self, step: int, grad_rows: torch.Tensor, purpose: str) -> PendingExchange:
@@ -358,9 +379,9 @@ class _ShardedAggregation:
     # What a strategy decides.
 
     def forward_shards(
-        self, payload: torch.Tensor, layer: int, keep: bool
+        self, rows_of: RowsOf, layer: int, keep: bool
     ) -> Iterator[tuple[Shard, torch.Tensor]]:
-        """The remote shards with their rows (`payload`'s rows at their owners); `keep`:
+        """The remote shards with their rows (what `rows_of` gives at their owners); `keep`:
         the caller keeps them for the backward pass where the strategy does."""
         raise NotImplementedError
 
@@ -368,14 +389,14 @@ class _ShardedAggregation:
         self,
         layer: int,
         kept: Kept,
-        refetch: torch.Tensor | None,
+        refetch: RowsOf | None,
         gradient_of: RowGradients,
         grad: torch.Tensor,
     ) -> None:
         """Compute every remote shard's row gradients, send them to the rows' owners, and add
         those of this rank's rows that come back into `grad`. The rows `gradient_of` needs
-        (GAT's; a sum needs none) are those `kept` by the forward pass, or else `refetch`'s
-        rows at their owners, fetched again; None: no rows."""
+        (GAT's; a sum needs none) are those `kept` by the forward pass, or else what `refetch`
+        gives at their owners, fetched again; None: no rows."""
         raise NotImplementedError
 
 
@@ -389,11 +410,11 @@ class SequentialAggregation(_ShardedAggregation):
         super().__init__(plan, comm)
         self.prefetch = prefetch
 
-    def forward_shards(self, payload, layer, keep):
-        return self._stream(payload, layer, f"{self.purpose}_forward")
+    def forward_shards(self, rows_of, layer, keep):
+        return self._stream(rows_of, layer, f"{self.purpose}_forward")
 
     def _stream(
-        self, payload: torch.Tensor, layer: int, purpose: str
+        self, rows_of: RowsOf, layer: int, purpose: str
     ) -> Iterator[tuple[Shard, torch.Tensor]]:
         """The remote shards in ring order with their rows, each dropped when the consumer
         asks for the next; with prefetch the next one is already on its way."""
@@ -406,7 +427,7 @@ class SequentialAggregation(_ShardedAggregation):
                 step = steps.popleft()
                 shard = plan.remote[plan.ahead(step)]
                 self.remote_rows.hold(layer, shard.num_rows)  # its buffer exists from here
-                in_flight.append((shard, self._fetch(step, payload, purpose)))
+                in_flight.append((shard, self._fetch(step, rows_of, purpose)))
             shard, pending = in_flight.popleft()
             rows = pending.wait()[shard.peer]
             yield shard, rows
@@ -437,9 +458,9 @@ class DomainParallelAggregation(_ShardedAggregation):
     purpose = "domain_parallel"
     keeps_rows = True
 
-    def forward_shards(self, payload, layer, keep):
+    def forward_shards(self, rows_of, layer, keep):
         plan = self.plan
-        outgoing = [payload.index_select(0, rows) for rows in plan.send_rows]
+        outgoing = [rows_of(ids) for ids in plan.send_rows]
         incoming = torch.tensor([s.num_rows for s in plan.remote], dtype=torch.int64)
         purpose = f"{self.purpose}_forward"
         self.rows.add(purpose, sum(int(o.shape[0]) for o in outgoing), plan.remote_rows())
@@ -479,7 +500,7 @@ class _ShardedSum(torch.autograd.Function):
     def forward(ctx, x, block: Block, agg: _ShardedAggregation, layer: int, keep: bool):
         out = local_aggregate(block, x, "sum")
         kept: Kept = []
-        for shard, rows in agg.forward_shards(x, layer, keep):
+        for shard, rows in agg.forward_shards(partial(x.index_select, 0), layer, keep):
             if shard.num_edges:
                 out.index_add_(0, shard.dst, shard.aggregate(rows.reshape(-1, x.shape[1])))
             if keep and agg.keeps_rows:
@@ -510,7 +531,7 @@ class _ShardedGAT(torch.autograd.Function):
         softmax = StreamingEdgeSoftmax(er, feat.shape[2], slope)
         softmax.add(feat, el, *edge_list(block))
         kept: Kept = []
-        for shard, rows in agg.forward_shards(_gat_rows(feat, el), layer, keep):
+        for shard, rows in agg.forward_shards(_gat_rows_of(feat, el), layer, keep):
             if shard.num_edges:
                 softmax.add(*_split_gat_rows(rows, feat.shape), *shard.edges())
             if keep and agg.keeps_rows:
@@ -532,7 +553,7 @@ class _ShardedGAT(torch.autograd.Function):
             feat_rows, el_rows = _split_gat_rows(rows, feat.shape)
             return _gat_rows(*grads.of_rows(feat_rows, el_rows, *shard.edges()))
 
-        refetch = None if ctx.agg.keeps_rows else _gat_rows(feat, el)
+        refetch = None if ctx.agg.keeps_rows else _gat_rows_of(feat, el)
         ctx.agg.remote_gradients(ctx.layer, ctx.kept, refetch, gradient_of, grad)
         ctx.kept = None
         grad_feat, grad_el = _split_gat_rows(grad, feat.shape)
@@ -542,6 +563,10 @@ class _ShardedGAT(torch.autograd.Function):
 def _gat_rows(feat: torch.Tensor, el: torch.Tensor) -> torch.Tensor:
     """[rows, heads * dim + heads]: what a remote GAT source row carries."""
     return torch.cat([feat.flatten(1), el], 1)
+
+
+def _gat_rows_of(feat: torch.Tensor, el: torch.Tensor) -> RowsOf:
+    return lambda ids: _gat_rows(feat.index_select(0, ids), el.index_select(0, ids))
 
 
 def _split_gat_rows(rows: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
