@@ -578,14 +578,27 @@ def _split_gat_rows(rows: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor
 # --------------------------------------------------------- the streamed softmax
 
 
+# Edges scored at once: bounds the [edges, heads, dim] temporaries of a large shard.
+EDGE_CHUNK = 1 << 18
+
+
+def _chunks(src: torch.Tensor, dst: torch.Tensor) -> Iterator[tuple[int, int, slice]]:
+    """Consecutive runs of at most EDGE_CHUNK edges (in destination order): each run's
+    lowest and one past its highest destination, and its slice of the edges."""
+    for start in range(0, src.numel(), EDGE_CHUNK):
+        edges = slice(start, min(start + EDGE_CHUNK, src.numel()))
+        yield int(dst[edges.start]), int(dst[edges.stop - 1]) + 1, edges
+
+
 class StreamingEdgeSoftmax:
-    """GAT's aggregation over edges that come shard by shard.
+    """GAT's aggregation over edges that come shard by shard, in destination order.
 
     Per destination v and head: the running maximum m of the scores seen so far,
     and relative to it the denominator s = sum_j exp(e_j - m) and the weighted sum
     sum_j exp(e_j - m) h_j. A shard that raises m rescales both by exp(m_old - m),
     so the result, weighted sum / s, is the softmax over every edge however the
-    edges were split; only one shard's scores exist at a time.
+    edges were split; only one shard's scores exist at a time (and of a large
+    shard, one chunk of edges; it rescales only the destinations it spans).
     """
 
     def __init__(self, er: torch.Tensor, dim: int, slope: float) -> None:
@@ -595,17 +608,24 @@ class StreamingEdgeSoftmax:
         self.weighted = er.new_zeros((*er.shape, dim))
 
     def add(self, feat: torch.Tensor, el: torch.Tensor, src: torch.Tensor, dst: torch.Tensor):
-        """The edges src -> dst (src: rows of `feat` and `el`; dst: local destinations)."""
-        scores = torch.nn.functional.leaky_relu(el[src] + self.er[dst], self.slope)
+        """The edges src -> dst (src: rows of `feat` and `el`; dst: local destinations,
+        non-decreasing)."""
+        for low, high, edges in _chunks(src, dst):
+            self._add(feat, el, src[edges], dst[edges] - low, slice(low, high))
+
+    def _add(self, feat, el, src, dst, span: slice) -> None:
+        """Edges whose destinations, counted from span.start, all lie in `span`."""
+        row_max, denominator, weighted = self.max[span], self.denominator[span], self.weighted[span]
+        scores = torch.nn.functional.leaky_relu(el[src] + self.er[span][dst], self.slope)
         index = dst.unsqueeze(1).expand_as(scores)
-        new_max = self.max.scatter_reduce(0, index, scores, "amax", include_self=True)
+        new_max = row_max.scatter_reduce(0, index, scores, "amax", include_self=True)
         # exp(-inf - -inf) is nan: a destination with no edge yet has nothing to rescale.
-        rescale = torch.where(self.max == float("-inf"), 0.0, torch.exp(self.max - new_max))
+        rescale = torch.where(row_max == float("-inf"), 0.0, torch.exp(row_max - new_max))
         weights = torch.exp(scores - new_max[dst])
-        self.denominator.mul_(rescale).index_add_(0, dst, weights)
-        self.weighted.mul_(rescale.unsqueeze(-1))
-        self.weighted.index_add_(0, dst, weights.unsqueeze(-1) * feat[src])
-        self.max = new_max
+        denominator.mul_(rescale).index_add_(0, dst, weights)
+        weighted.mul_(rescale.unsqueeze(-1))
+        weighted.index_add_(0, dst, weights.unsqueeze(-1) * feat[src])
+        row_max.copy_(new_max)
 
     def result(self) -> torch.Tensor:
         """[num_dst, heads, dim]; 0 for a destination without edges."""
@@ -629,14 +649,20 @@ class EdgeSoftmaxGradients:
         self.er = torch.zeros_like(er)  # accumulates dL/der over every shard
 
     def of_rows(self, feat, el, src, dst) -> tuple[torch.Tensor, torch.Tensor]:
-        """dL/dfeat and dL/del of the source rows of the edges src -> dst; dL/der is added
-        to `self.er`."""
+        """dL/dfeat and dL/del of the source rows of the edges src -> dst (in destination
+        order); dL/der is added to `self.er`."""
+        grad_feat, grad_el = torch.zeros_like(feat), torch.zeros_like(el)
+        for _, _, edges in _chunks(src, dst):
+            self._add_chunk(feat, el, src[edges], dst[edges], grad_feat, grad_el)
+        return grad_feat, grad_el
+
+    def _add_chunk(self, feat, el, src, dst, grad_feat, grad_el) -> None:
         pre = el[src] + self.er_in[dst]
         scores = torch.nn.functional.leaky_relu(pre, self.slope)
         alpha = torch.exp(scores - self.max[dst]) / self.denominator[dst]
         grad_dst = self.grad_out[dst]
-        grad_feat = torch.zeros_like(feat).index_add_(0, src, alpha.unsqueeze(-1) * grad_dst)
+        grad_feat.index_add_(0, src, alpha.unsqueeze(-1) * grad_dst)
         grad_scores = alpha * ((grad_dst * feat[src]).sum(-1) - self.grad_dot_out[dst])
         grad_pre = grad_scores * torch.where(pre > 0, 1.0, self.slope)
         self.er.index_add_(0, dst, grad_pre)
-        return grad_feat, torch.zeros_like(el).index_add_(0, src, grad_pre)
+        grad_el.index_add_(0, src, grad_pre)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from gnnrun.algorithms import shards
 from gnnrun.algorithms.shards import EdgeSoftmaxGradients, StreamingEdgeSoftmax
 from gnnrun.ops.attention import gat_aggregate_reference
 from gnnrun.ops.block import Block
@@ -134,10 +135,12 @@ def _shards_of(block: Block, part: np.ndarray, order: list[int]):
         yield src[mine], dst[mine]
 
 
-@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 1, 0, 2]])
-def test_streaming_edge_softmax_equals_the_global_one(order):
-    """Shard by shard, in any order, the streamed softmax gives GAT's aggregation over all
-    edges and its gradients, with scores large enough that exp() alone would overflow."""
+@pytest.mark.parametrize(("order", "chunk"), [([0, 1, 2, 3], 1 << 18), ([3, 1, 0, 2], 5)])
+def test_streaming_edge_softmax_equals_the_global_one(monkeypatch, order, chunk):
+    """Shard by shard, in any order and in chunks of edges, the streamed softmax gives GAT's
+    aggregation over all edges and its gradients, with scores large enough that exp()
+    alone would overflow."""
+    monkeypatch.setattr(shards, "EDGE_CHUNK", chunk)
     block, part = _hub_graph(4)
     n, heads, dim, slope = block.num_dst, 2, 3, 0.2
     generator = torch.Generator().manual_seed(0)
