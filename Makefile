@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-package lint format bench-partition bench-fullbatch bench-train bench-hec clean
+.PHONY: setup run test test-slow test-slurm test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar clean
 
 setup: $(STAMP)
 
@@ -63,6 +63,10 @@ bench-train: setup
 
 bench-hec: setup
 	$(BIN)/python scripts/bench_hec.py
+
+bench-sar: setup
+	$(BIN)/python scripts/bench_sar.py --model sage_products --ranks 1,2,4
+	$(BIN)/python scripts/bench_sar.py --model gat_products --ranks 1,2,4
 
 clean:
 	rm -rf $(VENV) outputs

@@ -130,3 +130,53 @@ def reexec_with_allocator() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, *argv[1:]])
+
+
+class PeakMemory:
+    """This process's peak resident memory over the run, and over windows within it.
+
+    A window's figure is its peak minus the resident memory at its start: what an
+    epoch's training steps held on top of the process, the dataset and the part
+    (activations, remote rows, gradients), which is what full-batch algorithms
+    differ in. The window's peak comes from Linux's VmHWM, reset by writing 5 to
+    /proc/self/clear_refs; that also resets what getrusage reports, so the run's
+    peak is kept here. Where the kernel offers neither, windows give None.
+    """
+
+    def __init__(self) -> None:
+        self._run_peak = _maxrss_mb()
+        self._window_start: float | None = None
+
+    def start_window(self) -> None:
+        self._run_peak = max(self._run_peak, _maxrss_mb())
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self._window_start = _proc_status_mb("VmRSS")
+        except OSError:
+            self._window_start = None
+
+    def window_growth_mb(self) -> float | None:
+        """Peak resident memory since `start_window`, above what was resident then."""
+        peak = _proc_status_mb("VmHWM") if self._window_start is not None else None
+        return None if peak is None else max(peak - self._window_start, 0.0)
+
+    def run_peak_mb(self) -> float:
+        self._run_peak = max(self._run_peak, _maxrss_mb())
+        return self._run_peak
+
+
+def _maxrss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _proc_status_mb(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None

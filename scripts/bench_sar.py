@@ -6,11 +6,13 @@ Every run is a fresh `gnnrun train` subprocess; figures come from its
 `metrics.rank<R>.jsonl`. Measured, from one invocation (so ratios compare runs
 made under the same load):
 
-1. Peak resident memory per rank (`peak_rss_mb`, ru_maxrss: one training epoch
-   and the final evaluation, process and dataset included) of `sar`, `sar`
+1. Peak resident memory per rank of one training epoch above what the rank held
+   when it began (`train_rss_growth_mb`: activations, remote rows, gradients),
+   and of the whole rank (`peak_rss_mb`, ru_maxrss: torch, the dataset and the
+   part included), of `sar`, `sar`
    with prefetch and `domain_parallel` on `--memory-dataset` with each rank
-   count of `--ranks`, and the ratio of each rank count's largest per-rank
-   peak under sar to domain_parallel's. Also the peak number of remote rows
+   count of `--ranks`, and the ratio of domain_parallel's largest per-rank
+   peak to sar's, for both figures. Also the peak number of remote rows
    alive at once per layer that the algorithm counted, against the remote rows
    a layer needs.
 2. Epoch time of `sar`, `sar` with prefetch, `domain_parallel`, `cd0` (Libra
@@ -156,6 +158,11 @@ def memory_figures(run: dict) -> dict:
     last = [records[r][-1] for r in sorted(records)]
     return {
         "peak_gib": [max(rec["peak_rss_mb"] for rec in records[r]) / 1024 for r in sorted(records)],
+        # What the training epoch held above the process, dataset and part (None: no VmHWM).
+        "train_gib": [
+            max((rec.get("train_rss_growth_mb") or 0) for rec in records[r]) / 1024
+            for r in sorted(records)
+        ],
         "remote_rows_peak": [rec.get("remote_rows_peak") for rec in last],
         "remote_rows": [rec.get("remote_rows") for rec in last],
     }
@@ -169,7 +176,7 @@ def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
         for label in MEMORY_VARIANTS:
             free = available_gib()
             if free < args.memory_min_free_gib:
-                rows.append([ranks, label, f"skipped: {free:.1f} GiB available", "", "", ""])
+                rows.append([ranks, label, f"skipped: {free:.1f} GiB available", "", "", "", ""])
                 continue
             run = train_run(args, tmp, "memory", dataset, label, ranks, 1)
             if "records" in run:
@@ -180,36 +187,52 @@ def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
                     [
                         ranks,
                         label,
-                        " ".join(f"{p:.2f}" for p in m["peak_gib"]),
+                        " ".join(f"{p:.3f}" for p in m["train_gib"]),
+                        f"{max(m['train_gib']):.3f}",
                         f"{max(m['peak_gib']):.2f}",
                         " / ".join(str(p) for p in m["remote_rows_peak"]),
                         " / ".join(str(n) for n in m["remote_rows"]),
                     ]
                 )
-                print(f"  {label} x{ranks}: {max(m['peak_gib']):.2f} GiB", flush=True)
+                print(
+                    f"  {label} x{ranks}: training {max(m['train_gib']):.3f} GiB, "
+                    f"process {max(m['peak_gib']):.2f} GiB",
+                    flush=True,
+                )
             else:
-                rows.append([ranks, label, "failed", "", "", ""])
+                rows.append([ranks, label, "failed", "", "", "", ""])
             runs.append(run)
     print(
-        "peak_rss_mb of each rank (ru_maxrss); remote rows alive at once per layer (input "
-        "layer first) and the remote rows a layer needs, per rank"
+        "training: the epoch's peak resident memory above what the rank held when it began "
+        "(train_rss_growth_mb: activations, remote rows, gradients), per rank and the max; "
+        "process: the whole rank's peak (ru_maxrss: with torch, the dataset and the part); "
+        "remote rows alive at once per layer (input layer first) and the remote rows a "
+        "layer needs, per rank"
     )
     table(
-        ["ranks", "algorithm", "peak GiB per rank", "max", "remote rows peak", "remote rows"],
+        [
+            "ranks",
+            "algorithm",
+            "training GiB per rank",
+            "max",
+            "process GiB (max)",
+            "remote rows peak",
+            "remote rows",
+        ],
         rows,
     )
-    for ranks in args.ranks:
-        peak = {
-            r["label"]: max(r["memory"]["peak_gib"])
-            for r in runs
-            if r["ranks"] == ranks and "memory" in r
-        }
-        if "domain_parallel" in peak:
+    for figure, name in (("train_gib", "training peak"), ("peak_gib", "process peak")):
+        for ranks in args.ranks:
+            peak = {
+                r["label"]: max(r["memory"][figure])
+                for r in runs
+                if r["ranks"] == ranks and "memory" in r
+            }
             for label in ("sar", "sar+prefetch"):
-                if label in peak:
+                if peak.get("domain_parallel") and label in peak:
                     print(
-                        f"{ranks} ranks: {label} / domain_parallel peak per rank = "
-                        f"{peak[label] / peak['domain_parallel']:.2f}"
+                        f"{ranks} ranks: domain_parallel / {label} {name} per rank = "
+                        f"{peak['domain_parallel'] / peak[label]:.2f}x"
                     )
     return runs
 

@@ -78,3 +78,24 @@ def test_a_library_that_does_not_load_is_dropped_once(tmp_path):
     assert result.stdout.split() == ["system"]  # preload emptied, allocator switched off
     assert result.stderr.count("cannot be preloaded") == 1  # ld.so, at the restart only
     assert "could not be preloaded; running on the system allocator" in result.stderr
+
+
+def test_peak_memory_windows_count_what_the_window_added_and_keep_the_run_peak():
+    import numpy as np
+
+    from gnnrun.memory import PeakMemory
+
+    before_run = np.ones(200 * 2**20 // 8)  # 200 MiB resident before the first window
+    del before_run
+    memory = PeakMemory()
+    run_peak = memory.run_peak_mb()
+    memory.start_window()
+    if memory.window_growth_mb() is None:
+        pytest.skip("the kernel offers no resettable peak (/proc/self/clear_refs, VmHWM)")
+    held = np.ones(100 * 2**20 // 8)  # touched: 100 MiB resident within the window
+    growth = memory.window_growth_mb()
+    del held
+    assert 95 <= growth <= 130, growth
+    memory.start_window()
+    assert memory.window_growth_mb() < 20  # the freed array is not the next window's
+    assert memory.run_peak_mb() >= run_peak  # resetting the window kept the run's peak

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import torch
 from gnnrun.algorithms import ALGORITHMS, Algorithm
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
-from gnnrun.memory import allocator_in_use
+from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
 from gnnrun.timers import PhaseTimer
 from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
@@ -45,6 +44,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     if cfg.train.resume:
         start_epoch, history = resume(cfg, checkpoint_dir, model, optimizer, algorithm, comm.rank)
 
+    memory = PeakMemory()
     metrics_file = run_dir / f"metrics.rank{comm.rank}.jsonl"
     end_epoch = cfg.train.epochs
     if cfg.train.stop_after:
@@ -56,9 +56,11 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
         timer.reset()  # what ran before the epoch (set-up, the checkpoint) is not the epoch's
         if display is not None:
             display.epoch_started(epoch)
+        memory.start_window()
         start = time.perf_counter()
         stats = train_epoch(algorithm, model, optimizer, epoch)
         epoch_seconds = time.perf_counter() - start
+        train_growth_mb = memory.window_growth_mb()
         if not math.isfinite(stats["loss"]):
             raise GnnrunError(
                 f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch}; "
@@ -74,12 +76,15 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
             # algorithms compare by what training costs them.
             "bytes": comm.bytes.reset(),
         }
+        if train_growth_mb is not None:
+            # The epoch's training steps at their peak, above what the process held before.
+            record["train_rss_growth_mb"] = train_growth_mb
         if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
             with timer.phase("eval"):
                 record.update(evaluate_outputs(algorithm.evaluate(model), algorithm.task, comm))
             record["eval_bytes"] = comm.bytes.reset()
         record["time"] = timer.reset()
-        record["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        record["peak_rss_mb"] = memory.run_peak_mb()
         with open(metrics_file, "a") as f:
             f.write(json.dumps(record) + "\n")
         # Not every epoch: an algorithm's state can be large, and taking it ends
