@@ -35,11 +35,15 @@ class PathsConfig:
     raw_root: str = "${oc.env:GNNRUN_RAW_ROOT,${paths.data_root}/raw}"
 
 
+DEVICES = ("cpu", "cuda")
+
+
 @dataclass
 class ClusterConfig:
     name: str = MISSING  # local | slurm
     nprocs: int = 2  # ranks (the world size); local: on this node
     backend: str = "auto"  # auto | gloo | nccl | ccl
+    device: str = "cpu"  # where ranks compute: cpu | cuda (one rank per GPU; algorithm=spmm1d)
     threads_per_rank: int = 0  # 0: cores of one socket (or all cores / nprocs)
     comm_cores: int = 0  # cores per rank left to communication
     timeout_s: int = 300  # collective timeout
@@ -55,6 +59,10 @@ class ClusterConfig:
             "cluster thread counts must be >= 0",
         )
         check(self.timeout_s > 0, "cluster.timeout_s must be positive")
+        check(
+            self.device in DEVICES,
+            f"cluster.device {self.device!r}: choose one of {', '.join(DEVICES)}",
+        )
 
 
 # sbatch options gnnrun sets itself from the fields above (or submitit does).

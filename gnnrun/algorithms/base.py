@@ -37,6 +37,10 @@ class Algorithm:
     # Whether each rank trains on its own part's training vertices (a rank without
     # any still joins every step, adding zero gradients to the average).
     trains_on_every_rank: ClassVar[bool] = False
+    # The cluster.device values it runs on; `device` is where its rank computes (the
+    # trainer puts the model there).
+    devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    device: torch.device = torch.device("cpu")
 
     in_dim: int
     num_classes: int

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
@@ -13,8 +15,23 @@ def check_runnable(cfg) -> None:
     """Refuse, before anything is prepared, partitioned or queued, what cfg's algorithm cannot run."""
     algorithm = ALGORITHMS.get(cfg.algorithm.name)
     algorithm.check_config(cfg)
+    _check_device(cfg, algorithm.devices)
     if algorithm.partition_kind is not None:
         check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
+
+
+def _check_device(cfg, devices: tuple[str, ...]) -> None:
+    device = cfg.cluster.device
+    if device not in devices:
+        raise GnnrunError(
+            f"algorithm={cfg.algorithm.name} runs on cluster.device={' or '.join(devices)}, "
+            f"not {device}: use cluster.device=cpu"
+        )
+    if device == "cuda" and not torch.cuda.is_available():
+        raise GnnrunError(
+            f"cluster.device=cuda but this torch ({torch.__version__}) sees no CUDA device: "
+            "use cluster.device=cpu, or run where GPUs and a CUDA build of torch are"
+        )
 
 
 def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:

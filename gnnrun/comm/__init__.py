@@ -103,6 +103,21 @@ class Communicator:
         parts = [part.view(-1, *trailing) for part in recv.split(incoming)]
         return PendingExchange(parts, work, send, incoming_counts, self.blocked)
 
+    def broadcast_start(self, tensor: torch.Tensor, src: int, purpose: str) -> PendingExchange:
+        """Broadcast `tensor` from rank `src` into `tensor` on every other rank, returning at
+        once; `wait()` on the result gives [tensor] once it has arrived (or been sent).
+
+        Counted where it arrives: every rank but `src` adds the tensor's bytes, so a
+        rank's count is what it received; over all ranks it equals what the roots sent
+        (P - 1 copies of each block).
+        """
+        if not self.distributed:
+            return PendingExchange([tensor])
+        work = dist.broadcast(tensor, src, async_op=True)
+        if self.rank != src:
+            self.bytes.add(purpose, tensor.numel() * tensor.element_size())
+        return PendingExchange([tensor], work, blocked=self.blocked)
+
     def all_reduce_mean(self, tensors: list[torch.Tensor], purpose: str = "allreduce") -> None:
         """Average tensors across ranks in place, as one flat bucket."""
         self._all_reduce_bucket(tensors, purpose, average=True)

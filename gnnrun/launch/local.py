@@ -180,6 +180,6 @@ def run_ranks(cfg, run_dir: Path) -> Any:
     """Train on cluster.nprocs local ranks; return rank 0's summary."""
     from gnnrun.launch.worker import rank_main  # a rank's entry point: its module runs there
 
-    backend = choose_backend(cfg.cluster.backend)
+    backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
     args = (cfg, str(run_dir), backend)
     return launch_local(rank_main, args, cfg.cluster.nprocs, cfg.cluster.timeout_s)[0]

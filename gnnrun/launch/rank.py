@@ -22,11 +22,15 @@ from gnnrun.errors import GnnrunError
 from gnnrun.launch.backends import CCL_INSTALL_HINT
 from gnnrun.launch.topology import read_topology
 
+# GPU ranks: NCCL for CUDA tensors, gloo for the few CPU ones (losses, metrics).
+GPU_BACKEND = "cpu:gloo,cuda:nccl"
 
-def choose_backend(requested: str) -> str:
-    """auto: NCCL for GPU ranks, else gloo. ccl only when asked for and importable."""
-    if requested == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
+
+def choose_backend(requested: str, device: str = "cpu") -> str:
+    """auto: gloo for CPU ranks, NCCL beside gloo for GPU ranks (cluster.device=cuda).
+    ccl only when asked for and importable."""
+    if requested == "auto" or (requested == "nccl" and device == "cuda"):
+        return GPU_BACKEND if device == "cuda" and torch.cuda.is_available() else "gloo"
     if requested == "ccl":
         try:
             import oneccl_bindings_for_pytorch  # noqa: F401
@@ -69,7 +73,7 @@ def process_group(
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
     torch.set_num_threads(threads)
-    if backend == "nccl":
+    if "nccl" in backend:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     dist.init_process_group(backend, timeout=collective_timeout(cfg), **init)
     try:

@@ -294,7 +294,7 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
             "start one task per rank"
         )
     os.environ.update(rdzv.env())
-    backend = choose_backend(cfg.cluster.backend)
+    backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
     cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
     init = {"init_method": "env://", "rank": rdzv.rank, "world_size": rdzv.world_size}
     with process_group(cfg, backend, rdzv.local_rank, cpus, threads, **init):

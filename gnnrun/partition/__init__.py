@@ -1,7 +1,8 @@
 """Partitioning: one registry of partitioners, one writer, one checked loader.
 
 A partitioner maps (dataset, config) to an Assignment of parts: a part per
-vertex (an edge-cut partitioner) or a part per CSR edge (a vertex-cut one). Its
+vertex (an edge-cut partitioner), a part per CSR edge (a vertex-cut one), or a
+new position per vertex (block1d's row blocks of a renumbered matrix). Its
 kind is declared where it is registered, so that a run can refuse a partitioner
 of the wrong kind before it spends any time partitioning. `partition_dataset`
 turns an Assignment into the on-disk format of `gnnrun.partition.book`,
@@ -23,7 +24,7 @@ from gnnrun.partition.write import (
 )
 
 # Importing a partitioner's module registers it.
-from gnnrun.partition import libra, metis, random  # noqa: E402, F401  isort: skip
+from gnnrun.partition import block1d, libra, metis, random  # noqa: E402, F401  isort: skip
 
 __all__ = [
     "PARTITIONERS",

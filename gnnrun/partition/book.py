@@ -36,6 +36,22 @@ edges, in one part). One clone of each vertex is its root.
     feat.npy, label.npy              rows of every local clone (split vertices carry
                                      the original features)
     train_idx/val_idx/test_idx.npy   local ids of split vertices whose root is here
+
+Row-block part (`kind = "block1d"`, gnnrun/partition/block1d.py): the vertices are
+renumbered (a seeded random permutation) and the renumbered rows cut into P
+blocks whose sizes differ by at most one (`summary.block_bounds`); part i holds
+block i's rows of GCN's normalised adjacency matrix D^-1/2 (A + I) D^-1/2, split
+by column into P tiles. A vertex's local id is its row in the block.
+
+    nodes.npy        [rows] original id of every row
+    tile_indptr.npy  [P * rows + 1] CSR of the stacked tiles: row j * rows + r holds
+                     row r's entries in column tile j
+    tile_indices.npy columns within block j, increasing in each row
+    tile_values.npy  float32 values
+    tile_t_*.npy     the same for the transposed matrix, only where it differs
+                     (a directed graph: `summary.symmetric` is false), in every part
+    feat.npy, label.npy              rows of the block
+    train_idx/val_idx/test_idx.npy   local ids of the block's split vertices
 """
 
 from __future__ import annotations
@@ -56,7 +72,7 @@ from gnnrun.io import (
 )
 
 FORMAT_VERSION = 1
-KINDS = ("edge_cut", "vertex_cut")
+KINDS = ("edge_cut", "vertex_cut", "block1d")
 COMMON_ARRAYS = ("nodes", "indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
 # manifest.json's fields that the loader reads besides the file records, and their JSON types.
 MANIFEST_FIELDS: dict[str, type] = {
@@ -70,7 +86,15 @@ MANIFEST_FIELDS: dict[str, type] = {
 KIND_ARRAYS = {
     "edge_cut": COMMON_ARRAYS + ("halo_owner",),
     "vertex_cut": COMMON_ARRAYS + ("root_part", "clone_links"),
+    "block1d": ("nodes", "tile_indptr", "tile_indices", "tile_values", "feat", "label")
+    + ("train_idx", "val_idx", "test_idx"),
 }
+# Arrays a kind's parts hold only in some partitions: all of them in every part, or none.
+OPTIONAL_ARRAYS = {"block1d": ("tile_t_indptr", "tile_t_indices", "tile_t_values")}
+
+
+# The partitioner a message about a partition of the wrong kind suggests.
+PARTITIONER_OF_KIND = {"edge_cut": "metis", "vertex_cut": "libra", "block1d": "block1d"}
 
 
 def part_dir_name(part: int) -> str:
@@ -129,11 +153,12 @@ class PartitionBook:
         if not 0 <= part < self.num_parts:
             raise GnnrunError(f"part {part} does not exist: {self.path} has {self.num_parts} parts")
         folder = part_dir_name(part)
+        files = self.manifest["files"]
+        names = KIND_ARRAYS[self.kind] + OPTIONAL_ARRAYS.get(self.kind, ())
         arrays = {
-            name: _load_record(
-                self.path, f"{folder}/{name}.npy", self.manifest["files"][f"{folder}/{name}.npy"]
-            )
-            for name in KIND_ARRAYS[self.kind]
+            name: _load_record(self.path, f"{folder}/{name}.npy", files[f"{folder}/{name}.npy"])
+            for name in names
+            if f"{folder}/{name}.npy" in files
         }
         return Part(part, self.num_parts, self.kind, arrays, self.manifest)
 
@@ -191,7 +216,7 @@ def open_partition(
     if kind is not None and book.kind != kind:
         raise GnnrunError(
             f"{path} is a partition of kind {book.kind} ({manifest['method']}) but this algorithm "
-            f"needs kind {kind}: choose partitioner={'libra' if kind == 'vertex_cut' else 'metis'}"
+            f"needs kind {kind}: choose partitioner={PARTITIONER_OF_KIND[kind]}"
         )
     return book
 
@@ -210,6 +235,13 @@ def _layout_problem(manifest: dict[str, Any]) -> str | None:
         for part in range(manifest["num_parts"])
         for name in KIND_ARRAYS[manifest["kind"]]
     ]
+    optional = OPTIONAL_ARRAYS.get(manifest["kind"], ())
+    if optional and f"{part_dir_name(0)}/{optional[0]}.npy" in manifest["files"]:
+        expected += [
+            f"{part_dir_name(part)}/{name}.npy"
+            for part in range(manifest["num_parts"])
+            for name in optional
+        ]
     missing = [rel for rel in expected if rel not in manifest["files"]]
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""

@@ -30,7 +30,9 @@ class PartitionerConfig:
 
 @dataclass
 class Assignment:
-    parts: np.ndarray  # edge_cut: one entry per vertex; vertex_cut: one per CSR edge
+    # edge_cut: a part per vertex; vertex_cut: a part per CSR edge; block1d: each
+    # vertex's position in the renumbered order
+    parts: np.ndarray
     info: dict[str, Any] = field(
         default_factory=dict
     )  # partitioner-specific figures for the manifest
@@ -38,7 +40,7 @@ class Assignment:
 
 @dataclass(frozen=True)
 class Partitioner:
-    kind: str  # "edge_cut" or "vertex_cut": what `assign`'s parts index
+    kind: str  # "edge_cut", "vertex_cut" or "block1d": what `assign`'s parts index
     assign: Callable[[GraphDataset, Any], Assignment]
 
 

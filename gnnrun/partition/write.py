@@ -14,12 +14,13 @@ from typing import Any
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
 from gnnrun.io import atomic_directory, mark_verified, save_array, write_json, writer_lock
+from gnnrun.partition.block1d import Block1DBuilder
 from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
 from gnnrun.partition.edge_cut import EdgeCutBuilder
 from gnnrun.partition.registry import PARTITIONERS, PartitionerConfig
 from gnnrun.partition.vertex_cut import VertexCutBuilder
 
-BUILDERS = {"edge_cut": EdgeCutBuilder, "vertex_cut": VertexCutBuilder}
+BUILDERS = {"edge_cut": EdgeCutBuilder, "vertex_cut": VertexCutBuilder, "block1d": Block1DBuilder}
 
 
 def partitioner_identity(cfg: PartitionerConfig) -> dict[str, Any]:

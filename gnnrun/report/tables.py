@@ -19,6 +19,20 @@ if TYPE_CHECKING:  # only named in annotations: `gnnrun report` then runs withou
 
 _EDGE_CUT_COLUMNS = ("solid", "halo", "edges", "cut_edges", "train", "val", "test")
 _VERTEX_CUT_COLUMNS = ("vertices", "split_vertices", "roots", "edges", "train", "val", "test")
+_BLOCK1D_COLUMNS = (
+    "rows",
+    "nonzeros",
+    "local_nonzeros",
+    "max_tile_nonzeros",
+    "train",
+    "val",
+    "test",
+)
+_COLUMNS = {
+    "edge_cut": _EDGE_CUT_COLUMNS,
+    "vertex_cut": _VERTEX_CUT_COLUMNS,
+    "block1d": _BLOCK1D_COLUMNS,
+}
 
 
 def dataset_table(dataset: GraphDataset) -> Table:
@@ -41,7 +55,7 @@ def dataset_table(dataset: GraphDataset) -> Table:
 
 def partition_table(book: PartitionBook) -> Table:
     manifest = book.manifest
-    columns = _EDGE_CUT_COLUMNS if book.kind == "edge_cut" else _VERTEX_CUT_COLUMNS
+    columns = _COLUMNS[book.kind]
     summary = manifest["summary"]
     table = Table(
         title=f"{manifest['method']} partition of {manifest['dataset']['name']} into {book.num_parts} parts",
@@ -56,6 +70,8 @@ def partition_table(book: PartitionBook) -> Table:
 
 
 def _caption(kind: str, summary: dict) -> str:
+    if kind == "block1d":
+        return _block1d_caption(summary)
     balance = ", ".join(f"{k} {v:.3f}" for k, v in summary["imbalance"].items())
     if kind == "edge_cut":
         head = f"cut edges {summary['cut_edges']:,} ({summary['cut_fraction']:.1%} of edges)"
@@ -65,6 +81,18 @@ def _caption(kind: str, summary: dict) -> str:
             f"split vertices {summary['split_vertices']:,} ({summary['split_fraction']:.1%})"
         )
     return f"{head}; imbalance (max/mean): {balance}"
+
+
+def _block1d_caption(summary: dict) -> str:
+    """The non-zero balance the permutation gives, against the graph's own order."""
+
+    def balance(figures: dict) -> str:
+        return f"row blocks {figures['row_blocks']:.3f}, tiles {figures['tiles']:.3f}"
+
+    return (
+        f"non-zero imbalance (max/mean): {balance(summary['nonzero_imbalance'])}; "
+        f"in the graph's own order: {balance(summary['nonzero_imbalance_own_order'])}"
+    )
 
 
 def summary_table(summary: dict) -> Table:

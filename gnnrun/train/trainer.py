@@ -36,7 +36,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     if display is not None:
         algorithm.on_step = display.step_done
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
-    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes)
+    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes).to(algorithm.device)
     optimizer = build_optimizer(model.parameters(), cfg.optimizer)
 
     checkpoint_dir = Path(cfg.train.checkpoint_dir)

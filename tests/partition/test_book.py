@@ -96,7 +96,10 @@ def _drop_bytes(manifest):
         (lambda m: m["dataset"].pop("checksum"), "its 'dataset' lacks 'checksum'"),
         (lambda m: m.update(num_parts="2"), "it has 'num_parts' of type str, expected int"),
         (lambda m: m.update(num_parts=3), "2 part entries for num_parts=3"),
-        (lambda m: m.update(kind="other"), "its kind 'other' is not one of edge_cut, vertex_cut"),
+        (
+            lambda m: m.update(kind="other"),
+            "its kind 'other' is not one of edge_cut, vertex_cut, block1d",
+        ),
         (lambda m: m.pop("parts"), "it lacks 'parts'"),
         (_drop_bytes, "the record of part-000/feat.npy lacks 'bytes'"),
         (_drop_part_record, "it lacks the record of part-001/halo_owner.npy"),

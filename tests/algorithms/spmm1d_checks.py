@@ -1,0 +1,41 @@
+"""What the spmm1d tests run on each real rank (imported by name there)."""
+
+from __future__ import annotations
+
+import torch
+from rank_checks import algorithm_and_model
+
+from gnnrun.train.trainer import train_epoch
+
+
+def spmm1d_trajectory(rank: int, world: int, cfg, epochs: int) -> dict:
+    """Train `epochs` epochs; per epoch the loss, summed gradients, bytes and the algorithm's
+    figures; then the logits of this rank's rows and their original ids."""
+    comm, algorithm, model, optimizer = algorithm_and_model(cfg)
+    out = []
+    for epoch in range(epochs):
+        comm.bytes.reset()
+        stats = train_epoch(algorithm, model, optimizer, epoch)
+        out.append(
+            {
+                "loss": stats["loss"],
+                "grads": [p.grad.clone() for p in model.parameters()],
+                "bytes": comm.bytes.reset(),
+                "stats": stats,
+            }
+        )
+    model.eval()
+    with torch.no_grad():
+        logits = algorithm.logits(model).clone()
+    return {"epochs": out, "nodes": algorithm.nodes, "logits": logits, "rows": algorithm.rows}
+
+
+def spmm1d_trajectories(rank: int, world: int, cfgs: list, epochs: int) -> list[dict]:
+    """spmm1d_trajectory for several configs in one launch."""
+    return [spmm1d_trajectory(rank, world, cfg, epochs) for cfg in cfgs]
+
+
+def spmm1d_on_gpu(rank: int, world: int, cfg, epochs: int) -> dict:
+    """spmm1d_trajectory on this rank's GPU."""
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    return spmm1d_trajectory(rank, world, cfg, epochs)
