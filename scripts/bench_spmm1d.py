@@ -1,0 +1,357 @@
+#!/usr/bin/env python
+"""spmm1d benchmark: MG-GCN's staged 1D SpMM against `single`, `cd0` and `sar` on one GCN.
+
+Every run is a fresh `gnnrun train` subprocess; figures come from its
+`metrics.rank<R>.jsonl`. Measured, from one invocation (so ratios compare runs
+made under the same load):
+
+1. Epoch time of `spmm1d` (overlap on and off) on each rank count of `--ranks`,
+   `single` full batch on one rank, and `cd0` (Libra vertex cut) and `sar`
+   (METIS edge cut) on the same rank counts, with the same dataset and model:
+   per epoch the slowest rank's `epoch_s`, median over the epochs after
+   `--warmup`. Its split: fwd, bwd, comm (blocked on other ranks), ared, opt,
+   and spmm1d's own phases: compute (the tile products), bcast (each
+   broadcast's time from issue to arrival, summed; overlapped with compute
+   when overlap is on) and wait (blocked on broadcasts); rank means of the
+   same medians. Bytes per purpose per epoch, rank means. Ratios to single
+   and to cd0 and sar on the same rank count.
+2. Peak memory per rank of `spmm1d` with its buffer plan against the same
+   algorithm with fresh tensors (`algorithm.buffers=fresh`): the training
+   epoch's resident growth (`train_rss_growth_mb`), the whole rank's peak
+   (`peak_rss_mb`), and with the plan the dense buffers it counted alive at
+   once and their MiB.
+
+The machine: CPU model, cores, memory, and the STREAM copy bandwidth measured
+here (bench_kernels.stream_copy_gbs). With 2 cores, 2 ranks get one core each
+and 4 ranks share them; the threads column says how many threads each has.
+
+    .venv/bin/python scripts/bench_spmm1d.py                  # synthetic-medium, model=gcn
+    .venv/bin/python scripts/bench_spmm1d.py --quick          # synthetic-tiny, 3 epochs: a smoke test
+    .venv/bin/python scripts/bench_spmm1d.py --json out.json
+
+Prepared datasets and partitions are kept under `--data-root` (default ./data)
+and reused; run directories and checkpoints go to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gnnrun.memory import reexec_with_allocator
+
+reexec_with_allocator()  # as `gnnrun` does, before torch is imported
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_fullbatch import available_gib, load, table, threads_note  # noqa: E402
+from bench_kernels import stream_copy_gbs  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+GNNRUN = str(Path(sys.executable).parent / "gnnrun")
+PHASES = ("fwd", "bwd", "comm", "ared", "opt")
+SPMM_PHASES = ("spmm1d_compute", "spmm1d_bcast", "spmm1d_wait")
+# label -> (algorithm, its overrides)
+VARIANTS = {
+    "spmm1d": ("spmm1d", ("algorithm.overlap=true", "algorithm.buffers=plan")),
+    "spmm1d no overlap": ("spmm1d", ("algorithm.overlap=false", "algorithm.buffers=plan")),
+    "spmm1d fresh": ("spmm1d", ("algorithm.overlap=true", "algorithm.buffers=fresh")),
+    "single": ("single", ("algorithm.mode=full",)),
+    "cd0": ("cd0", ()),
+    "sar": ("sar", ()),
+}
+SPEED_VARIANTS = ("spmm1d", "spmm1d no overlap", "cd0", "sar")
+MEMORY_VARIANTS = ("spmm1d", "spmm1d fresh")
+
+
+def machine() -> dict:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_gib, 1),
+        "stream_copy_gbs": round(stream_copy_gbs(), 1),
+    }
+
+
+def train_run(args, tmp: Path, tag: str, dataset: str, label: str, ranks: int, epochs: int):
+    """One `gnnrun train` subprocess; its per-rank, per-epoch records (or its error)."""
+    algorithm, extra = VARIANTS[label]
+    name = f"{tag}-{dataset}-{label.replace(' ', '_')}-{ranks}"
+    run_dir = tmp / f"run-{name}"
+    overrides = [
+        f"dataset={dataset}",
+        "model=gcn",
+        *args.model_overrides,
+        f"algorithm={algorithm}",
+        *extra,
+        f"cluster.nprocs={ranks}",
+        f"train.epochs={epochs}",
+        f"train.eval_every={epochs}",
+        f"train.checkpoint_every={epochs + 1}",
+        f"hydra.run.dir={run_dir}",
+        f"train.checkpoint_dir={tmp / ('ckpt-' + name)}",
+        f"paths.data_root={args.data_root}",
+    ]
+    start = time.perf_counter()
+    with open(tmp / f"{name}.log", "w") as log:
+        child = subprocess.Popen(
+            [GNNRUN, "train", *overrides], stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+        )
+        try:
+            returncode = child.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            returncode = "timeout"
+        finally:  # interrupted or timed out: stop the run (SIGTERM stops every rank)
+            if child.poll() is None:
+                child.terminate()
+                child.wait()
+    result = {
+        "label": label,
+        "ranks": ranks,
+        "run_s": time.perf_counter() - start,
+        "returncode": returncode,
+        "command": "gnnrun train " + " ".join(overrides),
+    }
+    if returncode != 0:
+        result["error"] = (tmp / f"{name}.log").read_text()[-2000:]
+        print(f"  {name}: FAILED (exit {returncode}):\n{result['error']}", file=sys.stderr)
+        return result
+    result["records"] = {
+        int(path.name[len("metrics.rank") : -len(".jsonl")]): [
+            json.loads(line) for line in path.read_text().splitlines()
+        ]
+        for path in run_dir.glob("metrics.rank*.jsonl")
+    }
+    return result
+
+
+def epoch_figures(run: dict, skip: int) -> dict:
+    """Medians over the epochs after `skip`: epoch time (slowest rank), phases and bytes per
+    purpose (rank means)."""
+    records = run["records"]
+    epochs = len(records[0])
+    keep = range(min(skip, epochs - 1), epochs)
+
+    def rank_mean(value) -> float:
+        return statistics.fmean(statistics.median(value(r, e) for e in keep) for r in records)
+
+    purposes = sorted({p for r in records for rec in records[r] for p in rec["bytes"]})
+    return {
+        "epoch_s": statistics.median(max(records[r][e]["epoch_s"] for r in records) for e in keep),
+        "phases": {
+            k: rank_mean(lambda r, e, k=k: records[r][e]["time"].get(k, 0.0))
+            for k in PHASES + SPMM_PHASES
+        },
+        "mb": {
+            p: rank_mean(lambda r, e, p=p: records[r][e]["bytes"].get(p, 0) / 1e6) for p in purposes
+        },
+    }
+
+
+def speed(args, tmp: Path) -> list[dict]:
+    print(
+        f"\n## Epoch time: {args.dataset}, model=gcn {' '.join(args.model_overrides)}, "
+        f"{args.epochs} epochs, medians after {args.warmup}; load {load()}"
+    )
+    plan = [("single", 1)] + [(label, r) for r in args.ranks for label in SPEED_VARIANTS]
+    plan = [(label, r) for label, r in plan if not (r == 1 and label in ("cd0", "sar"))]
+    runs = []
+    for label, ranks in plan:
+        run = train_run(args, tmp, "epochs", args.dataset, label, ranks, args.epochs)
+        if "records" in run:
+            run["epochs"] = epoch_figures(run, args.warmup)
+            run.pop("records")
+            print(f"  {label} x{ranks}: {run['epochs']['epoch_s']:.3f} s/epoch", flush=True)
+        runs.append(run)
+    ok = {(r["label"], r["ranks"]): r["epochs"] for r in runs if "epochs" in r}
+
+    def ratio(seconds: float, to: tuple[str, int]) -> str:
+        return f"{seconds / ok[to]['epoch_s']:.2f}" if to in ok else ""
+
+    rows = []
+    for r in runs:
+        if "epochs" not in r:
+            rows.append([r["ranks"], r["label"], "failed", *[""] * 13])
+            continue
+        e = r["epochs"]
+        rows.append(
+            [
+                r["ranks"],
+                r["label"],
+                threads_note(r["ranks"]),
+                f"{e['epoch_s']:.3f}",
+                *(f"{e['phases'][k]:.3f}" for k in PHASES + SPMM_PHASES),
+                " ".join(f"{p}={mb:.1f}" for p, mb in e["mb"].items()),
+                ratio(e["epoch_s"], ("single", 1)),
+                ratio(e["epoch_s"], ("cd0", r["ranks"])),
+                ratio(e["epoch_s"], ("sar", r["ranks"])),
+            ]
+        )
+    print(
+        "epoch = slowest rank's epoch_s; phases are rank means; comm = blocked on other ranks; "
+        "compute/bcast/wait: spmm1d's tile products, broadcasts from issue to arrival, "
+        "time blocked on broadcasts (part of comm)"
+    )
+    table(
+        [
+            "ranks",
+            "algorithm",
+            "threads",
+            "epoch s",
+            *PHASES,
+            "compute",
+            "bcast",
+            "wait",
+            "MB per epoch",
+            "/single",
+            "/cd0",
+            "/sar",
+        ],
+        rows,
+    )
+    return runs
+
+
+def memory(args, tmp: Path) -> list[dict]:
+    dataset = args.memory_dataset
+    print(f"\n## Peak memory per rank: {dataset}, model=gcn, 2 epochs; load {load()}")
+    runs, rows = [], []
+    for ranks in args.ranks:
+        for label in MEMORY_VARIANTS:
+            free = available_gib()
+            if free < args.memory_min_free_gib:
+                rows.append([ranks, label, f"skipped: {free:.1f} GiB available", "", "", ""])
+                continue
+            run = train_run(args, tmp, "memory", dataset, label, ranks, 2)
+            if "records" in run:
+                records = run.pop("records")
+                per_rank = [records[r] for r in sorted(records)]
+                run["memory"] = {
+                    "train_mib": [
+                        max(rec.get("train_rss_growth_mb") or 0 for rec in recs)
+                        for recs in per_rank
+                    ],
+                    "peak_mib": [max(rec["peak_rss_mb"] for rec in recs) for recs in per_rank],
+                    "buffers": [recs[-1].get("dense_buffers_peak") for recs in per_rank],
+                    "buffer_mib": [recs[-1].get("dense_buffer_mb_peak") for recs in per_rank],
+                }
+                m = run["memory"]
+                rows.append(
+                    [
+                        ranks,
+                        label,
+                        " ".join(f"{v:.0f}" for v in m["train_mib"]),
+                        f"{max(m['peak_mib']):.0f}",
+                        " / ".join("" if b is None else str(b) for b in m["buffers"]),
+                        " / ".join("" if b is None else f"{b:.0f}" for b in m["buffer_mib"]),
+                    ]
+                )
+                print(f"  {label} x{ranks}: training {max(m['train_mib']):.0f} MiB", flush=True)
+            else:
+                rows.append([ranks, label, "failed", "", "", ""])
+            runs.append(run)
+    print(
+        "training: the epoch's peak resident memory above what the rank held when it began "
+        "(train_rss_growth_mb), per rank; process: the whole rank's peak (peak_rss_mb), max "
+        "over ranks; buffers: the dense row-block tensors the plan counted alive at once, "
+        "and their MiB, per rank"
+    )
+    table(
+        ["ranks", "buffers", "training MiB per rank", "process MiB", "dense buffers", "their MiB"],
+        rows,
+    )
+    for ranks in args.ranks:
+        peak = {
+            r["label"]: max(r["memory"]["train_mib"])
+            for r in runs
+            if r["ranks"] == ranks and "memory" in r
+        }
+        if peak.get("spmm1d") and "spmm1d fresh" in peak:
+            print(
+                f"{ranks} ranks: fresh / plan training peak per rank = "
+                f"{peak['spmm1d fresh'] / peak['spmm1d']:.2f}x"
+            )
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data-root", type=Path, default=REPO / "data")
+    parser.add_argument("--dataset", default="synthetic-medium")
+    parser.add_argument("--memory-dataset", default="synthetic-medium")
+    parser.add_argument(
+        "--model-overrides",
+        type=lambda s: re.split(r",(?![^\[]*\])", s),  # not inside [..]
+        default=["model.hidden=64"],
+        help="comma-separated model settings (default model.hidden=64)",
+    )
+    parser.add_argument("--ranks", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2, help="epochs left out of the medians")
+    parser.add_argument("--memory-min-free-gib", type=float, default=6.0)
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--timeout", type=int, default=3600, help="seconds per gnnrun run")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
+    parser.add_argument("--json", type=Path, help="also write all figures to this file")
+    args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so that a running gnnrun child is stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if args.quick:
+        args.dataset = args.memory_dataset = "synthetic-tiny"
+        args.epochs, args.warmup, args.memory_min_free_gib = 3, 1, 1.0
+    args.data_root = args.data_root.resolve()
+    results: dict = {
+        "machine": machine(),
+        "load_before": load(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    }
+    m = results["machine"]
+    print(
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, "
+        f"STREAM copy (torch, 1 GiB float32) {m['stream_copy_gbs']} GB/s"
+    )
+    print(f"load average before (1/5/15 min): {results['load_before']}")
+    for dataset in {args.dataset, args.memory_dataset}:
+        subprocess.run(
+            [GNNRUN, "data", "prepare", f"dataset={dataset}", f"paths.data_root={args.data_root}"],
+            cwd=REPO,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    with tempfile.TemporaryDirectory(prefix="bench-spmm1d-") as tmp_name:
+        tmp = Path(tmp_name)
+        if not args.skip_speed:
+            results["speed"] = speed(args, tmp)
+        if not args.skip_memory:
+            results["memory"] = memory(args, tmp)
+    results["load_after"] = load()
+    print(f"\nload average after (1/5/15 min): {results['load_after']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
