@@ -38,8 +38,10 @@ def run_on_ranks(
     fn: Callable[..., Any], nprocs: int, *args: Any, timeout_s: int = 120
 ) -> list[Any]:
     """fn(rank, world_size, *args) on `nprocs` ranks; fn must be a module-level function."""
-    # Spawned ranks import fn by module name: make its folder importable there.
-    folder = str(Path(inspect.getfile(fn)).resolve().parent)
+    # Spawned ranks import fn by its module's dotted name: make the folder that
+    # name is relative to importable there (pytest may name a test module
+    # `tests.comm.test_x` or `test_x`, depending on how it was started).
+    folder = str(Path(inspect.getfile(fn)).resolve().parents[fn.__module__.count(".")])
     paths = [folder, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     if folder not in sys.path:
