@@ -139,16 +139,21 @@ class PeakMemory:
     epoch's training steps held on top of the process, the dataset and the part
     (activations, remote rows, gradients), which is what full-batch algorithms
     differ in. The window's peak comes from Linux's VmHWM, reset by writing 5 to
-    /proc/self/clear_refs; that also resets what getrusage reports, so the run's
-    peak is kept here. Where the kernel offers neither, windows give None.
+    /proc/self/clear_refs, so the run's peak is kept here. Where the kernel
+    offers neither, windows give None.
+
+    Peaks are VmHWM where Linux has it, not getrusage's ru_maxrss: a child's
+    ru_maxrss starts at its parent's resident memory when it was forked, so a
+    rank started by a launcher that had just partitioned a graph would report
+    the launcher's memory as its own.
     """
 
     def __init__(self) -> None:
-        self._run_peak = _maxrss_mb()
+        self._run_peak = _own_peak_mb()
         self._window_start: float | None = None
 
     def start_window(self) -> None:
-        self._run_peak = max(self._run_peak, _maxrss_mb())
+        self._run_peak = max(self._run_peak, _own_peak_mb())
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
@@ -162,11 +167,15 @@ class PeakMemory:
         return None if peak is None else max(peak - self._window_start, 0.0)
 
     def run_peak_mb(self) -> float:
-        self._run_peak = max(self._run_peak, _maxrss_mb())
+        self._run_peak = max(self._run_peak, _own_peak_mb())
         return self._run_peak
 
 
-def _maxrss_mb() -> float:
+def _own_peak_mb() -> float:
+    """This process image's peak resident memory since it started (or the last reset)."""
+    peak = _proc_status_mb("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

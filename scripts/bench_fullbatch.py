@@ -509,7 +509,7 @@ def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
             ]
         )
         print(f"  {ranks} ranks: max {max(peaks):.2f} GiB (run {run['run_s']:.0f} s)", flush=True)
-    print("peak_rss_mb of each rank process (ru_maxrss: training epoch and the final evaluation)")
+    print("peak_rss_mb of each rank process (its VmHWM: training epoch and the final evaluation)")
     table(["ranks", "peak GiB per rank", "max", "sum", "available GiB before"], rows)
     maxima = [max(r["peak_gib"]) for r in results if "peak_gib" in r]
     if len(maxima) > 1:

@@ -8,7 +8,7 @@ made under the same load):
 
 1. Peak resident memory per rank of one training epoch above what the rank held
    when it began (`train_rss_growth_mb`: activations, remote rows, gradients),
-   and of the whole rank (`peak_rss_mb`, ru_maxrss: torch, the dataset and the
+   and of the whole rank (`peak_rss_mb`, its own VmHWM: torch, the dataset and the
    part included), of `sar`, `sar`
    with prefetch and `domain_parallel` on `--memory-dataset` with each rank
    count of `--ranks`, and the ratio of domain_parallel's largest per-rank
@@ -205,7 +205,7 @@ def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
     print(
         "training: the epoch's peak resident memory above what the rank held when it began "
         "(train_rss_growth_mb: activations, remote rows, gradients), per rank and the max; "
-        "process: the whole rank's peak (ru_maxrss: with torch, the dataset and the part); "
+        "process: the whole rank's peak (peak_rss_mb: with torch, the dataset and the part); "
         "remote rows alive at once per layer (input layer first) and the remote rows a "
         "layer needs, per rank"
     )

@@ -99,3 +99,19 @@ def test_peak_memory_windows_count_what_the_window_added_and_keep_the_run_peak()
     memory.start_window()
     assert memory.window_growth_mb() < 20  # the freed array is not the next window's
     assert memory.run_peak_mb() >= run_peak  # resetting the window kept the run's peak
+
+
+def test_a_rank_does_not_report_the_memory_of_the_process_that_started_it():
+    # The parent holds 300 MiB when it starts the child: the child's ru_maxrss would
+    # start there, its own peak must not.
+    code = "from gnnrun.memory import PeakMemory; print(PeakMemory().run_peak_mb())"
+    parent = (
+        "import subprocess, sys\n"
+        "held = bytearray(300 * 2**20)\n"
+        "held[::4096] = b'x' * len(held[::4096])\n"
+        f"subprocess.run([sys.executable, '-c', {code!r}], check=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", parent], capture_output=True, text=True, check=True
+    )
+    assert float(result.stdout) < 250, result.stdout
