@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""spmm1d benchmark: MG-GCN's staged 1D SpMM against `single`, `cd0` and `sar` on one GCN.
+"""spmm1d benchmark: MG-GCN's staged 1D SpMM against `single`, `cd0`, `sar` and DGL on one GCN.
 
 Every run is a fresh `gnnrun train` subprocess; figures come from its
 `metrics.rank<R>.jsonl`. Measured, from one invocation (so ratios compare runs
@@ -14,7 +14,18 @@ made under the same load):
    broadcast's time from issue to arrival, summed; overlapped with compute
    when overlap is on) and wait (blocked on broadcasts); rank means of the
    same medians. Bytes per purpose per epoch, rank means. Ratios to single
-   and to cd0 and sar on the same rank count.
+   and to cd0 and sar on the same rank count, and to DGL.
+
+   With `--dgl-python PATH` (the python of a venv with DGL 2.1, which does not
+   import on gnnrun's torch) also DGL's full-batch GCN on the same graph:
+   the prepared dataset gnnrun trains on is exported to a temporary .npz
+   (in-edge CSR, features, labels, training vertices) and
+   scripts/dgl_fullbatch_gcn.py times DGL GraphConv layers on it (self loops,
+   symmetric normalisation) with the same widths, dropout, optimizer and loss
+   as gnnrun's `model=gcn`, the thread count of `single`, and this script's
+   allocator environment (LD_PRELOAD, THP_MEM_ALLOC_ENABLE, as gnnrun's runs
+   inherit it); median epoch after `--warmup`, one process, like `single`.
+   Without the option the DGL row is skipped, with the reason printed.
 2. Peak memory per rank of `spmm1d` with its buffer plan against the same
    algorithm with fresh tensors (`algorithm.buffers=fresh`): the training
    epoch's resident growth (`train_rss_growth_mb`), the whole rank's peak
@@ -28,6 +39,7 @@ and 4 ranks share them; the threads column says how many threads each has.
     .venv/bin/python scripts/bench_spmm1d.py                  # synthetic-medium, model=gcn
     .venv/bin/python scripts/bench_spmm1d.py --quick          # synthetic-tiny, 3 epochs: a smoke test
     .venv/bin/python scripts/bench_spmm1d.py --json out.json
+    .venv/bin/python scripts/bench_spmm1d.py --skip-memory --dgl-python DGL_VENV/bin/python
 
 Prepared datasets and partitions are kept under `--data-root` (default ./data)
 and reused; run directories and checkpoints go to a temporary directory.
@@ -48,7 +60,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gnnrun.memory import reexec_with_allocator
+from gnnrun.memory import allocator_in_use, reexec_with_allocator
 
 reexec_with_allocator()  # as `gnnrun` does, before torch is imported
 
@@ -56,6 +68,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fullbatch import available_gib, load, table, threads_note  # noqa: E402
 from bench_kernels import stream_copy_gbs  # noqa: E402
+
+from gnnrun.launch.rank import rank_cpus  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GNNRUN = str(Path(sys.executable).parent / "gnnrun")
@@ -71,6 +85,8 @@ VARIANTS = {
     "sar": ("sar", ()),
 }
 SPEED_VARIANTS = ("spmm1d", "spmm1d no overlap", "cd0", "sar")
+DGL_LABEL = "DGL GraphConv"
+DGL_WORKER = Path(__file__).resolve().parent / "dgl_fullbatch_gcn.py"
 MEMORY_VARIANTS = ("spmm1d", "spmm1d fresh")
 
 
@@ -167,6 +183,101 @@ def epoch_figures(run: dict, skip: int) -> dict:
     }
 
 
+def gnnrun_config(args):
+    """The config `gnnrun train` composes for this benchmark's dataset and model."""
+    from hydra import compose, initialize_config_dir
+
+    from gnnrun.cli import CONFIG_DIR
+    from gnnrun.config import to_objects
+    from gnnrun.schemas import register_schemas
+
+    register_schemas()
+    overrides = [
+        f"dataset={args.dataset}",
+        "model=gcn",
+        *args.model_overrides,
+        f"paths.data_root={args.data_root}",
+    ]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return to_objects(compose("config", overrides=overrides))
+
+
+def export_graph(cfg, path: Path) -> None:
+    """The prepared dataset gnnrun trains on, as the .npz dgl_fullbatch_gcn.py reads."""
+    import numpy as np
+
+    from gnnrun.data import load_prepared
+
+    dataset = load_prepared(cfg.dataset)
+    np.savez(
+        path,
+        indptr=dataset.indptr,
+        indices=dataset.indices,
+        feat=dataset.feat,
+        label=dataset.label,
+        train_idx=dataset.train_idx,
+        num_classes=dataset.num_classes,
+    )
+
+
+def dgl_worker_command(cfg, python: str, data: Path, threads: int, epochs: int, warmup: int):
+    """dgl_fullbatch_gcn.py with `model=gcn`'s widths, dropout and optimizer from `cfg`."""
+    model, optimizer = cfg.model, cfg.optimizer
+    if model.activation != "relu" or optimizer.name != "adam":
+        raise ValueError("the DGL worker runs model.activation=relu and optimizer=adam only")
+    return [
+        python,
+        str(DGL_WORKER),
+        f"--data={data}",
+        f"--layers={model.layers}",
+        f"--hidden={model.hidden}",
+        f"--dropout={model.dropout}",
+        f"--input-dropout={model.input_dropout}",
+        f"--lr={optimizer.lr}",
+        f"--weight-decay={optimizer.weight_decay}",
+        f"--threads={threads}",
+        f"--epochs={epochs}",
+        f"--warmup={warmup}",
+        f"--seed={cfg.train.seed}",
+    ]
+
+
+def dgl_run(args, tmp: Path) -> dict:
+    """DGL's full-batch GCN on the graph and model gnnrun trains, in DGL's own venv."""
+    result: dict = {"label": DGL_LABEL, "ranks": 1}
+    if not args.dgl_python:
+        result["skipped"] = "no --dgl-python (the python of a venv with DGL 2.1)"
+        return result
+    cfg = gnnrun_config(args)
+    data = tmp / "dgl-graph.npz"
+    export_graph(cfg, data)
+    _, threads = rank_cpus(0, 1, cfg.cluster.threads_per_rank, cfg.cluster.comm_cores)
+    command = dgl_worker_command(cfg, args.dgl_python, data, threads, args.epochs, args.warmup)
+    # The environment of gnnrun's runs (this process's: the allocator preload and
+    # THP_MEM_ALLOC_ENABLE), with DGL's OpenMP kernels on the same thread count.
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    result["command"] = " ".join(command)
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=args.timeout, cwd=REPO
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        result["error"] = str(exc)
+    else:
+        if done.returncode == 0:
+            result["dgl"] = json.loads(done.stdout.strip().splitlines()[-1])
+        else:
+            result["error"] = (done.stdout + done.stderr)[-2000:]
+    finally:
+        data.unlink(missing_ok=True)
+    result["run_s"] = time.perf_counter() - start
+    result["gnnrun_allocator"] = allocator_in_use()
+    if "error" in result:
+        print(f"  {DGL_LABEL}: FAILED:\n{result['error']}", file=sys.stderr)
+    return result
+
+
 def speed(args, tmp: Path) -> list[dict]:
     print(
         f"\n## Epoch time: {args.dataset}, model=gcn {' '.join(args.model_overrides)}, "
@@ -182,34 +293,55 @@ def speed(args, tmp: Path) -> list[dict]:
             run.pop("records")
             print(f"  {label} x{ranks}: {run['epochs']['epoch_s']:.3f} s/epoch", flush=True)
         runs.append(run)
+        if label == "single":  # DGL's one process right after gnnrun's
+            dgl = dgl_run(args, tmp)
+            if "dgl" in dgl:
+                d = dgl["dgl"]
+                dgl["epochs"] = {"epoch_s": d["epoch_s"], "phases": d["phases"], "mb": {}}
+                print(
+                    f"  {DGL_LABEL} (DGL {d['dgl']}, torch {d['torch']}, {d['threads']} threads, "
+                    f"allocator {d['allocator']}; gnnrun's: {dgl['gnnrun_allocator']}): "
+                    f"{d['epoch_s']:.3f} s/epoch",
+                    flush=True,
+                )
+            elif "skipped" in dgl:
+                print(f"  {DGL_LABEL}: skipped: {dgl['skipped']}")
+            if "skipped" not in dgl:
+                runs.append(dgl)
     ok = {(r["label"], r["ranks"]): r["epochs"] for r in runs if "epochs" in r}
 
     def ratio(seconds: float, to: tuple[str, int]) -> str:
         return f"{seconds / ok[to]['epoch_s']:.2f}" if to in ok else ""
 
+    def seconds(phases: dict, key: str) -> str:
+        return f"{phases[key]:.3f}" if key in phases else ""
+
     rows = []
     for r in runs:
         if "epochs" not in r:
-            rows.append([r["ranks"], r["label"], "failed", *[""] * 13])
+            rows.append([r["ranks"], r["label"], "failed", *[""] * 14])
             continue
         e = r["epochs"]
+        dgl = r["label"] == DGL_LABEL
         rows.append(
             [
                 r["ranks"],
                 r["label"],
-                threads_note(r["ranks"]),
+                f"{r['dgl']['threads']} thr" if dgl else threads_note(r["ranks"]),
                 f"{e['epoch_s']:.3f}",
-                *(f"{e['phases'][k]:.3f}" for k in PHASES + SPMM_PHASES),
+                *(seconds(e["phases"], k) for k in PHASES + SPMM_PHASES),
                 " ".join(f"{p}={mb:.1f}" for p, mb in e["mb"].items()),
                 ratio(e["epoch_s"], ("single", 1)),
                 ratio(e["epoch_s"], ("cd0", r["ranks"])),
                 ratio(e["epoch_s"], ("sar", r["ranks"])),
+                ratio(e["epoch_s"], (DGL_LABEL, 1)),
             ]
         )
     print(
         "epoch = slowest rank's epoch_s; phases are rank means; comm = blocked on other ranks; "
         "compute/bcast/wait: spmm1d's tile products, broadcasts from issue to arrival, "
-        "time blocked on broadcasts (part of comm)"
+        "time blocked on broadcasts (part of comm); DGL: one process, fwd = zero_grad + "
+        "forward + loss, as gnnrun's"
     )
     table(
         [
@@ -225,6 +357,7 @@ def speed(args, tmp: Path) -> list[dict]:
             "/single",
             "/cd0",
             "/sar",
+            "/DGL",
         ],
         rows,
     )
@@ -314,6 +447,11 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per gnnrun run")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
+    parser.add_argument(
+        "--dgl-python",
+        help="the python of a venv with DGL 2.1: also time DGL's full-batch GCN on the same "
+        "graph (scripts/dgl_fullbatch_gcn.py); without it the DGL row is skipped",
+    )
     parser.add_argument("--json", type=Path, help="also write all figures to this file")
     args = parser.parse_args()
     # SIGTERM unwinds like Ctrl-C, so that a running gnnrun child is stopped too.
