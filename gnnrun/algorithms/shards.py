@@ -578,15 +578,21 @@ def _split_gat_rows(rows: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor
 # --------------------------------------------------------- the streamed softmax
 
 
-# Edges scored at once: bounds the [edges, heads, dim] temporaries of a large shard.
-EDGE_CHUNK = 1 << 18
+# Bytes of one [edges, heads, dim] temporary of a chunk of edges. A chunk holds a few
+# at once, so this bounds the transient memory of a shard of any size, which would
+# otherwise rival the activations SAR saves (2^18 edges of 4 heads x 128 would take
+# 512 MiB per temporary); a smaller chunk only adds a loop step per 16k such edges.
+CHUNK_BYTES = 32 << 20
 
 
-def _chunks(src: torch.Tensor, dst: torch.Tensor) -> Iterator[tuple[int, int, slice]]:
-    """Consecutive runs of at most EDGE_CHUNK edges (in destination order): each run's
-    lowest and one past its highest destination, and its slice of the edges."""
-    for start in range(0, src.numel(), EDGE_CHUNK):
-        edges = slice(start, min(start + EDGE_CHUNK, src.numel()))
+def _chunks(
+    src: torch.Tensor, dst: torch.Tensor, feat: torch.Tensor
+) -> Iterator[tuple[int, int, slice]]:
+    """Consecutive runs of edges (in destination order) whose rows of `feat` fill at most
+    CHUNK_BYTES: each run's lowest and one past its highest destination, and its slice."""
+    size = max(1, CHUNK_BYTES // max(1, math.prod(feat.shape[1:]) * feat.element_size()))
+    for start in range(0, src.numel(), size):
+        edges = slice(start, min(start + size, src.numel()))
         yield int(dst[edges.start]), int(dst[edges.stop - 1]) + 1, edges
 
 
@@ -610,7 +616,7 @@ class StreamingEdgeSoftmax:
     def add(self, feat: torch.Tensor, el: torch.Tensor, src: torch.Tensor, dst: torch.Tensor):
         """The edges src -> dst (src: rows of `feat` and `el`; dst: local destinations,
         non-decreasing)."""
-        for low, high, edges in _chunks(src, dst):
+        for low, high, edges in _chunks(src, dst, feat):
             self._add(feat, el, src[edges], dst[edges] - low, slice(low, high))
 
     def _add(self, feat, el, src, dst, span: slice) -> None:
@@ -652,7 +658,7 @@ class EdgeSoftmaxGradients:
         """dL/dfeat and dL/del of the source rows of the edges src -> dst (in destination
         order); dL/der is added to `self.er`."""
         grad_feat, grad_el = torch.zeros_like(feat), torch.zeros_like(el)
-        for _, _, edges in _chunks(src, dst):
+        for _, _, edges in _chunks(src, dst, feat):
             self._add_chunk(feat, el, src[edges], dst[edges], grad_feat, grad_el)
         return grad_feat, grad_el
 

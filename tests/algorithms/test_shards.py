@@ -140,9 +140,9 @@ def test_streaming_edge_softmax_equals_the_global_one(monkeypatch, order, chunk)
     """Shard by shard, in any order and in chunks of edges, the streamed softmax gives GAT's
     aggregation over all edges and its gradients, with scores large enough that exp()
     alone would overflow."""
-    monkeypatch.setattr(shards, "EDGE_CHUNK", chunk)
     block, part = _hub_graph(4)
     n, heads, dim, slope = block.num_dst, 2, 3, 0.2
+    monkeypatch.setattr(shards, "CHUNK_BYTES", chunk * heads * dim * 8)  # float64 rows
     generator = torch.Generator().manual_seed(0)
     feat = torch.randn(n, heads, dim, generator=generator, dtype=torch.float64)
     el = 60 * torch.randn(n, heads, generator=generator, dtype=torch.float64)
