@@ -63,14 +63,13 @@ reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when insta
 
 import torch  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import chung_lu, sweep  # noqa: E402
+from train_runs import GNNRUN, REPO, read_records, run_train  # noqa: E402
 
 from gnnrun.launch.rank import rank_cpus  # noqa: E402
 
-GNNRUN = str(Path(sys.executable).parent / "gnnrun")
 # DGL 2.1's epoch seconds from an earlier run, not measured by this script (2 threads,
 # 200k vertices / 5M edges / 128-d, 3 x 256): a rough reference, not a side-by-side one.
 DGL_SECONDS = {"sage": 3.58, "gcn": 2.87}
@@ -163,20 +162,11 @@ def train_run(
     watcher = EpochWatcher(run_dir / "metrics.rank0.jsonl")
     watcher.start()
     start = time.perf_counter()
-    with open(tmp / f"{name}.log", "w") as log:
-        child = subprocess.Popen(
-            [GNNRUN, "train", *overrides], stdout=log, stderr=subprocess.STDOUT, cwd=REPO
-        )
-        try:
-            returncode = child.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            returncode = "timeout"
-        finally:  # interrupted or timed out: stop the run (SIGTERM stops every rank)
-            if child.poll() is None:
-                child.terminate()
-                child.wait()
-            watcher.stop.set()
-            watcher.join()
+    try:
+        returncode = run_train(overrides, tmp / f"{name}.log", args.timeout)
+    finally:
+        watcher.stop.set()
+        watcher.join()
     result = {
         "dataset": dataset,
         "algorithm": algorithm,
@@ -191,11 +181,7 @@ def train_run(
         result["error"] = tail
         print(f"  {name}: FAILED (exit {returncode}); log tail:\n{tail}", file=sys.stderr)
         return result
-    records = {}
-    for path in sorted(run_dir.glob("metrics.rank*.jsonl")):
-        rank = int(path.name[len("metrics.rank") : -len(".jsonl")])
-        records[rank] = [json.loads(line) for line in path.read_text().splitlines()]
-    result["records"] = records
+    result["records"] = read_records(run_dir)
     result["wall_between_records"] = [
         b - a for a, b in zip(watcher.stamps, watcher.stamps[1:], strict=False)
     ]

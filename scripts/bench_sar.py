@@ -45,7 +45,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from gnnrun.memory import reexec_with_allocator
@@ -55,9 +54,8 @@ reexec_with_allocator()  # as `gnnrun` does, before torch is imported
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fullbatch import available_gib, load, table, threads_note  # noqa: E402
+from train_runs import GNNRUN, REPO, variant_run  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-GNNRUN = str(Path(sys.executable).parent / "gnnrun")
 PHASES = ("fwd", "bwd", "comm", "ared", "opt")
 # (label, algorithm, its overrides)
 VARIANTS = {
@@ -71,64 +69,19 @@ MEMORY_VARIANTS = ("sar", "sar+prefetch", "domain_parallel")
 SPEED_VARIANTS = ("sar", "sar+prefetch", "domain_parallel", "cd0")
 
 
-def train_run(
-    args: argparse.Namespace,
-    tmp: Path,
-    tag: str,
-    dataset: str,
-    label: str,
-    ranks: int,
-    epochs: int,
-) -> dict:
-    """One `gnnrun train` subprocess; its per-rank, per-epoch records (or its error)."""
+def train_run(args, tmp: Path, tag: str, dataset: str, label: str, ranks: int, epochs: int):
     algorithm, extra = VARIANTS[label]
-    name = f"{tag}-{dataset}-{label}-{ranks}"
-    run_dir = tmp / f"run-{name}"
-    overrides = [
-        f"dataset={dataset}",
-        f"model={args.model}",
-        *args.model_overrides,
-        f"algorithm={algorithm}",
-        *extra,
-        f"cluster.nprocs={ranks}",
-        f"train.epochs={epochs}",
-        f"train.eval_every={epochs}",
-        f"train.checkpoint_every={epochs + 1}",
-        f"hydra.run.dir={run_dir}",
-        f"train.checkpoint_dir={tmp / ('ckpt-' + name)}",
-        f"paths.data_root={args.data_root}",
-    ]
-    start = time.perf_counter()
-    with open(tmp / f"{name}.log", "w") as log:
-        child = subprocess.Popen(
-            [GNNRUN, "train", *overrides], stdout=log, stderr=subprocess.STDOUT, cwd=REPO
-        )
-        try:
-            returncode = child.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            returncode = "timeout"
-        finally:  # interrupted or timed out: stop the run (SIGTERM stops every rank)
-            if child.poll() is None:
-                child.terminate()
-                child.wait()
-    result = {
-        "label": label,
-        "ranks": ranks,
-        "run_s": time.perf_counter() - start,
-        "returncode": returncode,
-        "command": "gnnrun train " + " ".join(overrides),
-    }
-    if returncode != 0:
-        result["error"] = (tmp / f"{name}.log").read_text()[-2000:]
-        print(f"  {name}: FAILED (exit {returncode}):\n{result['error']}", file=sys.stderr)
-        return result
-    result["records"] = {
-        int(path.name[len("metrics.rank") : -len(".jsonl")]): [
-            json.loads(line) for line in path.read_text().splitlines()
-        ]
-        for path in run_dir.glob("metrics.rank*.jsonl")
-    }
-    return result
+    return variant_run(
+        args,
+        tmp,
+        tag,
+        dataset,
+        label,
+        ranks,
+        epochs,
+        [f"model={args.model}", *args.model_overrides],
+        [f"algorithm={algorithm}", *extra],
+    )
 
 
 def epoch_figures(run: dict, skip: int) -> dict:

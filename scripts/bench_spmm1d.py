@@ -68,11 +68,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fullbatch import available_gib, load, table, threads_note  # noqa: E402
 from bench_kernels import stream_copy_gbs  # noqa: E402
+from train_runs import GNNRUN, REPO, variant_run  # noqa: E402
 
 from gnnrun.launch.rank import rank_cpus  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-GNNRUN = str(Path(sys.executable).parent / "gnnrun")
 PHASES = ("fwd", "bwd", "comm", "ared", "opt")
 SPMM_PHASES = ("spmm1d_compute", "spmm1d_bcast", "spmm1d_wait")
 # label -> (algorithm, its overrides)
@@ -109,55 +108,18 @@ def machine() -> dict:
 
 
 def train_run(args, tmp: Path, tag: str, dataset: str, label: str, ranks: int, epochs: int):
-    """One `gnnrun train` subprocess; its per-rank, per-epoch records (or its error)."""
     algorithm, extra = VARIANTS[label]
-    name = f"{tag}-{dataset}-{label.replace(' ', '_')}-{ranks}"
-    run_dir = tmp / f"run-{name}"
-    overrides = [
-        f"dataset={dataset}",
-        "model=gcn",
-        *args.model_overrides,
-        f"algorithm={algorithm}",
-        *extra,
-        f"cluster.nprocs={ranks}",
-        f"train.epochs={epochs}",
-        f"train.eval_every={epochs}",
-        f"train.checkpoint_every={epochs + 1}",
-        f"hydra.run.dir={run_dir}",
-        f"train.checkpoint_dir={tmp / ('ckpt-' + name)}",
-        f"paths.data_root={args.data_root}",
-    ]
-    start = time.perf_counter()
-    with open(tmp / f"{name}.log", "w") as log:
-        child = subprocess.Popen(
-            [GNNRUN, "train", *overrides], stdout=log, stderr=subprocess.STDOUT, cwd=REPO
-        )
-        try:
-            returncode = child.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            returncode = "timeout"
-        finally:  # interrupted or timed out: stop the run (SIGTERM stops every rank)
-            if child.poll() is None:
-                child.terminate()
-                child.wait()
-    result = {
-        "label": label,
-        "ranks": ranks,
-        "run_s": time.perf_counter() - start,
-        "returncode": returncode,
-        "command": "gnnrun train " + " ".join(overrides),
-    }
-    if returncode != 0:
-        result["error"] = (tmp / f"{name}.log").read_text()[-2000:]
-        print(f"  {name}: FAILED (exit {returncode}):\n{result['error']}", file=sys.stderr)
-        return result
-    result["records"] = {
-        int(path.name[len("metrics.rank") : -len(".jsonl")]): [
-            json.loads(line) for line in path.read_text().splitlines()
-        ]
-        for path in run_dir.glob("metrics.rank*.jsonl")
-    }
-    return result
+    return variant_run(
+        args,
+        tmp,
+        tag,
+        dataset,
+        label,
+        ranks,
+        epochs,
+        ["model=gcn", *args.model_overrides],
+        [f"algorithm={algorithm}", *extra],
+    )
 
 
 def epoch_figures(run: dict, skip: int) -> dict:

@@ -1,0 +1,87 @@
+"""`gnnrun train` as a benchmark's subprocess: one run, its exit, its per-rank records.
+
+Shared by the benchmark scripts, which compare runs of one invocation; each run
+is a fresh process, so no run inherits another's memory or caches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GNNRUN = str(Path(sys.executable).parent / "gnnrun")
+
+
+def run_train(overrides: list[str], log: Path, timeout: float) -> int | str:
+    """`gnnrun train` with these overrides, its output to `log`; its exit code, or
+    "timeout". Interrupted or timed out, the run is stopped (SIGTERM stops every rank)."""
+    with open(log, "w") as out:
+        child = subprocess.Popen(
+            [GNNRUN, "train", *overrides], stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+        )
+        try:
+            return child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "timeout"
+        finally:
+            if child.poll() is None:
+                child.terminate()
+                child.wait()
+
+
+def read_records(run_dir: Path) -> dict[int, list[dict]]:
+    """Each rank's per-epoch records, from its metrics.rank<R>.jsonl."""
+    return {
+        int(path.name[len("metrics.rank") : -len(".jsonl")]): [
+            json.loads(line) for line in path.read_text().splitlines()
+        ]
+        for path in sorted(run_dir.glob("metrics.rank*.jsonl"))
+    }
+
+
+def variant_run(
+    args,
+    tmp: Path,
+    tag: str,
+    dataset: str,
+    label: str,
+    ranks: int,
+    epochs: int,
+    model_overrides: list[str],
+    variant_overrides: list[str],
+) -> dict:
+    """One run of a labelled variant (its `algorithm=` and settings in `variant_overrides`),
+    no checkpoint written while it is timed; its records, or its error and log tail."""
+    name = f"{tag}-{dataset}-{label.replace(' ', '_')}-{ranks}"
+    run_dir = tmp / f"run-{name}"
+    overrides = [
+        f"dataset={dataset}",
+        *model_overrides,
+        *variant_overrides,
+        f"cluster.nprocs={ranks}",
+        f"train.epochs={epochs}",
+        f"train.eval_every={epochs}",
+        f"train.checkpoint_every={epochs + 1}",
+        f"hydra.run.dir={run_dir}",
+        f"train.checkpoint_dir={tmp / ('ckpt-' + name)}",
+        f"paths.data_root={args.data_root}",
+    ]
+    start = time.perf_counter()
+    returncode = run_train(overrides, tmp / f"{name}.log", args.timeout)
+    result = {
+        "label": label,
+        "ranks": ranks,
+        "run_s": time.perf_counter() - start,
+        "returncode": returncode,
+        "command": "gnnrun train " + " ".join(overrides),
+    }
+    if returncode != 0:
+        result["error"] = (tmp / f"{name}.log").read_text()[-2000:]
+        print(f"  {name}: FAILED (exit {returncode}):\n{result['error']}", file=sys.stderr)
+        return result
+    result["records"] = read_records(run_dir)
+    return result
