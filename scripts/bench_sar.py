@@ -30,6 +30,8 @@ column says how many threads each rank has.
     .venv/bin/python scripts/bench_sar.py --model gat         # cd0 left out (no GAT)
     .venv/bin/python scripts/bench_sar.py --quick             # synthetic-tiny, 3 epochs: a smoke test
     .venv/bin/python scripts/bench_sar.py --json out.json
+    .venv/bin/python scripts/bench_sar.py --skip-speed --ranks 4 \
+        --memory-dataset-overrides dataset.num_nodes=1000000,dataset.name=synthetic-1m
 
 Prepared datasets and partitions are kept under `--data-root` (default ./data)
 and reused; run directories and checkpoints go to a temporary directory.
@@ -69,7 +71,16 @@ MEMORY_VARIANTS = ("sar", "sar+prefetch", "domain_parallel")
 SPEED_VARIANTS = ("sar", "sar+prefetch", "domain_parallel", "cd0")
 
 
-def train_run(args, tmp: Path, tag: str, dataset: str, label: str, ranks: int, epochs: int):
+def train_run(
+    args,
+    tmp: Path,
+    tag: str,
+    dataset: str,
+    label: str,
+    ranks: int,
+    epochs: int,
+    dataset_overrides=(),
+):
     algorithm, extra = VARIANTS[label]
     return variant_run(
         args,
@@ -79,7 +90,7 @@ def train_run(args, tmp: Path, tag: str, dataset: str, label: str, ranks: int, e
         label,
         ranks,
         epochs,
-        [f"model={args.model}", *args.model_overrides],
+        [*dataset_overrides, f"model={args.model}", *args.model_overrides],
         [f"algorithm={algorithm}", *extra],
     )
 
@@ -123,7 +134,10 @@ def memory_figures(run: dict) -> dict:
 
 def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
     dataset = args.memory_dataset
-    print(f"\n## Peak memory per rank: {dataset}, model={args.model}, 1 epoch; load {load()}")
+    print(
+        f"\n## Peak memory per rank: {' '.join([dataset, *args.memory_dataset_overrides])}, "
+        f"model={args.model}, 1 epoch; load {load()}"
+    )
     runs, rows = [], []
     for ranks in args.ranks:
         for label in MEMORY_VARIANTS:
@@ -131,7 +145,9 @@ def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
             if free < args.memory_min_free_gib:
                 rows.append([ranks, label, f"skipped: {free:.1f} GiB available", "", "", "", ""])
                 continue
-            run = train_run(args, tmp, "memory", dataset, label, ranks, 1)
+            run = train_run(
+                args, tmp, "memory", dataset, label, ranks, 1, args.memory_dataset_overrides
+            )
             if "records" in run:
                 run["memory"] = memory_figures(run)
                 run.pop("records")
@@ -196,7 +212,7 @@ def speed(args: argparse.Namespace, tmp: Path) -> list[dict]:
         f"medians after {args.warmup}; load {load()}"
     )
     plan = [("single", 1)] + [(label, r) for r in args.ranks for label in SPEED_VARIANTS]
-    if args.model == "gat":
+    if args.model.startswith("gat"):
         plan = [(label, r) for label, r in plan if label != "cd0"]  # DistGNN refuses GAT
     runs = []
     for label, ranks in plan:
@@ -256,6 +272,14 @@ def main() -> None:
     parser.add_argument("--data-root", type=Path, default=REPO / "data")
     parser.add_argument("--dataset", default="synthetic-medium")
     parser.add_argument("--memory-dataset", default="synthetic-medium")
+    parser.add_argument(
+        "--memory-dataset-overrides",
+        type=lambda s: s.split(","),
+        default=[],
+        help="comma-separated dataset settings for the memory runs, e.g. "
+        "dataset.num_nodes=1000000,dataset.name=synthetic-1m (give a new name: the prepared "
+        "data and partitions are kept under it)",
+    )
     parser.add_argument("--model", default="sage", help="sage, sage_gcn, gcn or gat")
     parser.add_argument(
         "--model-overrides",
@@ -285,9 +309,19 @@ def main() -> None:
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
     }
     print(f"load average before (1/5/15 min): {results['load_before']}")
-    for dataset in {args.dataset, args.memory_dataset}:
+    for dataset, overrides in {
+        (args.dataset, ()),
+        (args.memory_dataset, tuple(args.memory_dataset_overrides)),
+    }:
         subprocess.run(
-            [GNNRUN, "data", "prepare", f"dataset={dataset}", f"paths.data_root={args.data_root}"],
+            [
+                GNNRUN,
+                "data",
+                "prepare",
+                f"dataset={dataset}",
+                *overrides,
+                f"paths.data_root={args.data_root}",
+            ],
             cwd=REPO,
             check=True,
             stdout=subprocess.DEVNULL,
