@@ -66,6 +66,14 @@ def parameters_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
+def minibatch_samples_and_weights(rank: int, world: int, sampled, trained) -> tuple:
+    """minibatch_matches_single_process on one config, parameters_after_one_epoch on another."""
+    return (
+        minibatch_matches_single_process(rank, world, sampled, 12345),
+        parameters_after_one_epoch(rank, world, trained),
+    )
+
+
 def algorithm_and_model(cfg):
     """This rank's communicator, the config's algorithm, and the model and optimizer the
     trainer would build (the same initial weights on every rank)."""
@@ -159,6 +167,14 @@ def drpa_on_hand_built_tree(
     return out
 
 
+def drpa_cases_on_hand_built_tree(rank: int, world: int, cases: list, epochs: int) -> list:
+    """drpa_on_hand_built_tree for each (delay, bins, backward) case, one after another."""
+    return [
+        drpa_on_hand_built_tree(rank, world, delay, bins, epochs, backward)
+        for delay, bins, backward in cases
+    ]
+
+
 def zero_comm_loss_and_parts_alone(rank: int, world: int, cfgs: list) -> list[tuple[float, float]]:
     """Per config: zero_comm's first training loss, and the loss of the same model run on
     every part's edges as a graph of its own (local degrees), summed over ranks."""
@@ -194,6 +210,11 @@ def hec_trace(rank: int, world: int, cfg, epochs: int) -> dict:
         stats = train_epoch(algorithm, model, optimizer, epoch)
         epochs_out.append({**stats, "bytes": comm.bytes.reset()})
     return {"trace": algorithm.trace, "epochs": epochs_out}
+
+
+def hec_traces(rank: int, world: int, cfgs: list, epochs: int) -> list[dict]:
+    """hec_trace for each config, one after another in one launch."""
+    return [hec_trace(rank, world, cfg, epochs) for cfg in cfgs]
 
 
 def hec_local_only_logits(rank: int, world: int, cfg) -> dict:

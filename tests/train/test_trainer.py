@@ -72,7 +72,11 @@ def resumed_trajectories(common: list[str], tmp_path, refused: tuple[str, ...] =
 @pytest.mark.parametrize(
     "algorithm",
     [
-        ["algorithm=minibatch", "model=sage", "model.batch_size=128"],
+        # hec keys its samples as minibatch does and restores more: minibatch is in the slow suite.
+        pytest.param(
+            ["algorithm=minibatch", "model=sage", "model.batch_size=128"],
+            marks=pytest.mark.slow,
+        ),
         # Pushes in flight at the checkpoint, and the caches, must be restored.
         ["algorithm=hec", "algorithm.delay_minibatches=2", "model=sage", "model.batch_size=32"],
     ],
