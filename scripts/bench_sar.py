@@ -302,6 +302,13 @@ def main() -> None:
     if args.quick:
         args.dataset = args.memory_dataset = "synthetic-tiny"
         args.epochs, args.warmup, args.memory_min_free_gib = 3, 1, 1.0
+    if args.memory_dataset_overrides and not any(
+        o.startswith("dataset.name=") for o in args.memory_dataset_overrides
+    ):
+        parser.error(
+            "--memory-dataset-overrides changes the graph: add dataset.name=<a new name> to it, "
+            f"or its prepared data would replace {args.memory_dataset}'s"
+        )
     args.data_root = args.data_root.resolve()
     results: dict = {
         "load_before": load(),
@@ -313,19 +320,12 @@ def main() -> None:
         (args.dataset, ()),
         (args.memory_dataset, tuple(args.memory_dataset_overrides)),
     }:
-        subprocess.run(
-            [
-                GNNRUN,
-                "data",
-                "prepare",
-                f"dataset={dataset}",
-                *overrides,
-                f"paths.data_root={args.data_root}",
-            ],
-            cwd=REPO,
-            check=True,
-            stdout=subprocess.DEVNULL,
+        command = [GNNRUN, "data", "prepare", f"dataset={dataset}", *overrides]
+        prepared = subprocess.run(
+            [*command, f"paths.data_root={args.data_root}"], cwd=REPO, stdout=subprocess.DEVNULL
         )
+        if prepared.returncode != 0:
+            sys.exit(f"bench_sar: `{' '.join(command[1:])}` failed (its error is above)")
     with tempfile.TemporaryDirectory(prefix="bench-sar-") as tmp_name:
         tmp = Path(tmp_name)
         if not args.skip_memory:
