@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError
 
 from gnnrun import job
 from gnnrun.errors import GnnrunError, os_error_message
@@ -257,6 +258,10 @@ def check_overrides(overrides: list[str]) -> None:
             try:
                 to_objects(compose("config", overrides=point))
             except HydraException as exc:
+                unknown = getattr(exc.__cause__, "full_key", None)
+                if isinstance(exc.__cause__, ConfigKeyError) and unknown:
+                    # A mapping given whole (key={a: 1}) with a key its schema lacks.
+                    raise GnnrunError(f"{where}{_unknown_key_message(base, unknown)}") from None
                 cause = f": {exc.__cause__}" if exc.__cause__ else ""
                 raise GnnrunError(f"{where}{exc}{cause}".replace("\n", " ")) from None
             except GnnrunError as exc:

@@ -133,6 +133,12 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         (["train", "model.lr=0.01"], "'model.lr' is now 'optimizer.lr'"),
         (["train", "algorithm=cdr", "algorithm.delay=2"], "now 'algorithm.delay_epochs'"),
         (["train", "algorithm=hec", "algorithm.delay=2"], "now 'algorithm.delay_minibatches'"),
+        (
+            ["train", "algorithm=pipeline", "algorithm.capacity={sampel: 2}"],
+            "unknown config key 'algorithm.capacity.sampel'. Did you mean 'algorithm.capacity.sample'?",
+        ),
+        (["train", "algorithm=pipeline", "algorithm.capacity.fetch=-1"], "capacity.fetch is -1"),
+        (["train", "algorithm=pipeline", "algorithm.mode=full"], "pipeline trains minibatches"),
         (["partition", "partitioner=libra", "partitioner.num_parts=65"], "at most 64 parts"),
         (["train", "hydra.run.dir=/proc/gnnrun-run"], "cannot write /proc/gnnrun-run"),
         (

@@ -61,6 +61,13 @@ class Algorithm:
     # global loss), or None (nothing to combine).
     gradient_reduction: ClassVar[str | None] = None
 
+    def plan(self, start_epoch: int, end_epoch: int) -> None:
+        """The run trains epochs [start_epoch, end_epoch): called once before the first, for
+        algorithms that prepare ahead of the epoch in training (the pipeline's threads)."""
+
+    def close(self) -> None:
+        """Stop what `plan` started; called when training ends, by an error too."""
+
     def begin_epoch(self, epoch: int) -> int:
         """Prepare `epoch`; return its number of steps, the same on every rank."""
         raise NotImplementedError

@@ -61,22 +61,37 @@ class SampledTraining(Algorithm):
 
     gradient_reduction = "mean"
 
-    def begin_epoch(self, epoch: int) -> int:
-        cfg = self.cfg
-        batch = cfg.model.batch_size
-        seed = cfg.train.seed * 1_000_003 + epoch * 7919 + self.comm.rank
+    _training_steps: int | None = None
+
+    def training_steps(self) -> int:
+        """Training steps per epoch, the same on every rank (a collective on the first call;
+        the training vertices never change, so neither does the count)."""
+        if self._training_steps is None:
+            self._training_steps = self._steps(self.train_ids.numel())
+        return self._training_steps
+
+    def epoch_order(self, epoch: int, steps: int) -> torch.Tensor:
+        """This rank's training vertices of `epoch` in the order its `steps` steps take them."""
+        seed = self.cfg.train.seed * 1_000_003 + epoch * 7919 + self.comm.rank
         generator = torch.Generator().manual_seed(seed)
         order = self.train_ids[torch.randperm(self.train_ids.numel(), generator=generator)]
-        steps = self._steps(order.numel())
-        if order.numel() and steps * batch > order.numel():
+        wanted = steps * self.cfg.model.batch_size
+        if order.numel() and wanted > order.numel():
             # Fewer training vertices than the busiest rank: go round again.
-            order = order.repeat(math.ceil(steps * batch / order.numel()))
-        self.epoch, self.order, self.steps = epoch, order, steps
+            order = order.repeat(math.ceil(wanted / order.numel()))
+        return order
+
+    def step_seeds(self, order: torch.Tensor, step: int) -> torch.Tensor:
+        size = self.cfg.model.batch_size
+        return order[step * size : (step + 1) * size]
+
+    def begin_epoch(self, epoch: int) -> int:
+        steps = self.training_steps()
+        self.epoch, self.order, self.steps = epoch, self.epoch_order(epoch, steps), steps
         return steps
 
     def batch(self, step: int) -> Minibatch:
-        size = self.cfg.model.batch_size
-        seeds = self.order[step * size : (step + 1) * size]
+        seeds = self.step_seeds(self.order, step)
         key = step_key(self.cfg.train.seed, self.epoch, step)
         blocks, x = make_minibatch(self.training_source(), seeds, self.cfg.model.fanouts, key)
         return Minibatch(blocks, x, self.labels_of(seeds))

@@ -11,6 +11,8 @@ exactly the same blocks: the test oracle for the distributed path.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -37,10 +39,17 @@ class GraphSource:
 def make_minibatch(
     source: GraphSource, seeds: torch.Tensor, fanouts: list[int], key: int
 ) -> tuple[list[Block], torch.Tensor]:
-    """Sampled blocks (input layer first) for `seeds` (global ids) and the input features.
+    """Sampled blocks (input layer first) for `seeds` (global ids) and the input features."""
+    blocks = sample_minibatch(source, seeds, fanouts, key)
+    return blocks, source.features(blocks[0].src_ids)
 
-    `fanouts` go from the seeds outwards: fanouts[0] neighbours per seed.
-    """
+
+def sample_minibatch(
+    source: GraphSource, seeds: torch.Tensor, fanouts: list[int], key: int
+) -> list[Block]:
+    """The sampled blocks of `seeds` (global ids), input layer first; their input vertices
+    are `blocks[0].src_ids`. `fanouts` go from the seeds outwards: fanouts[0] neighbours
+    per seed."""
     blocks: list[Block] = []
     frontier = seeds
     for hop, fanout in enumerate(fanouts):
@@ -48,7 +57,7 @@ def make_minibatch(
         indptr, indices, src_ids = compact(frontier, offsets, neighbours)
         blocks.insert(0, Block(indptr, indices, int(src_ids.numel()), src_ids))
         frontier = src_ids
-    return blocks, source.features(frontier)
+    return blocks
 
 
 class LocalGraphSource(GraphSource):
@@ -92,6 +101,12 @@ class PartitionGraphSource(GraphSource):
         self.indices = to_tensor(part["indices"])
         self.feat = part["feat"]
         self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
+
+    def talking_over(self, comm: Communicator) -> PartitionGraphSource:
+        """This part (its arrays shared, not copied), sending its requests through `comm`."""
+        source = copy.copy(self)
+        source.comm = comm
+        return source
 
     def _route(self, nodes: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         owner = self.owner[nodes]

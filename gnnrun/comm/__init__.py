@@ -53,14 +53,30 @@ class PendingExchange:
 class Communicator:
     """This rank's view of the process group (a 1-rank stand-in when not distributed)."""
 
-    def __init__(self, blocked: Callable[[], AbstractContextManager] | None = None) -> None:
+    def __init__(
+        self, blocked: Callable[[], AbstractContextManager] | None = None, group: Any = None
+    ) -> None:
         """`blocked()` is entered around every wait on another rank (the trainer passes
-        PhaseTimer.communication, to tell communication time from compute)."""
+        PhaseTimer.communication, to tell communication time from compute). `group`: the
+        process group to talk in (None: the default one)."""
         self.distributed = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank() if self.distributed else 0
-        self.world_size = dist.get_world_size() if self.distributed else 1
+        self.group = group
+        self.rank = dist.get_rank(group) if self.distributed else 0
+        self.world_size = dist.get_world_size(group) if self.distributed else 1
         self.bytes = ByteCounter()
         self.blocked = blocked or contextlib.nullcontext
+
+    def private_channel(self) -> Communicator:
+        """A communicator over the same ranks on a process group of its own (collective:
+        every rank calls it, in the same order), for a thread whose collectives must
+        neither wait behind nor interleave with this one's. Its bytes are counted apart
+        and its waits are not reported to `blocked`."""
+        if not self.distributed:
+            return Communicator()
+        backend = dist.get_backend(self.group)
+        # A GPU job's default group is NCCL beside gloo; the pipeline's threads move CPU tensors.
+        group = dist.new_group(backend="gloo" if "gloo" in backend else backend)
+        return Communicator(group=group)
 
     def exchange(self, outgoing: list[torch.Tensor], purpose: str) -> list[torch.Tensor]:
         """All-to-all-v: send outgoing[r] to rank r, receive one tensor from every rank.
@@ -91,13 +107,15 @@ class Communicator:
         if incoming_counts is None:
             incoming_counts = torch.empty_like(counts)
             with self.blocked():
-                dist.all_to_all_single(incoming_counts, counts)
+                dist.all_to_all_single(incoming_counts, counts, group=self.group)
             size_bytes = counts.numel() * 8
         row = int(torch.tensor(trailing).prod()) if len(trailing) else 1
         send = torch.cat([t.reshape(-1) for t in outgoing])
         recv = torch.empty(int(incoming_counts.sum()) * row, dtype=send.dtype)
         incoming = (incoming_counts * row).tolist()
-        work = dist.all_to_all_single(recv, send, incoming, (counts * row).tolist(), async_op=True)
+        work = dist.all_to_all_single(
+            recv, send, incoming, (counts * row).tolist(), group=self.group, async_op=True
+        )
         remote = int(counts.sum() - counts[self.rank]) * row * send.element_size()
         self.bytes.add(purpose, remote + size_bytes)
         parts = [part.view(-1, *trailing) for part in recv.split(incoming)]
@@ -113,7 +131,7 @@ class Communicator:
         """
         if not self.distributed:
             return PendingExchange([tensor])
-        work = dist.broadcast(tensor, src, async_op=True)
+        work = dist.broadcast(tensor, src, group=self.group, async_op=True)
         if self.rank != src:
             self.bytes.add(purpose, tensor.numel() * tensor.element_size())
         return PendingExchange([tensor], work, blocked=self.blocked)
@@ -131,7 +149,7 @@ class Communicator:
             return
         flat = torch.cat([t.reshape(-1) for t in tensors])
         with self.blocked():
-            dist.all_reduce(flat)
+            dist.all_reduce(flat, group=self.group)
         if average:
             flat /= self.world_size
         # A ring all-reduce sends about 2 (P-1)/P of the bucket per rank.
@@ -147,7 +165,7 @@ class Communicator:
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         if self.distributed:
             with self.blocked():
-                dist.all_reduce(values)
+                dist.all_reduce(values, group=self.group)
         return values
 
     def max_int(self, value: int) -> int:
@@ -155,5 +173,5 @@ class Communicator:
             return value
         t = torch.tensor([value], dtype=torch.int64)
         with self.blocked():
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return int(t.item())

@@ -49,64 +49,68 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     end_epoch = cfg.train.epochs
     if cfg.train.stop_after:
         end_epoch = min(end_epoch, start_epoch + cfg.train.stop_after)
-    for epoch in range(start_epoch, end_epoch):
-        # Reseeding per epoch makes dropout independent of where a run resumed.
-        torch.manual_seed(cfg.train.seed * 1_000_003 + epoch * 101 + comm.rank)
-        comm.bytes.reset()
-        timer.reset()  # what ran before the epoch (set-up, the checkpoint) is not the epoch's
-        if display is not None:
-            display.epoch_started(epoch)
-        memory.start_window()
-        start = time.perf_counter()
-        stats = train_epoch(algorithm, model, optimizer, epoch)
-        epoch_seconds = time.perf_counter() - start
-        train_growth_mb = memory.window_growth_mb()
-        if not math.isfinite(stats["loss"]):
-            raise GnnrunError(
-                f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch}; "
-                f"the run stopped before writing a bad checkpoint. Lower optimizer.lr (now {cfg.optimizer.lr}) "
-                "or check the features for NaN/inf"
-            )
-        record: dict[str, Any] = {
-            "epoch": epoch,
-            "rank": comm.rank,
-            "epoch_s": epoch_seconds,
-            **stats,
-            # Training traffic only: evaluation's goes to eval_bytes, so that
-            # algorithms compare by what training costs them.
-            "bytes": comm.bytes.reset(),
-        }
-        if train_growth_mb is not None:
-            # The epoch's training steps at their peak, above what the process held before.
-            record["train_rss_growth_mb"] = train_growth_mb
-        if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
-            with timer.phase("eval"):
-                record.update(evaluate_outputs(algorithm.evaluate(model), algorithm.task, comm))
-            record["eval_bytes"] = comm.bytes.reset()
-        record["time"] = timer.reset()
-        record["peak_rss_mb"] = memory.run_peak_mb()
-        with open(metrics_file, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        # Not every epoch: an algorithm's state can be large, and taking it ends
-        # the communication it overlaps (cdr's exchanges in flight).
-        checkpoint = (epoch + 1) % cfg.train.checkpoint_every == 0 or epoch + 1 == end_epoch
-        if checkpoint and (algorithm_state := algorithm.state_dict()) is not None:
-            _save_algorithm_state(checkpoint_dir, comm.rank, epoch + 1, algorithm_state)
-        if comm.rank == 0:
-            history.append(record)
-            if checkpoint:
-                save_checkpoint(
-                    checkpoint_dir,
-                    {
-                        "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "epoch": epoch + 1,
-                        "history": history,
-                        "settings": settings_of(cfg),
-                    },
-                )
+    algorithm.plan(start_epoch, end_epoch)
+    try:
+        for epoch in range(start_epoch, end_epoch):
+            # Reseeding per epoch makes dropout independent of where a run resumed.
+            torch.manual_seed(cfg.train.seed * 1_000_003 + epoch * 101 + comm.rank)
+            comm.bytes.reset()
+            timer.reset()  # what ran before the epoch (set-up, the checkpoint) is not the epoch's
             if display is not None:
-                display.epoch_done(record)
+                display.epoch_started(epoch)
+            memory.start_window()
+            start = time.perf_counter()
+            stats = train_epoch(algorithm, model, optimizer, epoch)
+            epoch_seconds = time.perf_counter() - start
+            train_growth_mb = memory.window_growth_mb()
+            if not math.isfinite(stats["loss"]):
+                raise GnnrunError(
+                    f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch}; "
+                    f"the run stopped before writing a bad checkpoint. Lower optimizer.lr (now {cfg.optimizer.lr}) "
+                    "or check the features for NaN/inf"
+                )
+            record: dict[str, Any] = {
+                "epoch": epoch,
+                "rank": comm.rank,
+                "epoch_s": epoch_seconds,
+                **stats,
+                # Training traffic only: evaluation's goes to eval_bytes, so that
+                # algorithms compare by what training costs them.
+                "bytes": comm.bytes.reset(),
+            }
+            if train_growth_mb is not None:
+                # The epoch's training steps at their peak, above what the process held before.
+                record["train_rss_growth_mb"] = train_growth_mb
+            if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
+                with timer.phase("eval"):
+                    record.update(evaluate_outputs(algorithm.evaluate(model), algorithm.task, comm))
+                record["eval_bytes"] = comm.bytes.reset()
+            record["time"] = timer.reset()
+            record["peak_rss_mb"] = memory.run_peak_mb()
+            with open(metrics_file, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            # Not every epoch: an algorithm's state can be large, and taking it ends
+            # the communication it overlaps (cdr's exchanges in flight).
+            checkpoint = (epoch + 1) % cfg.train.checkpoint_every == 0 or epoch + 1 == end_epoch
+            if checkpoint and (algorithm_state := algorithm.state_dict()) is not None:
+                _save_algorithm_state(checkpoint_dir, comm.rank, epoch + 1, algorithm_state)
+            if comm.rank == 0:
+                history.append(record)
+                if checkpoint:
+                    save_checkpoint(
+                        checkpoint_dir,
+                        {
+                            "model": model.state_dict(),
+                            "optimizer": optimizer.state_dict(),
+                            "epoch": epoch + 1,
+                            "history": history,
+                            "settings": settings_of(cfg),
+                        },
+                    )
+                if display is not None:
+                    display.epoch_done(record)
+    finally:
+        algorithm.close()
     if comm.rank != 0:
         return None
     summary = summarize(history, cfg, comm.world_size)

@@ -1,0 +1,215 @@
+"""DistDGLv2's asynchronous minibatch pipeline: `minibatch`'s exact training, with every
+minibatch built ahead of the trainer by threads, in bounded stages.
+
+Stages (run by gnnrun.algorithms.pipeline_stages, which explains capacities,
+blocking and failures):
+
+    sample  the step's seeds, sampled hop by hop (a remote vertex by its owner)
+            and compacted into blocks
+    fetch   the input vertices' features (local rows, remote rows pulled from
+            their owners) and the seeds' labels
+    device  the copy to the compute device (nothing to copy on a CPU rank)
+
+and the trainer, which takes finished minibatches and runs forward, backward,
+the gradient all-reduce and the optimizer step. `algorithm.capacity` bounds how
+many finished minibatches wait after each stage (0 runs a stage inline in the
+next one's thread; all 0 is `minibatch`'s synchronous loop).
+
+Only immutable data is read ahead: graph structure, input features and
+labels; nothing that depends on the model's parameters. The schedule spans all
+the epochs the run trains (`plan`), so the next epoch's first minibatches are
+built while this epoch's last steps train and evaluation runs.
+
+Each stage that talks to other ranks does so over a process group of its own
+(`Communicator.private_channel`): its all-to-alls never queue behind the
+gradient all-reduce of the trainer thread, nor interleave with the other
+stage's. Every rank runs the same schedule through the same stages, so the
+collectives on each group pair up.
+
+Same minibatches as `minibatch`: the seeds of (epoch, step) come from the
+same permutation and sampling is keyed by `step_key`, so the blocks, features,
+losses and model updates are bit for bit those of `minibatch`, whatever the
+capacities. Each minibatch carries the bytes its stages sent; the trainer adds
+them to the epoch that trains it, whenever it was built.
+
+Figures per epoch (beside `minibatch`'s): `pipeline_wait`, a finer phase inside
+`mbc`, is the trainer's wait for a finished minibatch (the pipeline's bubble);
+`pipeline` gives each stage's busy, blocked (its buffer full) and starved (its
+input empty) seconds, items, and the most and mean minibatches its buffer held;
+`next_epoch_ready` counts the next epoch's minibatches already finished when
+this epoch ended.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gnnrun.algorithms.base import AlgorithmConfig
+from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key
+from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
+from gnnrun.algorithms.registry import ALGORITHMS
+from gnnrun.algorithms.sources import sample_minibatch
+from gnnrun.config import check
+from gnnrun.ops.block import Block
+
+STAGES = ("sample", "fetch", "device")
+
+
+@dataclass
+class PipelineConfig(AlgorithmConfig):
+    name: str = "pipeline"
+    # Finished minibatches that may wait after each stage (DistDGLv2 keeps many cheap
+    # sampled ones, fewer with their features, one or two on the device); 0: inline.
+    capacity: dict[str, int] = field(default_factory=lambda: {"sample": 8, "fetch": 4, "device": 2})
+    # Intra-op threads of each stage's thread (sampling kernels, feature gathers);
+    # the trainer keeps the rank's compute threads.
+    stage_threads: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        check(
+            self.mode == "minibatch",
+            "algorithm=pipeline trains minibatches: leave algorithm.mode out",
+        )
+        for name, value in self.capacity.items():
+            close = difflib.get_close_matches(name, STAGES, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            check(
+                name in STAGES,
+                f"algorithm.capacity has no stage {name!r}{hint}; its stages are {', '.join(STAGES)}",
+            )
+            check(
+                value >= 0,
+                f"algorithm.capacity.{name} is {value}: give a count of minibatches, 0 or more "
+                "(0 runs the stage inline)",
+            )
+        check(self.stage_threads >= 1, "algorithm.stage_threads must be at least 1")
+
+
+@dataclass
+class _Item:
+    """A minibatch on its way through the stages."""
+
+    epoch: int
+    step: int
+    seeds: torch.Tensor
+    blocks: list[Block] = field(default_factory=list)
+    x: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+    sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # bytes, by purpose
+
+
+@ALGORITHMS.register("pipeline", PipelineConfig)
+class PipelinedMinibatch(DistributedMinibatch):
+    """`minibatch` with its minibatches built ahead by an asynchronous, bounded pipeline."""
+
+    def __init__(self, cfg, comm, timer) -> None:
+        super().__init__(cfg, comm, timer)
+        self.capacity = {name: int(cfg.algorithm.capacity.get(name, 0)) for name in STAGES}
+        self.pipeline: StagePipeline | None = None
+        self.end = 0
+        # Tests slow a stage down or make it fail: stage name -> called with each item first.
+        self.stage_hooks: dict[str, Callable[[_Item], None]] = {}
+        self._finished: dict[int, int] = defaultdict(int)  # epoch -> minibatches done by `device`
+        self._finished_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the trainer's side
+
+    def plan(self, start_epoch: int, end_epoch: int) -> None:
+        self.close()
+        steps = self.training_steps()
+        sample_comm = self.comm.private_channel()
+        fetch_comm = self.comm.private_channel()
+        sample_source = self.source.talking_over(sample_comm)
+        fetch_source = self.source.talking_over(fetch_comm)
+        threads = self.cfg.algorithm.stage_threads
+
+        def sample(item: _Item) -> _Item:
+            self._hook("sample", item)
+            key = step_key(self.cfg.train.seed, item.epoch, item.step)
+            item.blocks = sample_minibatch(sample_source, item.seeds, self.cfg.model.fanouts, key)
+            _add(item.sent, sample_comm.bytes.reset())
+            return item
+
+        def fetch(item: _Item) -> _Item:
+            self._hook("fetch", item)
+            item.x = fetch_source.features(item.blocks[0].src_ids)
+            item.labels = self.labels_of(item.seeds)
+            _add(item.sent, fetch_comm.bytes.reset())
+            return item
+
+        def to_device(item: _Item) -> _Item:
+            self._hook("device", item)
+            with self._finished_lock:
+                self._finished[item.epoch] += 1
+            return item
+
+        self.end = end_epoch
+        self.pipeline = StagePipeline(
+            self._schedule(start_epoch, end_epoch, steps),
+            [
+                Stage(name, self.capacity[name], work, lambda: torch.set_num_threads(threads))
+                for name, work in zip(STAGES, (sample, fetch, to_device), strict=True)
+            ],
+        )
+
+    def begin_epoch(self, epoch: int) -> int:
+        if self.pipeline is None:
+            self.plan(epoch, self.cfg.train.epochs)
+        self.epoch, self.steps = epoch, self.training_steps()
+        return self.steps
+
+    def batch(self, step: int) -> Minibatch:
+        assert self.pipeline is not None
+        with self.timer.phase("pipeline_wait"):
+            item = self.pipeline.take()
+        if (item.epoch, item.step) != (self.epoch, step):
+            raise RuntimeError(
+                f"pipeline out of step: built epoch {item.epoch} step {item.step} for "
+                f"epoch {self.epoch} step {step}"
+            )
+        for purpose, sent in item.sent.items():
+            self.comm.bytes.add(purpose, sent)
+        return Minibatch(item.blocks, item.x, item.labels)
+
+    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
+        stats = super().end_epoch(losses)
+        assert self.pipeline is not None
+        stats["pipeline"] = self.pipeline.take_stats()
+        with self._finished_lock:
+            stats["next_epoch_ready"] = self._finished.get(self.epoch + 1, 0)
+            self._finished.pop(self.epoch, None)
+        if self.epoch + 1 >= self.end:
+            self.close()
+        return stats
+
+    def close(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None
+
+    # ------------------------------------------------------------------ the stages' side
+
+    def _schedule(self, start: int, end: int, steps: int) -> Iterator[_Item]:
+        """Every step of epochs [start, end), in training order (run by the first stage)."""
+        for epoch in range(start, end):
+            order = self.epoch_order(epoch, steps)
+            for step in range(steps):
+                yield _Item(epoch, step, self.step_seeds(order, step))
+
+    def _hook(self, stage: str, item: _Item) -> None:
+        hook = self.stage_hooks.get(stage)
+        if hook is not None:
+            hook(item)
+
+
+def _add(total: dict[str, int], sent: dict[str, int]) -> None:
+    for purpose, count in sent.items():
+        total[purpose] += count

@@ -1,0 +1,125 @@
+"""What the pipeline tests run on each real rank (imported by name there)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from rank_checks import algorithm_and_model  # beside this file on the ranks' path
+
+from gnnrun.train.trainer import train_epoch
+
+
+def trajectory(cfg, epochs: int, hooks=None, compute_delay_s: float = 0.0) -> dict:
+    """Train `epochs` epochs of cfg's algorithm; every minibatch the trainer took, the
+    losses, the epochs' figures and the final parameters. `hooks` slow or break the
+    pipeline's stages; `compute_delay_s` slows each training step's compute."""
+    _, algorithm, model, optimizer = algorithm_and_model(cfg)
+    if hooks:
+        algorithm.stage_hooks = dict(hooks)
+    algorithm.plan(0, epochs)
+    batches = []
+    take_loss = algorithm.loss
+
+    def recorded_loss(model, batch, step):
+        batches.append(
+            (
+                [(b.indptr, b.indices, b.src_ids) for b in batch.blocks],
+                batch.x,
+                batch.labels,
+            )
+        )
+        if compute_delay_s:
+            time.sleep(compute_delay_s)
+        return take_loss(model, batch, step)
+
+    algorithm.loss = recorded_loss
+    epochs_out = []
+    try:
+        for epoch in range(epochs):
+            algorithm.timer.reset()
+            algorithm.comm.bytes.reset()
+            stats = train_epoch(algorithm, model, optimizer, epoch)
+            stats["time"] = algorithm.timer.reset()
+            stats["bytes"] = algorithm.comm.bytes.reset()
+            epochs_out.append(stats)
+    finally:
+        algorithm.close()
+    return {
+        "batches": batches,
+        "epochs": epochs_out,
+        "parameters": [p.detach().clone() for p in model.parameters()],
+    }
+
+
+def same_training(reference: dict, other: dict) -> bool:
+    """Bit-identical minibatches, losses and final parameters."""
+    if len(reference["batches"]) != len(other["batches"]):
+        return False
+    for (blocks_a, x_a, y_a), (blocks_b, x_b, y_b) in zip(
+        reference["batches"], other["batches"], strict=True
+    ):
+        for a, b in zip(blocks_a, blocks_b, strict=True):
+            if not all(torch.equal(s, t) for s, t in zip(a, b, strict=True)):
+                return False
+        if not (torch.equal(x_a, x_b) and torch.equal(y_a, y_b)):
+            return False
+    losses = [e["loss"] for e in reference["epochs"]] == [e["loss"] for e in other["epochs"]]
+    weights = all(
+        torch.equal(a, b) for a, b in zip(reference["parameters"], other["parameters"], strict=True)
+    )
+    return losses and weights
+
+
+def pipeline_equals_minibatch(
+    rank: int, world: int, minibatch, pipelines: dict, epochs: int
+) -> dict:
+    """For each pipeline config (by name): whether it trained exactly as `minibatch`, its
+    stages' figures per epoch, and the bytes of both (which must match too)."""
+    reference = trajectory(minibatch, epochs)
+    out = {"steps": len(reference["batches"]), "results": {}}
+    for name, cfg in pipelines.items():
+        run = trajectory(cfg, epochs)
+        out["results"][name] = {
+            "same": same_training(reference, run),
+            "same_bytes": [e["bytes"] for e in run["epochs"]]
+            == [e["bytes"] for e in reference["epochs"]],
+            "pipeline": [e["pipeline"] for e in run["epochs"]],
+        }
+    return out
+
+
+def slow_stages(rank: int, world: int, cfg, epochs: int, delay_s: float) -> dict:
+    """The pipeline as it is, with a slow sampling stage, and with a slow compute step."""
+
+    def slow(item):
+        time.sleep(delay_s)
+
+    def phases(run):
+        return [
+            {k: e["time"][k] for k in ("pipeline_wait", "fwd", "bwd")}
+            | {"ready": e["next_epoch_ready"]}
+            for e in run["epochs"]
+        ]
+
+    plain = trajectory(cfg, epochs)
+    slow_sampling = trajectory(cfg, epochs, hooks={"sample": slow})
+    slow_compute = trajectory(cfg, epochs, compute_delay_s=delay_s)
+    return {
+        "steps": len(plain["batches"]) // epochs,
+        "plain": phases(plain),
+        "slow_sampling": phases(slow_sampling),
+        "slow_compute": phases(slow_compute),
+        "slow_compute_stages": [e["pipeline"] for e in slow_compute["epochs"]],
+        "same": same_training(plain, slow_sampling) and same_training(plain, slow_compute),
+    }
+
+
+def failing_sampler(rank: int, world: int, cfg, failing_rank: int) -> None:
+    """The sampling thread of `failing_rank` fails at its third minibatch."""
+
+    def fail(item):
+        if rank == failing_rank and item.step == 2:
+            raise RuntimeError(f"sampler broke on rank {rank}")
+
+    trajectory(cfg, 2, hooks={"sample": fail})

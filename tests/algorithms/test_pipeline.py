@@ -1,0 +1,81 @@
+"""`pipeline` on real ranks: exactly `minibatch`'s training whatever its capacities, bounded
+stages that run ahead across epochs, and failures that end the run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gnnrun.errors import GnnrunError
+from gnnrun.testing import run_on_ranks
+
+sys.path.insert(0, str(Path(__file__).parent))
+import pipeline_checks  # noqa: E402
+
+COMMON = ("dataset=synthetic-tiny", "model=sage", "model.batch_size=20", "model.fanouts=[5,5]")
+CAPACITIES = {
+    "synchronous": "{sample: 0, fetch: 0, device: 0}",
+    "one": "{sample: 1, fetch: 1, device: 1}",
+    "four": "{sample: 4, fetch: 4, device: 4}",
+    "mixed": "{sample: 3, fetch: 0, device: 1}",
+}
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 4])
+def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure, nprocs):
+    minibatch = configure(*COMMON, "algorithm=minibatch", f"cluster.nprocs={nprocs}")
+    pipelines = {
+        name: configure(
+            *COMMON, "algorithm=pipeline", f"cluster.nprocs={nprocs}", f"algorithm.capacity={c}"
+        )
+        for name, c in CAPACITIES.items()
+    }
+    results = run_on_ranks(
+        pipeline_checks.pipeline_equals_minibatch, nprocs, minibatch, pipelines, 2
+    )
+    for rank, result in enumerate(results):
+        assert result["steps"] >= 4, "the test needs several steps per epoch"
+        for name, run in result["results"].items():
+            assert run["same"], f"rank {rank}, capacities {name}: training differs from minibatch"
+            assert run["same_bytes"], f"rank {rank}, capacities {name}: bytes differ"
+            for epoch in run["pipeline"]:
+                for stage, figures in epoch.items():
+                    capacity = int(CAPACITIES[name].split(f"{stage}: ")[1][0])
+                    assert figures["max_held"] <= capacity, (rank, name, stage, figures)
+
+
+def test_slow_stages_show_where_the_time_goes(configure):
+    """A slow sampler makes the trainer wait, not compute longer; a slow trainer fills every
+    buffer to its capacity and has the next epoch's first minibatch ready before it ends."""
+    capacity = "{sample: 2, fetch: 2, device: 2}"
+    cfg = configure(
+        *COMMON, "algorithm=pipeline", "cluster.nprocs=2", f"algorithm.capacity={capacity}"
+    )
+    delay = 0.05
+    results = run_on_ranks(pipeline_checks.slow_stages, 2, cfg, 3, delay)
+    for result in results:
+        assert result["same"]
+        steps = result["steps"]
+
+        def total(run, key, result=result):
+            return sum(epoch[key] for epoch in result[run])
+
+        added = 3 * steps * delay
+        waited = total("slow_sampling", "pipeline_wait") - total("plain", "pipeline_wait")
+        computed = sum(total("slow_sampling", k) - total("plain", k) for k in ("fwd", "bwd"))
+        assert waited > 0.7 * added, (waited, added)
+        assert computed < 0.3 * added, (computed, added)
+        # Slow compute: the stages run ahead until every buffer is full, then block.
+        first = result["slow_compute_stages"][0]
+        assert all(first[stage]["max_held"] == 2 for stage in ("sample", "fetch", "device"))
+        assert first["sample"]["blocked_s"] > 0
+        assert all(epoch["ready"] >= 1 for epoch in result["slow_compute"][:-1])
+        assert result["slow_compute"][-1]["ready"] == 0  # no epoch after the last
+
+
+def test_a_failing_sampler_ends_the_run_naming_its_rank(configure):
+    cfg = configure(*COMMON, "algorithm=pipeline", "cluster.nprocs=2")
+    with pytest.raises(GnnrunError, match=r"rank 1 failed: .*sampler broke on rank 1"):
+        run_on_ranks(pipeline_checks.failing_sampler, 2, cfg, 1, timeout_s=60)
