@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar clean
+.PHONY: setup run test test-slow test-slurm test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline clean
 
 setup: $(STAMP)
 
@@ -67,6 +67,9 @@ bench-hec: setup
 bench-sar: setup
 	$(BIN)/python scripts/bench_sar.py --model sage_products --ranks 1,2,4
 	$(BIN)/python scripts/bench_sar.py --model gat_products --ranks 1,2,4
+
+bench-pipeline: setup
+	$(BIN)/python scripts/bench_pipeline.py
 
 clean:
 	rm -rf $(VENV) outputs

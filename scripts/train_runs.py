@@ -53,9 +53,12 @@ def variant_run(
     epochs: int,
     model_overrides: list[str],
     variant_overrides: list[str],
+    evaluate: bool = True,
 ) -> dict:
     """One run of a labelled variant (its `algorithm=` and settings in `variant_overrides`),
-    no checkpoint written while it is timed; its records, or its error and log tail."""
+    no checkpoint written while it is timed; its records, or its error and log tail.
+    `evaluate=False`: no evaluation at all (the run stops before a last epoch, which
+    would evaluate), for sampled evaluation that would take longer than the training."""
     name = f"{tag}-{dataset}-{label.replace(' ', '_')}-{ranks}"
     run_dir = tmp / f"run-{name}"
     overrides = [
@@ -63,8 +66,9 @@ def variant_run(
         *model_overrides,
         *variant_overrides,
         f"cluster.nprocs={ranks}",
-        f"train.epochs={epochs}",
-        f"train.eval_every={epochs}",
+        f"train.epochs={epochs if evaluate else epochs + 1}",
+        f"train.eval_every={epochs if evaluate else epochs + 1}",
+        *([] if evaluate else [f"train.stop_after={epochs}"]),
         f"train.checkpoint_every={epochs + 1}",
         f"hydra.run.dir={run_dir}",
         f"train.checkpoint_dir={tmp / ('ckpt-' + name)}",

@@ -121,16 +121,24 @@ def wait_for(condition, timeout_s: float, process: subprocess.Popen) -> bool:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
 @pytest.mark.parametrize(
-    ("whom", "sig", "code", "message"),
+    ("whom", "sig", "code", "message", "algorithm"),
     [
-        ("group", signal.SIGINT, 130, "interrupted"),  # Ctrl-C in a terminal
+        ("group", signal.SIGINT, 130, "interrupted", "minibatch"),  # Ctrl-C in a terminal
+        # The pipeline's stage threads stop with the trainer.
+        ("group", signal.SIGINT, 130, "interrupted", "pipeline"),
         pytest.param(  # kill -INT <gnnrun pid>: the ranks hear of it from the agent only
-            "launcher", signal.SIGINT, 130, "interrupted", marks=pytest.mark.slow
+            "launcher", signal.SIGINT, 130, "interrupted", "minibatch", marks=pytest.mark.slow
         ),
-        ("launcher", signal.SIGTERM, 1, "stopped by SIGTERM; all 2 ranks were stopped"),
+        (
+            "launcher",
+            signal.SIGTERM,
+            1,
+            "stopped by SIGTERM; all 2 ranks were stopped",
+            "minibatch",
+        ),
     ],
 )
-def test_a_signal_stops_every_rank(tmp_path, whom, sig, code, message):
+def test_a_signal_stops_every_rank(tmp_path, whom, sig, code, message, algorithm):
     run_dir = tmp_path / "run"
     gnnrun = Path(sys.executable).with_name("gnnrun")
     command = [
@@ -138,7 +146,7 @@ def test_a_signal_stops_every_rank(tmp_path, whom, sig, code, message):
         "train",
         "dataset=synthetic-tiny",
         "model=sage",
-        "algorithm=minibatch",
+        f"algorithm={algorithm}",
         "cluster.nprocs=2",
         "train.epochs=100000",  # still training when the signal comes
         f"hydra.run.dir={run_dir}",
