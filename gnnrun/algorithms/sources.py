@@ -143,14 +143,22 @@ class PartitionGraphSource(GraphSource):
         return offsets, gather
 
     def features(self, nodes):
-        order, requests = self._route(nodes)
+        # This rank's own rows are gathered straight into place while the others are
+        # on their way: through the exchange they would be copied three more times.
+        mine = self.owner[nodes] == self.comm.rank
+        remote = torch.nonzero(~mine).squeeze(1)
+        order, requests = self._route(nodes[remote])
         received = self.comm.exchange(requests, "feature_requests")
         replies = [
             torch.from_numpy(take_rows(self.feat, self.local[ids].numpy())) for ids in received
         ]
-        rows = torch.cat(self.comm.exchange(replies, "features"))
-        out = torch.empty_like(rows)
-        out[order] = rows
+        pending = self.comm.exchange_start(replies, "features")
+        own = torch.nonzero(mine).squeeze(1)
+        out = torch.empty((nodes.numel(), *self.feat.shape[1:]), dtype=replies[0].dtype)
+        out.index_copy_(
+            0, own, torch.from_numpy(take_rows(self.feat, self.local[nodes[own]].numpy()))
+        )
+        out.index_copy_(0, remote[order], torch.cat(pending.wait()))
         return out
 
     def labels(self, nodes: torch.Tensor) -> torch.Tensor:
