@@ -21,7 +21,7 @@ the first (the pipeline fills during the first):
 Rows: on 1 rank, `minibatch` and `pipeline` with the rank's compute threads
 (all the cores) and with one compute thread (`cluster.threads_per_rank=1`,
 leaving a core to the stages: sampling and compute on different cores); on
-`--ranks` ranks, both, and `pipeline` with `algorithm.cores=concurrent` too; and on `--two-level-ranks` ranks, both on METIS and on
+`--ranks` ranks, both; and on `--two-level-ranks` ranks, both on METIS and on
 `partitioner=two_level` with `--machines` first-level parts.
 
     .venv/bin/python scripts/bench_pipeline.py                       # about 15 minutes here
@@ -84,9 +84,6 @@ def plan(args) -> list[tuple[str, int, list[str]]]:
     for ranks in args.ranks:
         for algorithm in ("minibatch", "pipeline"):
             runs.append((algorithm, ranks, [f"algorithm={algorithm}"]))
-            if algorithm == "pipeline":
-                concurrent = [f"algorithm={algorithm}", "algorithm.cores=concurrent"]
-                runs.append(("pipeline concurrent", ranks, concurrent))
             if ranks == 1:
                 runs.append(
                     (
@@ -182,7 +179,7 @@ def main() -> None:
             if "records" in run:
                 row.update(figures(run))
                 # The baseline: minibatch with the same ranks, threads and partitioner.
-                twin = label.replace("pipeline", "minibatch").replace(" concurrent", "")
+                twin = label.replace("pipeline", "minibatch")
                 base = next((r for r in rows if (r["label"], r["ranks"]) == (twin, ranks)), None)
                 if base is not None and "epoch_s" in base:
                     row["baseline_epoch_s"] = base["epoch_s"]

@@ -68,13 +68,9 @@ class PipelineConfig(AlgorithmConfig):
     # Finished minibatches that may wait after each stage (DistDGLv2 keeps many cheap
     # sampled ones, fewer with their features, one or two on the device); 0: inline.
     capacity: dict[str, int] = field(default_factory=lambda: {"sample": 8, "fetch": 4, "device": 2})
-    # Intra-op threads of each stage's thread (sampling kernels, feature gathers).
+    # Intra-op threads of each stage's thread (sampling kernels, feature gathers);
+    # the trainer keeps the rank's compute threads.
     stage_threads: int = 1
-    # How stages and trainer share the rank's cores: "concurrent", the stages work
-    # whenever they have room and the trainer keeps all its threads; "bursts", the
-    # stages fill the pipeline in bursts while the trainer computes on stage_threads
-    # fewer threads, and pause while it drains the pipeline on all of them.
-    cores: str = "bursts"
 
     def validate(self) -> None:
         super().validate()
@@ -95,10 +91,6 @@ class PipelineConfig(AlgorithmConfig):
                 "(0 runs the stage inline)",
             )
         check(self.stage_threads >= 1, "algorithm.stage_threads must be at least 1")
-        check(
-            self.cores in ("concurrent", "bursts"),
-            f"algorithm.cores {self.cores!r}: choose concurrent or bursts",
-        )
 
 
 @dataclass
@@ -127,8 +119,6 @@ class PipelinedMinibatch(DistributedMinibatch):
         self.stage_hooks: dict[str, Callable[[_Item], None]] = {}
         self._finished: dict[int, int] = defaultdict(int)  # epoch -> minibatches done by `device`
         self._finished_lock = threading.Lock()
-        self._compute_threads = torch.get_num_threads()  # the trainer's, outside bursts
-        self._building = True  # a burst of the stages is on (cores=bursts)
 
     # ------------------------------------------------------------------ the trainer's side
 
@@ -178,8 +168,6 @@ class PipelinedMinibatch(DistributedMinibatch):
 
     def batch(self, step: int) -> Minibatch:
         assert self.pipeline is not None
-        if self.cfg.algorithm.cores == "bursts":
-            self._share_cores()
         with self.timer.phase("pipeline_wait"):
             item = self.pipeline.take()
         if (item.epoch, item.step) != (self.epoch, step):
@@ -200,26 +188,9 @@ class PipelinedMinibatch(DistributedMinibatch):
             self._finished.pop(self.epoch, None)
         if self.epoch + 1 >= self.end:
             self.close()
-        torch.set_num_threads(self._compute_threads)  # evaluation, and whatever comes next
         return stats
 
-    def _share_cores(self) -> None:
-        """Between steps: start a burst of the stages when the pipeline runs low (the
-        trainer gives up stage_threads of its threads meanwhile), end it when the
-        pipeline is full (the trainer takes all of them back)."""
-        assert self.pipeline is not None
-        ahead, room = self.pipeline.ahead()
-        if self.pipeline.ready() <= 1 and not self._building:
-            self._building = True
-            self.pipeline.pause(False)
-        elif ahead >= room and self._building:
-            self._building = False
-            self.pipeline.pause(True)
-        narrow = max(1, self._compute_threads - self.cfg.algorithm.stage_threads)
-        torch.set_num_threads(narrow if self._building else self._compute_threads)
-
     def close(self) -> None:
-        torch.set_num_threads(self._compute_threads)
         if self.pipeline is not None:
             self.pipeline.close()
             self.pipeline = None

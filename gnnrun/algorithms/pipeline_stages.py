@@ -13,9 +13,6 @@ Threads, not processes: an item moves from stage to stage by reference and is
 never copied or serialised; the heavy work (sampling kernels, feature gathers,
 collectives) runs in C++ with Python's lock released.
 
-A consumer may hold the stages back for a while (`pause`), so that they work in
-bursts and leave the cores to the consumer in between.
-
 An exception in a stage travels downstream in place of its item and is raised
 again by `take()`, in the consumer's thread; `close()` stops every thread at its
 next item and waits for them.
@@ -47,7 +44,6 @@ class StageStats:
     busy_s: float = 0.0  # working on items
     blocked_s: float = 0.0  # waiting for room in its full buffer
     starved_s: float = 0.0  # waiting for an item from upstream
-    paused_s: float = 0.0  # held back by `pause`
     items: int = 0
     max_held: int = 0  # the most items its buffer ever held (never above its capacity)
     held_sum: int = 0  # items in its buffer, summed over the consumer's takes
@@ -58,7 +54,6 @@ class StageStats:
             "busy_s": self.busy_s,
             "blocked_s": self.blocked_s,
             "starved_s": self.starved_s,
-            "paused_s": self.paused_s,
             "items": self.items,
             "max_held": self.max_held,
             "mean_held": self.held_sum / self.takes if self.takes else 0.0,
@@ -140,8 +135,6 @@ class StagePipeline:
     def __init__(self, schedule: Iterator[Any], stages: list[Stage]) -> None:
         self.schedule, self.stages = schedule, stages
         self.stopping = threading.Event()
-        self.may_work = threading.Event()  # cleared by pause(True)
-        self.may_work.set()
         self.stats = [StageStats() for _ in stages]
         self.lock = threading.Lock()  # guards the stats against take_stats
         self.buffers = [
@@ -176,25 +169,6 @@ class StagePipeline:
             raise StopIteration
         return item
 
-    def ahead(self) -> tuple[int, int]:
-        """(minibatches waiting in the buffers, how many they can hold)."""
-        buffers = [b for b in self.buffers if b is not None]
-        return sum(b.held() for b in buffers), sum(b.capacity for b in buffers)
-
-    def pause(self, paused: bool) -> None:
-        """Hold every stage with a thread of its own but the last back before its next item
-        (the items in hand are finished), or let them go on: how a consumer keeps the
-        stages off cores it wants for a while. The last stage goes on, so that what the
-        others finished still reaches the consumer."""
-        if paused:
-            self.may_work.clear()
-        else:
-            self.may_work.set()
-
-    def ready(self) -> int:
-        """Minibatches past every stage that `pause` holds back."""
-        return sum(b.held() for b in self.buffers[-2:] if b is not None)
-
     def take_stats(self) -> dict[str, dict[str, float]]:
         """Each stage's figures since the previous call, by stage name."""
         with self.lock:
@@ -202,7 +176,7 @@ class StagePipeline:
                 s.name: stats.as_dict() for s, stats in zip(self.stages, self.stats, strict=True)
             }
             for stats in self.stats:
-                stats.busy_s = stats.blocked_s = stats.starved_s = stats.paused_s = 0.0
+                stats.busy_s = stats.blocked_s = stats.starved_s = 0.0
                 stats.items = stats.max_held = stats.held_sum = stats.takes = 0
         return out
 
@@ -240,22 +214,12 @@ class StagePipeline:
             self.stats[index].items += 1
         return out
 
-    def _wait_until_unpaused(self, index: int) -> None:
-        start = time.perf_counter()
-        while not self.may_work.wait(0.1):
-            if self.stopping.is_set():
-                raise PipelineStopped
-        with self.lock:
-            self.stats[index].paused_s += time.perf_counter() - start
-
     def _run(self, index: int) -> None:
         buffer = self.buffers[index]
         assert buffer is not None
         try:
             self.stages[index].start()
             while not self.stopping.is_set():
-                if index < len(self.stages) - 1:
-                    self._wait_until_unpaused(index)
                 item = self._process(index, self._pull(index - 1))
                 if isinstance(item, _End):
                     buffer.put(item, always=True)

@@ -71,8 +71,6 @@ def test_slow_stages_show_where_the_time_goes(configure):
         first = result["slow_compute_stages"][0]
         assert all(first[stage]["max_held"] == 2 for stage in ("sample", "fetch", "device"))
         assert first["sample"]["blocked_s"] > 0
-        # cores=bursts (the default): once full, the stages pause until it runs low.
-        assert first["sample"]["paused_s"] > 0 and first["fetch"]["paused_s"] > 0
         assert all(epoch["ready"] >= 1 for epoch in result["slow_compute"][:-1])
         assert result["slow_compute"][-1]["ready"] == 0  # no epoch after the last
 
