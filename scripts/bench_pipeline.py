@@ -27,6 +27,7 @@ leaving a core to the stages: sampling and compute on different cores); on
     .venv/bin/python scripts/bench_pipeline.py                       # about 15 minutes here
     .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --epochs 2   # a smoke test
     .venv/bin/python scripts/bench_pipeline.py --json pipeline.json
+    .venv/bin/python scripts/bench_pipeline.py --dataset facebook --locality-only   # partitioned first
 """
 
 from __future__ import annotations
@@ -44,6 +45,61 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_runs import variant_run  # noqa: E402
 
 TRAINER_PHASES = ("mbc", "pipeline_wait", "fwd", "bwd", "comm", "ared")
+FANOUTS, BATCH = [15, 10, 5], 1000  # sage_products
+
+
+def locality(args, ranks: int) -> list[dict]:
+    """Where the input rows of each rank's minibatches live, on METIS and on two_level parts
+    of `ranks` parts, with ranks m * T .. m * T + T - 1 on machine m (as `gnnrun train` places
+    them on `--machines` hosts): the rank's own part, another rank of its machine, another
+    machine. One epoch of every rank's training vertices in batches of 1000, sampled with
+    sage_products' fanouts by the sampler training uses (its distributed form builds the
+    same blocks), from the partitions the training runs used."""
+    import numpy as np
+    import torch
+
+    from gnnrun.algorithms.minibatch import step_key
+    from gnnrun.algorithms.sources import LocalGraphSource, sample_minibatch
+    from gnnrun.data.dataset import GraphDataset
+
+    from gnnrun.errors import GnnrunError
+
+    try:
+        dataset = GraphDataset.load(args.data_root / "prepared" / args.dataset)
+    except GnnrunError as error:
+        sys.exit(str(error))
+    source = LocalGraphSource(dataset)
+    train = np.asarray(dataset.train_idx)
+    row_bytes = dataset.feat_dim * 4
+    out = []
+    for name in ("metis", "two_level"):
+        path = args.data_root / "partitions" / args.dataset / f"{name}-{ranks}"
+        if not path.is_dir():
+            extra = f" partitioner.num_machines={args.machines}" if name == "two_level" else ""
+            sys.exit(
+                f"no {path}: make it with `gnnrun partition dataset={args.dataset} "
+                f"partitioner={name} partitioner.num_parts={ranks}{extra}`"
+            )
+        owner = torch.from_numpy(np.load(path / "node_owner.npy").astype(np.int64))
+        machine = owner // (ranks // args.machines)
+        rows = {"own": 0, "same machine": 0, "other machine": 0}
+        for rank in range(ranks):
+            seeds = torch.from_numpy(train[owner.numpy()[train] == rank])
+            seeds = seeds[
+                torch.randperm(seeds.numel(), generator=torch.Generator().manual_seed(rank))
+            ]
+            for step, batch in enumerate(seeds.split(BATCH)):
+                inputs = sample_minibatch(source, batch, FANOUTS, step_key(0, 0, step))[0].src_ids
+                mine = owner[inputs] == rank
+                local_machine = machine[inputs] == rank // (ranks // args.machines)
+                rows["own"] += int(mine.sum())
+                rows["same machine"] += int((local_machine & ~mine).sum())
+                rows["other machine"] += int((~local_machine).sum())
+        out.append(
+            {"partitioner": name, "ranks": ranks, "machines": args.machines, "rows": rows,
+             "mb": {k: v * row_bytes / 1e6 for k, v in rows.items()}}
+        )  # fmt: skip
+    return out
 
 
 def figures(run: dict) -> dict:
@@ -161,6 +217,9 @@ def main() -> None:
     parser.add_argument("--data-root", type=Path, default=Path("data").resolve())
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument(
+        "--locality-only", action="store_true", help="no training runs: the input rows' places"
+    )
     args = parser.parse_args()
     print(
         f"# bench_pipeline: {args.dataset}, load average "
@@ -170,7 +229,7 @@ def main() -> None:
     )
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as scratch:
-        for index, (label, ranks, overrides) in enumerate(plan(args)):
+        for index, (label, ranks, overrides) in enumerate([] if args.locality_only else plan(args)):
             run = variant_run(
                 args, Path(scratch), f"r{index}", args.dataset, label, ranks, args.epochs,
                 ["model=sage_products"], overrides, evaluate=False,
@@ -199,9 +258,21 @@ def main() -> None:
                     flush=True,
                 )
             rows.append(row)
-    print_table(rows)
+    if rows:
+        print_table(rows)
+    places = [p for ranks in args.two_level_ranks for p in locality(args, ranks)]
+    if places:
+        print("\n| parts | ranks / machines | input rows own / same machine / other machine | "
+              "feature MB per epoch from other machines |")  # fmt: skip
+        print("|---|---|---|---|")
+        for p in places:
+            r = p["rows"]
+            print(
+                f"| {p['partitioner']} | {p['ranks']} / {p['machines']} | {r['own']:,} / "
+                f"{r['same machine']:,} / {r['other machine']:,} | {p['mb']['other machine']:.1f} |"
+            )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        args.json.write_text(json.dumps({"runs": rows, "locality": places}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
