@@ -61,7 +61,6 @@ def locality(args, ranks: int) -> list[dict]:
     from gnnrun.algorithms.minibatch import step_key
     from gnnrun.algorithms.sources import LocalGraphSource, sample_minibatch
     from gnnrun.data.dataset import GraphDataset
-
     from gnnrun.errors import GnnrunError
 
     try:
