@@ -33,7 +33,9 @@ class Stage:
     name: str
     capacity: int  # finished items that may wait after this stage; 0: run inline
     work: Callable[[Any], Any]  # an item of the previous stage (or of the schedule) -> this one's
-    start: Callable[[], None] = lambda: None  # run first in the stage's thread (thread settings)
+    # Run first in the stage's thread (its settings); the constructor returns after every
+    # stage's has run.
+    start: Callable[[], None] = lambda: None
 
 
 @dataclass
@@ -149,8 +151,10 @@ class StagePipeline:
             if stage.capacity > 0
         ]
         self.finished = False
+        self._started = threading.Barrier(len(self.threads) + 1)
         for thread in self.threads:
             thread.start()
+        self._started.wait()  # every stage has run its `start`
 
     def take(self) -> Any:
         """The next item out of the last stage; raises a stage's exception, or StopIteration
@@ -218,7 +222,10 @@ class StagePipeline:
         buffer = self.buffers[index]
         assert buffer is not None
         try:
-            self.stages[index].start()
+            try:
+                self.stages[index].start()
+            finally:
+                self._started.wait()
             while not self.stopping.is_set():
                 item = self._process(index, self._pull(index - 1))
                 if isinstance(item, _End):
