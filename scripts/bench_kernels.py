@@ -18,10 +18,18 @@ them), one run measures, with `--threads` threads (default 2):
   the output once) as a fraction of STREAM copy;
 - a cache block-size sweep (DistGNN Figure 3 in spirit) on this sparse graph
   and on a dense one (default 125k vertices, same 25M edges), with the block
-  size the kernel picks by default.
+  size the kernel picks by default;
+- the same comparison on a smaller graph (`--small-nodes`, `--small-edges`,
+  default 200k vertices and 5M edges; `--small-nodes 0` leaves it out);
+- with `--dgl-python PATH` (the python of a venv with DGL 2.1, which does not
+  import on gnnrun's torch), DGL's `update_all(copy_u, sum | mean)` on the
+  same graphs, threads and allocator, timed the same way
+  (scripts/dgl_aggregate.py), its sums checked against gnnrun's, and
+  gnnrun's ratio to it: a ratio from one run.
 
     .venv/bin/python scripts/bench_kernels.py
     .venv/bin/python scripts/bench_kernels.py --json bench.json --repeats 5
+    .venv/bin/python scripts/bench_kernels.py --dgl-python DGL_VENV/bin/python
 """
 
 from __future__ import annotations
@@ -29,17 +37,23 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+import tempfile
 import time
 import warnings
 from functools import partial
+from pathlib import Path
 
 from gnnrun.memory import allocator_in_use, reexec_with_allocator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when installed), before torch is imported
 
 # ruff: noqa: E402
 import numpy as np
 import torch
+from dgl_side import features, run_worker
 
 from gnnrun.ops.aggregate import aggregate, transposed_csr
 from gnnrun.ops.block import Block
@@ -188,15 +202,16 @@ def sweep(block: Block, args: argparse.Namespace, name: str) -> dict:
     }
 
 
-def sparse_graph(args: argparse.Namespace, stream: float) -> list[dict]:
+def sparse_graph(args: argparse.Namespace, stream: float, nodes: int, edges: int) -> list[dict]:
     start = time.perf_counter()
-    block = chung_lu(args.nodes, args.edges, args.seed)
+    block = chung_lu(nodes, edges, args.seed)
     degree = block.in_degrees()
     print(
-        f"Chung-Lu graph: {block.num_src:,} vertices, {block.num_edges:,} edges, max in-degree "
+        f"\nChung-Lu graph: {block.num_src:,} vertices, {block.num_edges:,} edges, max in-degree "
         f"{int(degree.max()):,}, {int((degree == 0).sum()):,} empty rows, "
         f"built in {time.perf_counter() - start:.1f} s; int64 indices"
     )
+    dgl = dgl_side(block, args)
     transpose = native_op("csr_transpose", "aggregate")
     seconds, _ = timed(partial(transpose, block.indptr, block.indices, block.num_src), 1)
     print(f"csr_transpose (once per block, cached for the backward): {seconds * 1e3:.0f} ms")
@@ -208,11 +223,36 @@ def sparse_graph(args: argparse.Namespace, stream: float) -> list[dict]:
     )
     runs = []
     for width in args.widths:
-        x = torch.randn(block.num_src, width)
+        x = torch.from_numpy(features(block.num_src, width))
         for reduce in ("sum", "mean"):
-            runs.append(compare(block, x, reduce, dst, stream, args))
-            runs[-1]["transpose_ms"] = seconds * 1e3
+            run = compare(block, x, reduce, dst, stream, args, dgl.get((width, reduce)))
+            runs.append(
+                {"num_nodes": nodes, "num_edges": edges, "transpose_ms": seconds * 1e3, **run}
+            )
     return runs
+
+
+def dgl_side(block: Block, args: argparse.Namespace) -> dict:
+    """DGL's runs on this graph, by (width, reduce); empty without --dgl-python."""
+    if not args.dgl_python:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="bench_kernels_") as tmp:
+        graph = Path(tmp) / "graph.npz"
+        np.savez(graph, indptr=block.indptr.numpy(), indices=block.indices.numpy())
+        worker = run_worker(
+            args.dgl_python,
+            "dgl_aggregate.py",
+            [f"--graph={graph}", "--widths", *map(str, args.widths), f"--repeats={args.repeats}"],
+            args.threads,
+            timeout=3600,
+        )
+    if "error" in worker:
+        sys.exit("the DGL side failed (above)")
+    print(
+        f"DGL {worker['dgl']} (torch {worker['torch']}, {worker['threads']} threads, "
+        f"allocator {worker['allocator']})"
+    )
+    return {(r["width"], r["reduce"]): r for r in worker["runs"]}
 
 
 def forward_backward(block: Block, x: torch.Tensor, reduce: str, grad: torch.Tensor):
@@ -226,9 +266,11 @@ def compare(
     dst: torch.Tensor,
     stream: float,
     args: argparse.Namespace,
+    dgl: dict | None = None,
 ) -> dict:
     width, mean = x.shape[1], reduce == "mean"
     t_ours, ours = timed(partial(aggregate, block, x, reduce), args.repeats)
+    checksum = float(ours.double().sum())
     a = sparse_csr(block, mean)
     t_sp, theirs = timed(partial(torch.sparse.mm, a, x), args.repeats)
     err = float((ours - theirs).abs().max())
@@ -245,6 +287,12 @@ def compare(
     nbytes = model_bytes(block, width)
     gbs = nbytes / t_ours / 1e9
     ia = "" if t_ia is None else f", index_add_ {t_ia * 1e3:,.0f} ms ({t_ia / t_ours:.1f}x)"
+    if dgl is not None:
+        # Both sides summed the same deterministic features: the totals agree to float32's
+        # rounding unless the graphs or the reductions differ.
+        if abs(dgl["checksum"] - checksum) > 1e-4 * abs(checksum):
+            sys.exit(f"DGL's {reduce} total {dgl['checksum']} is not gnnrun's {checksum}")
+        ia += f", DGL {dgl['ms']:,.0f} ms (DGL / gnnrun {dgl['ms'] / (t_ours * 1e3):.2f}x)"
     print(
         f"{reduce} width {width}: gnnrun {t_ours * 1e3:,.0f} ms, torch.sparse.mm "
         f"{t_sp * 1e3:,.0f} ms ({t_sp / t_ours:.1f}x){ia}; "
@@ -262,6 +310,8 @@ def compare(
         "gnnrun_gbs": gbs,
         "stream_fraction": gbs / stream,
         "max_abs_diff": err,
+        "dgl_ms": None if dgl is None else dgl["ms"],
+        "dgl_over_gnnrun": None if dgl is None else dgl["ms"] / (t_ours * 1e3),
         "block_rows": default_block_rows(block, width),
     }
 
@@ -270,6 +320,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--edges", type=int, default=25_000_000)
+    parser.add_argument("--small-nodes", type=int, default=200_000, help="0: no small graph")
+    parser.add_argument("--small-edges", type=int, default=5_000_000)
     parser.add_argument("--dense-nodes", type=int, default=125_000)
     parser.add_argument("--widths", type=int, nargs="+", default=[128, 256])
     parser.add_argument("--threads", type=int, default=2)
@@ -277,6 +329,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-index-add", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--dgl-python",
+        help="the python of a venv with DGL 2.1: also time DGL's aggregation, side by side",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
@@ -292,7 +348,10 @@ def main() -> None:
         f"STREAM copy (torch, 1 GiB float32): {stream:.1f} GB/s"
     )
 
-    results["runs"], results["sweeps"] = sparse_graph(args, stream), []
+    results["runs"] = sparse_graph(args, stream, args.nodes, args.edges)
+    if args.small_nodes:
+        results["runs"] += sparse_graph(args, stream, args.small_nodes, args.small_edges)
+    results["sweeps"] = []
     results["sweeps"].append(sweep(chung_lu(args.nodes, args.edges, args.seed), args, "sparse"))
     dense = chung_lu(args.dense_nodes, args.edges, args.seed + 1)
     results["sweeps"].append(sweep(dense, args, "dense"))

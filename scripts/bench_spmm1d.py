@@ -68,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fullbatch import available_gib, load, table, threads_note  # noqa: E402
 from bench_kernels import stream_copy_gbs  # noqa: E402
+from dgl_side import run_worker  # noqa: E402
 from train_runs import GNNRUN, REPO, variant_run  # noqa: E402
 
 from gnnrun.launch.rank import rank_cpus  # noqa: E402
@@ -85,7 +86,7 @@ VARIANTS = {
 }
 SPEED_VARIANTS = ("spmm1d", "spmm1d no overlap", "cd0", "sar")
 DGL_LABEL = "DGL GraphConv"
-DGL_WORKER = Path(__file__).resolve().parent / "dgl_fullbatch_gcn.py"
+DGL_WORKER = "dgl_fullbatch_gcn.py"
 MEMORY_VARIANTS = ("spmm1d", "spmm1d fresh")
 
 
@@ -182,14 +183,12 @@ def export_graph(cfg, path: Path) -> None:
     )
 
 
-def dgl_worker_command(cfg, python: str, data: Path, threads: int, epochs: int, warmup: int):
-    """dgl_fullbatch_gcn.py with `model=gcn`'s widths, dropout and optimizer from `cfg`."""
+def dgl_worker_arguments(cfg, data: Path, epochs: int, warmup: int) -> list[str]:
+    """dgl_fullbatch_gcn.py's arguments: `model=gcn`'s widths, dropout and optimizer from `cfg`."""
     model, optimizer = cfg.model, cfg.optimizer
     if model.activation != "relu" or optimizer.name != "adam":
         raise ValueError("the DGL worker runs model.activation=relu and optimizer=adam only")
     return [
-        python,
-        str(DGL_WORKER),
         f"--data={data}",
         f"--layers={model.layers}",
         f"--hidden={model.hidden}",
@@ -197,7 +196,6 @@ def dgl_worker_command(cfg, python: str, data: Path, threads: int, epochs: int, 
         f"--input-dropout={model.input_dropout}",
         f"--lr={optimizer.lr}",
         f"--weight-decay={optimizer.weight_decay}",
-        f"--threads={threads}",
         f"--epochs={epochs}",
         f"--warmup={warmup}",
         f"--seed={cfg.train.seed}",
@@ -214,29 +212,24 @@ def dgl_run(args, tmp: Path) -> dict:
     data = tmp / "dgl-graph.npz"
     export_graph(cfg, data)
     _, threads = rank_cpus(0, 1, cfg.cluster.threads_per_rank, cfg.cluster.comm_cores)
-    command = dgl_worker_command(cfg, args.dgl_python, data, threads, args.epochs, args.warmup)
-    # The environment of gnnrun's runs (this process's: the allocator preload and
-    # THP_MEM_ALLOC_ENABLE), with DGL's OpenMP kernels on the same thread count.
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    result["command"] = " ".join(command)
     start = time.perf_counter()
     try:
-        done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=args.timeout, cwd=REPO
+        worker = run_worker(
+            args.dgl_python,
+            DGL_WORKER,
+            dgl_worker_arguments(cfg, data, args.epochs, args.warmup),
+            threads,
+            args.timeout,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        result["error"] = str(exc)
-    else:
-        if done.returncode == 0:
-            result["dgl"] = json.loads(done.stdout.strip().splitlines()[-1])
-        else:
-            result["error"] = (done.stdout + done.stderr)[-2000:]
     finally:
         data.unlink(missing_ok=True)
+    result["command"] = worker.pop("command")
+    if "error" in worker:
+        result["error"] = worker["error"]
+    else:
+        result["dgl"] = worker
     result["run_s"] = time.perf_counter() - start
     result["gnnrun_allocator"] = allocator_in_use()
-    if "error" in result:
-        print(f"  {DGL_LABEL}: FAILED:\n{result['error']}", file=sys.stderr)
     return result
 
 

@@ -23,20 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-
-
-def allocator() -> str:
-    """The preloaded library this process runs on (from LD_PRELOAD), or the system's."""
-    maps = Path("/proc/self/maps").read_text()
-    preloaded = [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p]
-    found = [Path(p).name for p in preloaded if Path(p).name in maps]
-    return " ".join(found) or "system (glibc)"
+from dgl_side import allocator
 
 
 def main() -> None:
