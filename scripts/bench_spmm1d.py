@@ -20,7 +20,7 @@ made under the same load):
    import on gnnrun's torch) also DGL's full-batch GCN on the same graph:
    the prepared dataset gnnrun trains on is exported to a temporary .npz
    (in-edge CSR, features, labels, training vertices) and
-   scripts/dgl_fullbatch_gcn.py times DGL GraphConv layers on it (self loops,
+   scripts/dgl_fullbatch.py times DGL GraphConv layers on it (self loops,
    symmetric normalisation) with the same widths, dropout, optimizer and loss
    as gnnrun's `model=gcn`, the thread count of `single`, and this script's
    allocator environment (LD_PRELOAD, THP_MEM_ALLOC_ENABLE, as gnnrun's runs
@@ -86,7 +86,7 @@ VARIANTS = {
 }
 SPEED_VARIANTS = ("spmm1d", "spmm1d no overlap", "cd0", "sar")
 DGL_LABEL = "DGL GraphConv"
-DGL_WORKER = "dgl_fullbatch_gcn.py"
+DGL_WORKER = "dgl_fullbatch.py"
 MEMORY_VARIANTS = ("spmm1d", "spmm1d fresh")
 
 
@@ -166,7 +166,7 @@ def gnnrun_config(args):
 
 
 def export_graph(cfg, path: Path) -> None:
-    """The prepared dataset gnnrun trains on, as the .npz dgl_fullbatch_gcn.py reads."""
+    """The prepared dataset gnnrun trains on, as the .npz dgl_fullbatch.py reads."""
     import numpy as np
 
     from gnnrun.data import load_prepared
@@ -184,12 +184,13 @@ def export_graph(cfg, path: Path) -> None:
 
 
 def dgl_worker_arguments(cfg, data: Path, epochs: int, warmup: int) -> list[str]:
-    """dgl_fullbatch_gcn.py's arguments: `model=gcn`'s widths, dropout and optimizer from `cfg`."""
+    """dgl_fullbatch.py's arguments: `model=gcn`'s widths, dropout and optimizer from `cfg`."""
     model, optimizer = cfg.model, cfg.optimizer
     if model.activation != "relu" or optimizer.name != "adam":
         raise ValueError("the DGL worker runs model.activation=relu and optimizer=adam only")
     return [
         f"--data={data}",
+        "--model=gcn",
         f"--layers={model.layers}",
         f"--hidden={model.hidden}",
         f"--dropout={model.dropout}",
@@ -405,7 +406,7 @@ def main() -> None:
     parser.add_argument(
         "--dgl-python",
         help="the python of a venv with DGL 2.1: also time DGL's full-batch GCN on the same "
-        "graph (scripts/dgl_fullbatch_gcn.py); without it the DGL row is skipped",
+        "graph (scripts/dgl_fullbatch.py); without it the DGL row is skipped",
     )
     parser.add_argument("--json", type=Path, help="also write all figures to this file")
     args = parser.parse_args()

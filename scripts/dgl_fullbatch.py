@@ -1,22 +1,25 @@
 #!/usr/bin/env python
-"""DGL's full-batch GCN epoch on a graph exported by scripts/bench_spmm1d.py.
+"""DGL's full-batch GCN or GraphSAGE-mean epoch on a graph exported by a gnnrun benchmark.
 
-Run by `bench_spmm1d.py --dgl-python PATH` with the python of a venv that has
-DGL 2.1 (it does not import on gnnrun's torch), so this file imports nothing of
-gnnrun's. The graph is the prepared dataset gnnrun trains on in the same
-invocation, as an .npz: `indptr`, `indices` (gnnrun's in-edge CSR: row v lists
-the sources of the edges into v), `feat`, `label`, `train_idx`, `num_classes`.
+Run by `bench_spmm1d.py` and `bench_fullbatch.py` with `--dgl-python PATH`, the
+python of a venv that has DGL 2.1 (it does not import on gnnrun's torch), so
+this file imports nothing of gnnrun's. The graph is the one gnnrun trains on in
+the same invocation, as an .npz: `indptr`, `indices` (gnnrun's in-edge CSR: row
+v lists the sources of the edges into v), `feat`, `label`, `train_idx`,
+`num_classes`.
 
-The model is `model=gcn`'s: DGL GraphConv layers (symmetric normalisation,
-`norm="both"`) on the graph with a self loop added to every vertex, ReLU and
-dropout between layers and dropout on the input (torch's dropout; gnnrun's is
-its own fused kernel), Adam with gnnrun's learning rate and weight decay, cross
-entropy over the training vertices. An epoch is zero_grad + forward + loss (fwd),
+`--model gcn` is `model=gcn`'s: DGL GraphConv layers (symmetric normalisation,
+`norm="both"`) on the graph with a self loop added to every vertex. `--model
+sage` is GraphSAGE-mean: DGL SAGEConv layers (`"mean"`: a linear map of the
+vertex's own features plus one of its in-neighbours' mean, as gnnrun's `sage`).
+Both put ReLU and dropout between layers and dropout on the input (torch's
+dropout; gnnrun's is its own fused kernel), Adam with gnnrun's learning rate and
+weight decay, cross entropy over the training vertices. An epoch is zero_grad + forward + loss (fwd),
 backward (bwd) and the optimizer step (opt), as gnnrun's trainer times it.
 Threads and allocator come from the caller: `--threads`, and the environment
 (LD_PRELOAD, THP_MEM_ALLOC_ENABLE) it inherits. Prints one JSON object.
 
-    PYTHON_WITH_DGL scripts/dgl_fullbatch_gcn.py --data graph.npz --layers 2 --hidden 64
+    PYTHON_WITH_DGL scripts/dgl_fullbatch.py --data graph.npz --model gcn --layers 2 --hidden 64
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dgl_side import allocator
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--model", choices=("gcn", "sage"), default="gcn")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--dropout", type=float, default=0.5)
@@ -49,7 +53,7 @@ def main() -> None:
     import dgl
     import torch
     import torch.nn.functional as F
-    from dgl.nn import GraphConv
+    from dgl.nn import GraphConv, SAGEConv
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -58,16 +62,22 @@ def main() -> None:
     num_nodes = len(indptr) - 1
     src = torch.from_numpy(data["indices"].astype(np.int64))
     dst = torch.from_numpy(np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr)))
-    graph = dgl.add_self_loop(dgl.graph((src, dst), num_nodes=num_nodes))
+    graph = dgl.graph((src, dst), num_nodes=num_nodes)
+    if args.model == "gcn":
+        graph = dgl.add_self_loop(graph)
     graph.create_formats_()
     feat = torch.from_numpy(data["feat"].astype(np.float32))
     train = torch.from_numpy(data["train_idx"].astype(np.int64))
     label = torch.from_numpy(data["label"].astype(np.int64))[train]
 
     dims = [feat.shape[1]] + [args.hidden] * (args.layers - 1) + [int(data["num_classes"])]
-    convs = torch.nn.ModuleList(
-        GraphConv(dims[i], dims[i + 1], norm="both") for i in range(args.layers)
-    )
+
+    def conv(i: int) -> torch.nn.Module:
+        if args.model == "gcn":
+            return GraphConv(dims[i], dims[i + 1], norm="both")
+        return SAGEConv(dims[i], dims[i + 1], "mean")
+
+    convs = torch.nn.ModuleList(conv(i) for i in range(args.layers))
     optimizer = torch.optim.Adam(convs.parameters(), lr=args.lr, weight_decay=args.weight_decay)
 
     def forward() -> torch.Tensor:
@@ -104,7 +114,8 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "allocator": allocator(),
         "num_nodes": num_nodes,
-        "num_edges_with_self_loops": graph.num_edges(),
+        "model": args.model,
+        "num_edges": graph.num_edges(),
         "dims": dims,
         "epoch_s": statistics.median(e["epoch_s"] for e in kept),
         "phases": {k: statistics.median(e[k] for e in kept) for k in ("fwd", "bwd", "opt")},
