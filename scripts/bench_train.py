@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 # ruff: noqa: E402  (the memory settings must come before torch is imported)
 from gnnrun.memory import allocator_in_use, reexec_with_allocator
@@ -53,7 +52,6 @@ reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when insta
 import numpy as np
 import torch
 from bench_kernels import chung_lu  # scripts/ is on sys.path when this file runs
-from omegaconf import OmegaConf
 
 from gnnrun.algorithms.minibatch import step_key
 from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
@@ -61,8 +59,9 @@ from gnnrun.models import ACTIVATIONS, build_model
 from gnnrun.models.registry import ModelConfig
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
+from gnnrun.train.optimizer import OptimizerConfig
 
-PRESET = Path(__file__).resolve().parents[1] / "configs" / "model" / "sage_products.yaml"
+PRESET = "sage_products"
 TARGET_MS = 285.0  # 1.5x DGL
 DGL_MS = 426.0  # DGL 2.1, 2 threads, same graph kind; of which 32 ms sampling
 DGL_SAMPLING_MS = 32.0
@@ -72,15 +71,21 @@ PHASES = ("mbc", "fwd", "bwd", "opt", "total", "cpu")
 # ----------------------------------------------------------------------- setup
 
 
-def preset_config(fanouts: list[int] | None) -> ModelConfig:
-    """configs/model/sage_products.yaml over the ModelConfig schema (as Hydra composes it)."""
-    preset = OmegaConf.load(PRESET)
-    preset.pop("defaults", None)
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), preset))
+def preset_config(fanouts: list[int] | None) -> tuple[ModelConfig, OptimizerConfig]:
+    """The model and optimizer that `gnnrun train model=sage_products` composes."""
+    from hydra import compose, initialize_config_dir
+
+    from gnnrun.cli import CONFIG_DIR
+    from gnnrun.config import to_objects
+    from gnnrun.schemas import register_schemas
+
+    register_schemas()
+    overrides = [f"model={PRESET}"]
     if fanouts is not None:
-        cfg.fanouts = list(fanouts)
-    cfg.validate()
-    return cfg
+        overrides.append(f"model.fanouts=[{','.join(map(str, fanouts))}]")
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = to_objects(compose("config", overrides=overrides))
+    return cfg.model, cfg.optimizer
 
 
 class Graph:
@@ -223,7 +228,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = preset_config(args.fanouts)
+    cfg, optimizer_cfg = preset_config(args.fanouts)
     for stem, op in (("aggregate", "csr_aggregate"), ("sampler", "sample_neighbors")):
         if native_op(op, stem) is None:
             raise SystemExit(f"kernels/{stem}.cpp cannot be built: this would time the fallback")
@@ -245,7 +250,9 @@ def main() -> None:
     plain = PlainSAGE(cfg, args.feat_dim, args.classes)
     plain.load_state_dict(model.state_dict())
     optimizers = {
-        name: torch.optim.Adam(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        name: torch.optim.Adam(
+            m.parameters(), lr=optimizer_cfg.lr, weight_decay=optimizer_cfg.weight_decay
+        )
         for name, m in (("gnnrun", model), ("plain", plain))
     }
     models = {"gnnrun": model, "plain": plain}
@@ -264,8 +271,8 @@ def main() -> None:
     model.train(), plain.train()
     sizes = ", ".join(f"{b.num_src:,}->{b.num_dst:,} ({b.num_edges:,} edges)" for b in blocks)
     print(
-        f"preset {PRESET.name}: {cfg.layers} x {cfg.hidden} SAGE-{cfg.aggregator}, batch {batch}, "
-        f"fanouts {cfg.fanouts} (seeds first; DGL order {cfg.fanouts[::-1]}), lr {cfg.lr}, "
+        f"preset {PRESET}: {cfg.layers} x {cfg.hidden} SAGE-{cfg.aggregator}, batch {batch}, "
+        f"fanouts {cfg.fanouts} (seeds first; DGL order {cfg.fanouts[::-1]}), lr {optimizer_cfg.lr}, "
         f"dropout {cfg.dropout}; threads {args.threads}; allocator {allocator_in_use()}"
     )
     print(f"first minibatch blocks (input layer first): {sizes}; max |gnnrun - plain| {diff:.1e}")
