@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline clean
+.PHONY: setup run test test-slow test-slurm test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline dgl-venv bench-vs-dgl clean
 
 setup: $(STAMP)
 
@@ -70,6 +70,29 @@ bench-sar: setup
 
 bench-pipeline: setup
 	$(BIN)/python scripts/bench_pipeline.py
+
+# DGL 2.1 beside gnnrun, for the benchmarks' --dgl-python: in a venv of its own,
+# since DGL 2.1 does not import on gnnrun's torch (torch 2.2.1 from the index is
+# its CUDA build, which needs its nvidia-* libraries even on CPU: about 5 GB).
+DGL_VENV := .dgl-venv
+DGL_PYTHON := $(DGL_VENV)/bin/python
+
+dgl-venv: $(DGL_VENV)/.installed
+
+$(DGL_VENV)/.installed:
+	$(PYTHON) -m venv $(DGL_VENV)
+	$(DGL_VENV)/bin/pip install --quiet torch==2.2.1 dgl==2.1.0 "numpy<2" "setuptools<70" \
+		torchdata==0.7.1 pandas pydantic scipy pyyaml psutil
+	$(DGL_PYTHON) -c "import dgl, torch; print('dgl', dgl.__version__, 'torch', torch.__version__)"
+	touch $@
+
+# Every figure a ratio to DGL measured in the same run: aggregation, sampling, the
+# minibatch step and the full-batch epochs.
+bench-vs-dgl: setup dgl-venv
+	$(BIN)/python scripts/bench_kernels.py --skip-index-add --dgl-python $(DGL_PYTHON)
+	$(BIN)/python scripts/bench_sampler.py --dgl-python $(DGL_PYTHON)
+	$(BIN)/python scripts/bench_train.py --fanouts 5 10 15 --dgl-python $(DGL_PYTHON)
+	$(BIN)/python scripts/bench_fullbatch.py --skip-train --skip-sweep --dgl-python $(DGL_PYTHON)
 
 clean:
 	rm -rf $(VENV) outputs
