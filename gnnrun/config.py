@@ -151,6 +151,9 @@ def _world_size(nodes: Any, tasks_per_node: Any) -> int:
 OmegaConf.register_new_resolver("gnnrun.world_size", _world_size, replace=True)
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
 @dataclass
 class TrainConfig:
     epochs: int = 10
@@ -165,11 +168,17 @@ class TrainConfig:
     stop_after: int = 0  # stop after this many epochs of this invocation (0: run to the end)
     # Checkpoint every this many epochs, and at the end of every invocation.
     checkpoint_every: int = 10
+    # fp32, or bf16: dense layers in bfloat16 under autocast (gnnrun.ops.precision).
+    precision: str = "fp32"
 
     def validate(self) -> None:
         check(self.epochs >= 1, "train.epochs must be at least 1")
         check(self.eval_every >= 1, "train.eval_every must be at least 1")
         check(self.checkpoint_every >= 1, "train.checkpoint_every must be at least 1")
+        check(
+            self.precision in PRECISIONS,
+            f"train.precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}",
+        )
         check(
             self.stop_after >= 0,
             f"train.stop_after must be >= 0 (epochs of this invocation; 0: run to the end), "

@@ -73,6 +73,7 @@ from dgl_side import run_worker  # noqa: E402
 from train_runs import GNNRUN, REPO, read_records, run_train  # noqa: E402
 
 from gnnrun.launch.rank import rank_cpus  # noqa: E402
+from gnnrun.ops.precision import autocast  # noqa: E402
 
 MAIN_PHASES = ("fwd", "bwd", "ared", "opt")
 
@@ -353,7 +354,8 @@ def single_rank(args: argparse.Namespace) -> list[dict]:
     nodes, edges = args.dgl_nodes, args.dgl_edges
     print(
         f"\n## Single rank against DGL 2.1: Chung-Lu {nodes:,} vertices, {edges:,} edges, "
-        f"128-d features, {args.threads} threads, in-process, allocator {allocator_in_use()}; "
+        f"128-d features, {args.threads} threads, in-process, allocator {allocator_in_use()}, "
+        f"gnnrun in {args.precision} (DGL in fp32); "
         f"load {load()}"
     )
     block = chung_lu(nodes, edges, args.seed)
@@ -373,7 +375,8 @@ def single_rank(args: argparse.Namespace) -> list[dict]:
         times = []
         for _ in range(epochs):
             start = time.perf_counter()
-            loss = torch.nn.functional.cross_entropy(model(blocks, x), label)
+            with autocast(args.precision, torch.device("cpu")):
+                loss = torch.nn.functional.cross_entropy(model(blocks, x), label)
             optimizer.zero_grad(set_to_none=False)
             loss.backward()
             optimizer.step()
@@ -381,7 +384,9 @@ def single_rank(args: argparse.Namespace) -> list[dict]:
         del model, optimizer
         seconds = statistics.median(times[args.dgl_warmup :])
         dgl = dgl_epoch(args, name, cfg, block, x, label, epochs)
-        results.append({"model": name, "epoch_s": seconds, "all": times, **dgl})
+        results.append(
+            {"model": name, "precision": args.precision, "epoch_s": seconds, "all": times, **dgl}
+        )
         ratio = dgl["dgl_s"] / seconds if "dgl_s" in dgl else None
         rows.append(
             [
@@ -575,6 +580,9 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=2, help="in-process parts (2 and 3)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="gnnrun's, in part 2"
+    )
     parser.add_argument("--dgl-nodes", type=int, default=200_000)
     parser.add_argument("--dgl-edges", type=int, default=5_000_000)
     parser.add_argument("--dgl-warmup", type=int, default=1)

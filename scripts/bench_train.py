@@ -67,6 +67,7 @@ from gnnrun.models import ACTIVATIONS, build_model
 from gnnrun.models.registry import ModelConfig
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
+from gnnrun.ops.precision import autocast
 from gnnrun.train.optimizer import OptimizerConfig
 
 PRESET = "sage_products"
@@ -165,10 +166,11 @@ class PlainSAGE(torch.nn.Module):
 # --------------------------------------------------------------------- timing
 
 
-def train_step(model, optimizer, blocks, x, y) -> dict[str, float]:
+def train_step(model, optimizer, blocks, x, y, precision: str = "fp32") -> dict[str, float]:
     """One step as gnnrun.train.trainer.train_epoch runs it; seconds per phase."""
     t0 = time.perf_counter()
-    loss = torch.nn.functional.cross_entropy(model(blocks, x), y)
+    with autocast(precision, torch.device("cpu")):
+        loss = torch.nn.functional.cross_entropy(model(blocks, x), y)
     t1 = time.perf_counter()
     loss.backward()
     t2 = time.perf_counter()
@@ -270,6 +272,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also profile 5 gnnrun steps")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="gnnrun's train.precision (the plain and DGL models train in fp32)",
+    )
+    parser.add_argument(
         "--dgl-python", help="the python of a venv with DGL 2.1: DGL's step, side by side"
     )
     args = parser.parse_args()
@@ -319,7 +327,8 @@ def main() -> None:
     print(
         f"preset {PRESET}: {cfg.layers} x {cfg.hidden} SAGE-{cfg.aggregator}, batch {batch}, "
         f"fanouts {cfg.fanouts} (seeds first; DGL order {cfg.fanouts[::-1]}), lr {optimizer_cfg.lr}, "
-        f"dropout {cfg.dropout}; threads {args.threads}; allocator {allocator_in_use()}"
+        f"dropout {cfg.dropout}; threads {args.threads}; allocator {allocator_in_use()}; "
+        f"gnnrun in {args.precision}, plain PyTorch and DGL in fp32"
     )
     print(f"first minibatch blocks (input layer first): {sizes}; max |gnnrun - plain| {diff:.1e}")
 
@@ -341,7 +350,8 @@ def main() -> None:
         phases = {}
         for name in names:
             c0 = time.process_time()
-            phases[name] = train_step(models[name], optimizers[name], blocks, x, y)
+            precision = args.precision if name == "gnnrun" else "fp32"
+            phases[name] = train_step(models[name], optimizers[name], blocks, x, y, precision)
             phases[name]["cpu"] = mbc_cpu + time.process_time() - c0
         if step < args.warmup:
             continue
@@ -415,6 +425,7 @@ def main() -> None:
             "nodes": args.nodes,
             "edges": args.edges,
             "fanouts": cfg.fanouts,
+            "precision": args.precision,
             "batch_size": batch,
             "steps": args.steps,
             "warmup": args.warmup,

@@ -68,3 +68,10 @@ def test_validation_ranges():
         cfg = compose("config", overrides=["dataset.split.train=0.9", "dataset.split.val=0.3"])
     with pytest.raises(GnnrunError, match="fractions sum to 2.000"):
         to_objects(cfg)
+
+
+def test_train_precision_is_fp32_or_bf16():
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["train.precision=fp16"])
+    with pytest.raises(GnnrunError, match="train.precision 'fp16': choose one of fp32, bf16"):
+        to_objects(cfg)

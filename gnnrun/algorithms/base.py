@@ -40,6 +40,9 @@ class Algorithm:
     # The cluster.device values it runs on; `device` is where its rank computes (the
     # trainer puts the model there).
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    # The train.precision values it trains in (gnnrun.ops.precision): bf16 where every
+    # tensor it keeps or exchanges comes out of gnnrun's ops, which return float32.
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     device: torch.device = torch.device("cpu")
 
     in_dim: int

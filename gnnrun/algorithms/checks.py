@@ -7,6 +7,7 @@ import torch
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
+from gnnrun.ops.precision import bf16_matmul_supported
 from gnnrun.partition import check_partition_kind
 from gnnrun.partition.book import PartitionBook
 
@@ -16,6 +17,7 @@ def check_runnable(cfg) -> None:
     algorithm = ALGORITHMS.get(cfg.algorithm.name)
     algorithm.check_config(cfg)
     _check_device(cfg, algorithm.devices)
+    _check_precision(cfg, algorithm.precisions)
     if algorithm.partition_kind is not None:
         check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
 
@@ -31,6 +33,21 @@ def _check_device(cfg, devices: tuple[str, ...]) -> None:
         raise GnnrunError(
             f"cluster.device=cuda but this torch ({torch.__version__}) sees no CUDA device: "
             "use cluster.device=cpu, or run where GPUs and a CUDA build of torch are"
+        )
+
+
+def _check_precision(cfg, precisions: tuple[str, ...]) -> None:
+    precision = cfg.train.precision
+    if precision not in precisions:
+        raise GnnrunError(
+            f"algorithm={cfg.algorithm.name} trains in train.precision={' or '.join(precisions)}, "
+            f"not {precision}: use train.precision=fp32"
+        )
+    if precision == "bf16" and cfg.cluster.device == "cpu" and not bf16_matmul_supported():
+        raise GnnrunError(
+            "train.precision=bf16 needs a CPU with bfloat16 instructions (AVX-512 BF16 or AMX); "
+            "on this one bfloat16 products are emulated and slower than float32: use "
+            "train.precision=fp32"
         )
 
 

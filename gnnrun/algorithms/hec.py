@@ -108,6 +108,9 @@ class Push:
 
 @ALGORITHMS.register("hec", HistoricalEmbeddingCacheConfig)
 class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
+    # The cache keeps and pushes layer outputs; its bf16 form is not built yet.
+    precisions = ("fp32",)
+
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
         algo = cfg.algorithm

@@ -39,6 +39,7 @@ class SampledTraining(Algorithm):
     vertices this rank trains / evaluates) and `labels_of`.
     """
 
+    precisions = ("fp32", "bf16")
     source: GraphSource
     train_ids: torch.Tensor
     eval_ids: dict[str, torch.Tensor]

@@ -7,7 +7,7 @@ blocked, OpenMP); the backward pass is the same kernel over the transposed CSR,
 computed once per Block and kept on it. `aggregate_with_dst` also returns the
 destination rows of x (SAGE's self term) with a single gradient buffer for x;
 `aggregate_normalized` is GCN's propagation (self loop and degree scaling) in
-the same single pass. `aggregate_reference` is the pure-PyTorch oracle and the
+the same single pass. A bfloat16 x is taken as float32 (gnnrun.ops.precision). `aggregate_reference` is the pure-PyTorch oracle and the
 fallback when the kernel cannot be built.
 
 On a vertex-cut part (a Block with a `completion`), the part's edges give a
@@ -26,6 +26,7 @@ import torch
 
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
+from gnnrun.ops.precision import widened
 
 REDUCES = ("sum", "mean")
 NATIVE_DTYPES = (torch.float32, torch.float64)
@@ -34,6 +35,7 @@ NATIVE_DTYPES = (torch.float32, torch.float64)
 def aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     """Aggregate source features `x` [num_src, ...] into destination rows [num_dst, ...]."""
     _check(block, x, reduce)
+    x = widened(x)
     if block.sharded is not None:
         return block.sharded.aggregate(block, x, reduce)
     if block.completion is None:
@@ -69,6 +71,7 @@ def aggregate_with_dst(
     gradient into the aggregation's gradient in place (num_dst rows).
     """
     _check(block, x, reduce)
+    x = widened(x)
     fused = _native_applies("csr_aggregate", block, x)
     if not (fused and x.requires_grad and torch.is_grad_enabled()):
         return aggregate(block, x, reduce), x[: block.num_dst]
@@ -90,6 +93,7 @@ def aggregate_normalized(
     counts once per vertex, not once per clone: that takes the separate passes.
     """
     _check(block, x, "sum")
+    x = widened(x)
     if not _native_applies("csr_aggregate_normalized", block, x):
         return _aggregate_normalized_composite(block, x, pre, post)
     out = _AggregateNormalized.apply(block, x.flatten(1), pre, post)

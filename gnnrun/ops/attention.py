@@ -20,6 +20,7 @@ import torch
 
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
+from gnnrun.ops.precision import widened
 
 NATIVE_DTYPES = (torch.float32, torch.float64)
 
@@ -124,6 +125,7 @@ def gat_aggregate(
     Native kernels for CPU float32/float64 (all three of one dtype); the reference otherwise.
     """
     _check_shapes(block, feat_src, el, er)
+    feat_src, el, er = widened(feat_src), widened(el), widened(er)
     if block.sharded is not None:
         return block.sharded.gat_aggregate(block, feat_src, el, er, negative_slope)
     native = (

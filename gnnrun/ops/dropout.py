@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from gnnrun.ops.native import native_op
+from gnnrun.ops.precision import widened
 
 GOLDEN = 0x9E3779B97F4A7C15
 KEY_BITS = 62
@@ -25,6 +26,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """Zero each element with probability p, scale the rest by 1 / (1 - p)."""
     if not 0 <= p < 1:
         raise ValueError(f"dropout probability must be in [0, 1), not {p}")
+    x = widened(x)
     if not training or p == 0:
         return x
     key = int(torch.randint(0, 1 << KEY_BITS, (1,)))
@@ -35,6 +37,7 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
     """dropout(relu(x), p): one pass forward, one backward (the mask is read off the output)."""
     if not 0 <= p < 1:
         raise ValueError(f"dropout probability must be in [0, 1), not {p}")
+    x = widened(x)
     forward = native_op("relu_dropout_forward", "dropout")
     if not training or p == 0 or forward is None or not _native_dtype(x):
         return dropout(torch.relu(x), p, training)

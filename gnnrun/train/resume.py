@@ -56,6 +56,7 @@ def settings_of(cfg) -> dict[str, Any]:
     flat["dataset"] = dataset_identity(cfg.dataset)
     flat["cluster.nprocs"] = cfg.cluster.nprocs
     flat["train.seed"] = cfg.train.seed
+    flat["train.precision"] = cfg.train.precision
     return flat
 
 
@@ -70,13 +71,16 @@ class SettingChanges:
 
 def under_current_names(saved: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's settings with renamed keys (config.RENAMED_KEYS) under the names
-    `now` uses; a checkpoint from before the optimizer group was stepped by Adam."""
+    `now` uses; a checkpoint from before the optimizer group was stepped by Adam, and one
+    from before train.precision trained in float32."""
     current = {}
     for key, value in saved.items():
         names = [n for n in RENAMED_KEYS.get(key, ()) if n in now]
         current[names[0] if names else key] = value
     if "optimizer.name" in now and "optimizer.name" not in saved:
         current["optimizer.name"] = "adam"
+    if "train.precision" in now and "train.precision" not in saved:
+        current["train.precision"] = "fp32"
     return current
 
 

@@ -16,6 +16,7 @@ from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
+from gnnrun.ops.precision import autocast
 from gnnrun.timers import PhaseTimer
 from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
@@ -82,7 +83,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                 # The epoch's training steps at their peak, above what the process held before.
                 record["train_rss_growth_mb"] = train_growth_mb
             if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
-                with timer.phase("eval"):
+                with timer.phase("eval"), autocast(cfg.train.precision, algorithm.device):
                     record.update(evaluate_outputs(algorithm.evaluate(model), algorithm.task, comm))
                 record["eval_bytes"] = comm.bytes.reset()
             record["time"] = timer.reset()
@@ -137,11 +138,12 @@ def train_epoch(
     with timer.phase("sync"):
         steps = algorithm.begin_epoch(epoch)
     reduce = _REDUCE_GRADIENTS.get(algorithm.gradient_reduction)
+    precision = algorithm.cfg.train.precision
     losses: list[float] = []
     for step in range(steps):
         with timer.phase("mbc"):
             batch = algorithm.batch(step)
-        with timer.phase("fwd"):
+        with timer.phase("fwd"), autocast(precision, algorithm.device):
             optimizer.zero_grad(set_to_none=False)
             loss = algorithm.loss(model, batch, step)
         if loss is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gnnrun.ops.precision import bf16_matmul_supported
 from gnnrun.testing import run_on_ranks
 from gnnrun.train.trainer import train
 
@@ -107,3 +108,35 @@ def test_two_ranks_reach_the_single_process_accuracy(request, tmp_path, dataset)
         request.getfixturevalue("shared_datasets")
     single, distributed = accuracies(dataset, tmp_path)
     assert abs(np.mean(distributed) - np.mean(single)) <= 0.01, (single, distributed)
+
+
+# dataset: (model, epochs) for bf16 against float32, one process (algorithm=single).
+BF16_CASES = {"synthetic-small": ("sage", 10), "cora": ("sage", 50), "facebook": ("sage", 20)}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not bf16_matmul_supported(), reason="this CPU has no bfloat16 instructions")
+@pytest.mark.parametrize("dataset", sorted(BF16_CASES))
+def test_bf16_reaches_the_float32_accuracy(request, tmp_path, dataset):
+    if dataset != "synthetic-small":
+        request.getfixturevalue("shared_datasets")
+    model, epochs = BF16_CASES[dataset]
+    accuracy: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    for precision, results in accuracy.items():
+        for seed in range(SEEDS):
+            run_dir = tmp_path / precision / str(seed)
+            run_dir.mkdir(parents=True)
+            cfg = prepared(
+                f"dataset={dataset}",
+                f"model={model}",
+                "algorithm=single",
+                "algorithm.mode=minibatch",
+                f"train.epochs={epochs}",
+                f"train.eval_every={epochs}",
+                f"train.seed={seed}",
+                f"train.precision={precision}",
+                f"train.checkpoint_dir={run_dir}/ckpt",
+            )
+            results.append(train(cfg, run_dir)["final"]["test_acc"])
+    print(f"\n{dataset} {model} {epochs} epochs, test accuracy per seed: {accuracy}")
+    assert abs(np.mean(accuracy["bf16"]) - np.mean(accuracy["fp32"])) <= 0.005, accuracy

@@ -12,6 +12,7 @@ from gnnrun.cli import CONFIG_DIR, main
 from gnnrun.config import to_objects
 from gnnrun.data import prepare_dataset
 from gnnrun.errors import GnnrunError
+from gnnrun.ops.precision import bf16_matmul_supported
 from gnnrun.schemas import register_schemas
 from gnnrun.train.trainer import train
 
@@ -172,3 +173,33 @@ def test_gcn_on_cora_reaches_kipf_and_welling(shared_datasets, tmp_path):
         accuracies.append(train(cfg, run_dir)["final"]["test_acc"])
     print(f"Cora GCN test accuracy over 5 seeds: {np.mean(accuracies):.4f} ({accuracies})")
     assert np.mean(accuracies) >= 0.80
+
+
+@pytest.mark.skipif(not bf16_matmul_supported(), reason="this CPU has no bfloat16 instructions")
+@pytest.mark.parametrize("mode", ["full", "minibatch"])
+def test_bf16_training_repeats_itself_and_learns(tmp_path, mode):
+    common = [
+        "dataset=synthetic-tiny",
+        "algorithm=single",
+        f"algorithm.mode={mode}",
+        "model=sage",
+        "model.hidden=32",
+        "train.epochs=6",
+        "train.precision=bf16",
+    ]
+    runs = []
+    for name in ("first", "second"):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        train(config(*common, f"train.checkpoint_dir={run_dir}/ckpt"), run_dir)
+        runs.append(trajectory(run_dir))
+    assert runs[0] == runs[1]
+    fp32_dir = tmp_path / "fp32"
+    fp32_dir.mkdir()
+    train(config(*common[:-1], f"train.checkpoint_dir={fp32_dir}/ckpt"), fp32_dir)
+    bf16, fp32 = runs[0], trajectory(fp32_dir)
+    assert bf16 != fp32  # it did train in bf16
+    # ... along float32's path: the loss falls as far, epoch by epoch.
+    for low, exact in zip(bf16, fp32, strict=True):
+        assert abs(low["loss"] - exact["loss"]) <= 0.05 * exact["loss"], (bf16, fp32)
+    assert bf16[-1]["loss"] < 0.8 * bf16[0]["loss"]
