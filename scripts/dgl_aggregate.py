@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from dgl_side import allocator, features
+from dgl_side import allocator, dgl_graph, features
 
 
 def main() -> None:
@@ -42,13 +42,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     data = np.load(args.graph)
-    indptr = data["indptr"].astype(np.int64)
-    num_nodes = len(indptr) - 1
-    src = torch.from_numpy(data["indices"].astype(np.int64))
-    dst = torch.from_numpy(np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr)))
-    graph = dgl.graph((src, dst), num_nodes=num_nodes).formats("csc")
+    graph = dgl_graph(data).formats("csc")
     graph.create_formats_()
-    del src, dst
 
     def aggregate(x: torch.Tensor, reduce: str) -> torch.Tensor:
         graph.srcdata["h"] = x
@@ -58,7 +53,7 @@ def main() -> None:
 
     runs = []
     for width in args.widths:
-        x = torch.from_numpy(features(num_nodes, width))
+        x = torch.from_numpy(features(graph.num_nodes(), width))
         for reduce in ("sum", "mean"):
             out = aggregate(x, reduce)  # the warm-up
             checksum = float(out.double().sum())

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from dgl_side import allocator
+from dgl_side import allocator, dgl_graph
 
 
 def main() -> None:
@@ -58,11 +58,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     data = np.load(args.data)
-    indptr = data["indptr"].astype(np.int64)
-    num_nodes = len(indptr) - 1
-    src = torch.from_numpy(data["indices"].astype(np.int64))
-    dst = torch.from_numpy(np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr)))
-    graph = dgl.graph((src, dst), num_nodes=num_nodes)
+    graph = dgl_graph(data)
     if args.model == "gcn":
         graph = dgl.add_self_loop(graph)
     graph.create_formats_()
@@ -113,7 +109,7 @@ def main() -> None:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "allocator": allocator(),
-        "num_nodes": num_nodes,
+        "num_nodes": graph.num_nodes(),
         "model": args.model,
         "num_edges": graph.num_edges(),
         "dims": dims,

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from dgl_side import allocator
+from dgl_side import allocator, dgl_graph
 
 
 def main() -> None:
@@ -50,13 +50,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     data = np.load(args.data)
-    indptr = data["indptr"].astype(np.int64)
-    num_nodes = len(indptr) - 1
-    src = torch.from_numpy(data["indices"].astype(np.int64))
-    dst = torch.from_numpy(np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr)))
-    graph = dgl.graph((src, dst), num_nodes=num_nodes)
+    graph = dgl_graph(data)
     graph.create_formats_()
-    del src, dst
     feat = torch.from_numpy(data["feat"])
     label = torch.from_numpy(data["label"].astype(np.int64))
     steps = [torch.from_numpy(s) for s in data["seeds"].astype(np.int64)]

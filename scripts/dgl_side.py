@@ -39,6 +39,19 @@ def features(num_rows: int, width: int) -> np.ndarray:
     return (((rows + np.arange(width)) % 13) / np.float32(13)).astype(np.float32)
 
 
+def dgl_graph(data):
+    """A DGL graph of the in-edge CSR in `data` (`indptr`, `indices`: row v lists the sources
+    of the edges into v), its formats built. Imports DGL: for the workers only."""
+    import dgl
+    import torch
+
+    indptr = data["indptr"].astype(np.int64)
+    num_nodes = len(indptr) - 1
+    src = torch.from_numpy(data["indices"].astype(np.int64))
+    dst = torch.from_numpy(np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr)))
+    return dgl.graph((src, dst), num_nodes=num_nodes)
+
+
 def run_worker(
     python: str, worker: str, arguments: list[str], threads: int, timeout: float
 ) -> dict:
