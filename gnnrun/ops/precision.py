@@ -3,12 +3,11 @@
 With `train.precision=bf16` the trainer runs each forward pass under torch's
 CPU (or CUDA) autocast: matrix products (`nn.Linear`, `@`, `addmm`) compute in
 bfloat16 with float32 accumulation, which on CPUs with AVX-512 BF16 or AMX runs
-the GEMMs about three times faster than float32; parameters, gradients and the
+the GEMMs 2-3x faster than float32; parameters, gradients and the
 optimizer state stay float32. gnnrun's own ops (aggregation, attention,
 dropout) take float32: a bfloat16 input, a GEMM's output, is widened on entry
 (`widened`), so their kernels accumulate and store in float32 exactly as in a
-float32 run, and what reaches the next layer, the loss and any exchange
-between ranks is float32.
+float32 run, and what they hand to the next layer is float32.
 """
 
 from __future__ import annotations
