@@ -32,12 +32,26 @@ def trajectory(run_dir) -> list[dict]:
     return [{k: json.loads(line)[k] for k in COMPARED} for line in lines]
 
 
-@pytest.mark.parametrize("mode", ["full", "minibatch"])
-def test_resume_continues_the_same_trajectory(tmp_path, mode):
+@pytest.mark.parametrize(
+    ("mode", "precision"),
+    [
+        ("full", "fp32"),
+        ("minibatch", "fp32"),
+        pytest.param(
+            "minibatch",
+            "bf16",
+            marks=pytest.mark.skipif(
+                not bf16_matmul_supported(), reason="this CPU has no bfloat16 instructions"
+            ),
+        ),
+    ],
+)
+def test_resume_continues_the_same_trajectory(tmp_path, mode, precision):
     common = [
         "dataset=synthetic-tiny",
         "algorithm=single",
         f"algorithm.mode={mode}",
+        f"train.precision={precision}",
         "model=sage",
         "model.hidden=32",
         "model.batch_size=256",
