@@ -3,9 +3,11 @@
 // out[v] = sum over e in row v of x[indices[e]] (mean: divided by the row's
 // length; an empty row gives 0). The same sweep also serves the scaled sum
 // (a factor per source row: mean's gradient) and GCN's normalised propagation
-// (a factor per source, a self term, a factor per row: see finish_row). Rows
-// wider than 512 bytes go in column tiles, one sweep each (aggregate_kernel);
-// whole tile rows of edges ahead are prefetched into L2. Destination rows are shared among the threads
+// (a factor per source, a self term, a factor per row: see finish_row).
+// float32 rows of up to 256 columns (multiples of 16) are summed in registers,
+// one sweep, and stored once (aggregate_rows_in_registers); other rows wider
+// than 512 bytes go in column tiles, one sweep each (aggregate_kernel); x rows
+// of the edges ahead are prefetched. Destination rows are shared among the threads
 // with a dynamic schedule (power-law rows differ in length by orders of
 // magnitude); each thread owns its output rows, so there are no write races.
 //
@@ -38,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace gnnrun {
@@ -267,7 +270,88 @@ void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict 
   }
 }
 
-// Wide rows are aggregated in column tiles of kTileBytes, one sweep over the CSR
+// float32 rows of 16 to 256 columns (a multiple of 16), when the sources are
+// not cache blocked: each destination row's sum lives in registers (V vectors of
+// 16 floats: 16 AVX-512 registers at 256 columns) across all its edges and is
+// stored once, with its finish (self term, factor) applied on the way out,
+// instead of being loaded and stored in memory every few edges; the whole row
+// goes in one sweep, not in column tiles. On 1M vertices / 25M edges this ran
+// 1.5-1.7x the tiled kernel at widths 128 and 256 (alternating A/B in one
+// process), and on 200k / 5M 1.5-2.0x. The vector type has 4-byte alignment:
+// x and out rows need not be 64-byte aligned.
+typedef float f32x16 __attribute__((vector_size(64), aligned(4)));
+constexpr int64_t kRegisterPrefetchEdges = 8;
+
+template <int V, typename index_t, bool kScaled>
+void aggregate_rows_in_registers(const int64_t* __restrict ptr, const index_t* __restrict idx,
+                                 const float* __restrict x, const float* __restrict scale,
+                                 float* __restrict out, const int64_t n_dst, const int64_t n_src,
+                                 const RowFinish<float>& finish, const int num_threads) {
+  constexpr int64_t W = 16 * V;
+  const int64_t num_edges = ptr[n_dst];
+#pragma omp parallel for schedule(dynamic, kRowChunk) num_threads(num_threads)
+  for (int64_t v = 0; v < n_dst; ++v) {
+    f32x16 acc[V];
+    for (int k = 0; k < V; ++k) acc[k] = f32x16{};
+    const int64_t begin = ptr[v], end = ptr[v + 1];
+    for (int64_t e = begin; e < end; ++e) {
+      // Past the row's end too: the next rows of this thread's chunk start there.
+      if (e + kRegisterPrefetchEdges < num_edges)
+        prefetch_row(x + static_cast<int64_t>(idx[e + kRegisterPrefetchEdges]) * W, W * 4);
+      const int64_t u = idx[e];
+      const f32x16* row = reinterpret_cast<const f32x16*>(x + u * W);
+      if constexpr (kScaled) {
+        const float w = scale[u];
+        for (int k = 0; k < V; ++k) acc[k] += row[k] * w;
+      } else {
+        for (int k = 0; k < V; ++k) acc[k] += row[k];
+      }
+    }
+    if (finish.self_loop && v < n_src) {
+      const f32x16* own = reinterpret_cast<const f32x16*>(x + v * W);
+      const float w = kScaled ? scale[v] : 1.0f;
+      for (int k = 0; k < V; ++k) acc[k] += own[k] * w;
+    }
+    float factor = 1.0f;
+    if (finish.post != nullptr)
+      factor = finish.post[v];
+    else if (finish.mean && end - begin > 1)
+      factor = 1.0f / static_cast<float>(end - begin);
+    f32x16* o = reinterpret_cast<f32x16*>(out + v * W);
+    for (int k = 0; k < V; ++k) o[k] = acc[k] * factor;
+  }
+}
+
+// Whether aggregate_rows_in_registers serves these rows; it runs them if so.
+template <typename scalar_t, typename index_t, bool kScaled>
+bool aggregate_in_registers(const int64_t* ptr, const index_t* idx, const scalar_t* x,
+                            const scalar_t* scale, scalar_t* out, const int64_t n_dst,
+                            const int64_t n_src, const int64_t F,
+                            const RowFinish<scalar_t>& finish, const int64_t block_rows,
+                            const int num_threads) {
+  if constexpr (!std::is_same_v<scalar_t, float>) {
+    return false;
+  } else {
+    if (block_rows < n_src || F % 16 != 0) return false;
+    switch (F / 16) {
+#define GNNRUN_REGISTER_ROWS(V)                                                                  \
+  case V:                                                                                        \
+    aggregate_rows_in_registers<V, index_t, kScaled>(ptr, idx, x, scale, out, n_dst, n_src,     \
+                                                     finish, num_threads);                      \
+    return true;
+      GNNRUN_REGISTER_ROWS(1)
+      GNNRUN_REGISTER_ROWS(2)
+      GNNRUN_REGISTER_ROWS(4)
+      GNNRUN_REGISTER_ROWS(8)
+      GNNRUN_REGISTER_ROWS(16)
+#undef GNNRUN_REGISTER_ROWS
+      default:
+        return false;
+    }
+  }
+}
+
+// Other rows are aggregated in column tiles of kTileBytes, one sweep over the CSR
 // per tile: a sweep then gathers 512 B per edge, the width at which the prefetch
 // distance above keeps enough rows in flight, and the x columns it touches are
 // half the bytes of a 256-wide x. Measured on 1M vertices / 25M edges, width 256:
@@ -279,6 +363,9 @@ void aggregate_kernel(const int64_t* __restrict ptr, const index_t* __restrict i
                       scalar_t* __restrict out, const int64_t n_dst, const int64_t n_src,
                       const int64_t F, const RowFinish<scalar_t>& finish,
                       const int64_t block_rows, const int num_threads) {
+  if (aggregate_in_registers<scalar_t, index_t, kScaled>(ptr, idx, x, scale, out, n_dst, n_src, F,
+                                                         finish, block_rows, num_threads))
+    return;
   const int64_t tile = std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(sizeof(scalar_t)));
   for (int64_t c0 = 0; c0 < F; c0 += tile)
     aggregate_columns<scalar_t, index_t, kScaled>(ptr, idx, x + c0, scale, out + c0, n_dst, n_src,
