@@ -4,7 +4,7 @@
 // length; an empty row gives 0). The same sweep also serves the scaled sum
 // (a factor per source row: mean's gradient) and GCN's normalised propagation
 // (a factor per source, a self term, a factor per row: see finish_row).
-// float32 rows of up to 256 columns (multiples of 16) are summed in registers,
+// float32 rows of 16 to 256 columns (powers of two) are summed in registers,
 // one sweep, and stored once (aggregate_rows_in_registers); other rows wider
 // than 512 bytes go in column tiles, one sweep each (aggregate_kernel); x rows
 // of the edges ahead are prefetched. Destination rows are shared among the threads
@@ -270,16 +270,17 @@ void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict 
   }
 }
 
-// float32 rows of 16 to 256 columns (a multiple of 16), when the sources are
-// not cache blocked: each destination row's sum lives in registers (V vectors of
+// float32 rows of 16, 32, 64, 128 or 256 columns, when the sources are not
+// cache blocked: each destination row's sum lives in registers (V vectors of
 // 16 floats: 16 AVX-512 registers at 256 columns) across all its edges and is
 // stored once, with its finish (self term, factor) applied on the way out,
 // instead of being loaded and stored in memory every few edges; the whole row
 // goes in one sweep, not in column tiles. On 1M vertices / 25M edges this ran
 // 1.5-1.7x the tiled kernel at widths 128 and 256 (alternating A/B in one
-// process), and on 200k / 5M 1.5-2.0x. The vector type has 4-byte alignment:
-// x and out rows need not be 64-byte aligned.
-typedef float f32x16 __attribute__((vector_size(64), aligned(4)));
+// process), and on 200k / 5M 1.5-2.0x. The vector type has 4-byte alignment
+// (x and out rows need not be 64-byte aligned) and may alias the floats it
+// is read from.
+typedef float f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
 constexpr int64_t kRegisterPrefetchEdges = 8;
 
 template <int V, typename index_t, bool kScaled>
