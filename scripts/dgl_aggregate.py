@@ -19,13 +19,12 @@ it inherits. Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-from dgl_side import allocator, dgl_graph, features
+from dgl_side import dgl_graph, features, print_result
 
 
 def main() -> None:
@@ -36,7 +35,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    import dgl
     import dgl.function as fn
     import torch
 
@@ -74,17 +72,7 @@ def main() -> None:
                 }
             )
         del x
-    print(
-        json.dumps(
-            {
-                "dgl": dgl.__version__,
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "allocator": allocator(),
-                "runs": runs,
-            }
-        )
-    )
+    print_result(runs=runs)
 
 
 if __name__ == "__main__":

@@ -25,13 +25,12 @@ Threads and allocator come from the caller: `--threads`, and the environment
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-from dgl_side import allocator, dgl_graph
+from dgl_side import dgl_graph, print_result
 
 
 def main() -> None:
@@ -104,20 +103,15 @@ def main() -> None:
             }
         )
     kept = epochs[min(args.warmup, args.epochs - 1) :]
-    result = {
-        "dgl": dgl.__version__,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "allocator": allocator(),
-        "num_nodes": graph.num_nodes(),
-        "model": args.model,
-        "num_edges": graph.num_edges(),
-        "dims": dims,
-        "epoch_s": statistics.median(e["epoch_s"] for e in kept),
-        "phases": {k: statistics.median(e[k] for e in kept) for k in ("fwd", "bwd", "opt")},
-        "epochs": epochs,
-    }
-    print(json.dumps(result))
+    print_result(
+        num_nodes=graph.num_nodes(),
+        model=args.model,
+        num_edges=graph.num_edges(),
+        dims=dims,
+        epoch_s=statistics.median(e["epoch_s"] for e in kept),
+        phases={k: statistics.median(e[k] for e in kept) for k in ("fwd", "bwd", "opt")},
+        epochs=epochs,
+    )
 
 
 if __name__ == "__main__":

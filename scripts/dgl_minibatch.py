@@ -19,13 +19,12 @@ dropout between them, the widths, dropout and optimizer given. The first
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-from dgl_side import allocator, dgl_graph
+from dgl_side import dgl_graph, print_result
 
 
 def main() -> None:
@@ -91,21 +90,13 @@ def main() -> None:
             }
         )
     kept = records[args.warmup :]
-    print(
-        json.dumps(
-            {
-                "dgl": dgl.__version__,
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "allocator": allocator(),
-                "ms": {
-                    k: statistics.median(r[k] for r in kept) * 1e3
-                    for k in ("mbc", "fwd", "bwd", "opt", "total")
-                },
-                "mean_sampled_edges": statistics.mean(r["edges"] for r in kept),
-                "steps": len(kept),
-            }
-        )
+    print_result(
+        ms={
+            k: statistics.median(r[k] for r in kept) * 1e3
+            for k in ("mbc", "fwd", "bwd", "opt", "total")
+        },
+        mean_sampled_edges=statistics.mean(r["edges"] for r in kept),
+        steps=len(kept),
     )
 
 

@@ -17,12 +17,11 @@ two warm-up batches; the figure is block edges per second, best of
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
-from dgl_side import allocator, dgl_graph
+from dgl_side import dgl_graph, print_result
 
 
 def main() -> None:
@@ -59,17 +58,7 @@ def main() -> None:
         runs.append(
             {"fanouts": fanouts, "edges_per_s": best, "edges_per_batch": edges / len(batches)}
         )
-    print(
-        json.dumps(
-            {
-                "dgl": dgl.__version__,
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "allocator": allocator(),
-                "runs": runs,
-            }
-        )
-    )
+    print_result(runs=runs)
 
 
 if __name__ == "__main__":

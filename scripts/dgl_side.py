@@ -39,6 +39,16 @@ def features(num_rows: int, width: int) -> np.ndarray:
     return (((rows + np.arange(width)) % 13) / np.float32(13)).astype(np.float32)
 
 
+def print_result(**figures) -> None:
+    """A worker's one JSON line: DGL's and torch's versions, threads, allocator, `figures`."""
+    import dgl
+    import torch
+
+    versions = {"dgl": dgl.__version__, "torch": torch.__version__}
+    setup = {"threads": torch.get_num_threads(), "allocator": allocator()}
+    print(json.dumps({**versions, **setup, **figures}))
+
+
 def dgl_graph(data):
     """A DGL graph of the in-edge CSR in `data` (`indptr`, `indices`: row v lists the sources
     of the edges into v), its formats built. Imports DGL: for the workers only."""
