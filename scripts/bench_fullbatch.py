@@ -69,7 +69,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import chung_lu, sweep  # noqa: E402
-from dgl_side import run_worker  # noqa: E402
+from dgl_side import check_dgl_python, run_worker  # noqa: E402
 from train_runs import GNNRUN, REPO, read_records, run_train  # noqa: E402
 
 from gnnrun.launch.rank import rank_cpus  # noqa: E402
@@ -610,6 +610,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     parser.add_argument("--json", type=Path, help="also write all figures to this file")
     args = parser.parse_args()
+    check_dgl_python(args.dgl_python)
     # SIGTERM unwinds like Ctrl-C, so that a running gnnrun child is stopped too.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.quick:

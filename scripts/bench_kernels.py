@@ -53,7 +53,7 @@ reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when insta
 # ruff: noqa: E402
 import numpy as np
 import torch
-from dgl_side import features, run_worker
+from dgl_side import check_dgl_python, features, run_worker
 
 from gnnrun.ops.aggregate import aggregate, transposed_csr
 from gnnrun.ops.block import Block
@@ -334,6 +334,7 @@ def main() -> None:
         help="the python of a venv with DGL 2.1: also time DGL's aggregation, side by side",
     )
     args = parser.parse_args()
+    check_dgl_python(args.dgl_python)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     warnings.filterwarnings("ignore", message="Sparse invariant checks")

@@ -38,7 +38,7 @@ from gnnrun.ops.native import native_op
 from gnnrun.ops.sampling import sample_blocks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dgl_side import run_worker  # noqa: E402
+from dgl_side import check_dgl_python, run_worker  # noqa: E402
 
 FANOUTS = ([15, 10, 5], [5, 10, 15])  # gnnrun's order
 
@@ -141,6 +141,7 @@ def main() -> None:
         help="an .npz to keep the drawn graph in (redrawn if drawn with other arguments)",
     )
     args = parser.parse_args()
+    check_dgl_python(args.dgl_python)
 
     if native_op("sample_neighbors", "sampler") is None:
         raise SystemExit("kernels/sampler.cpp did not build; nothing native to measure")

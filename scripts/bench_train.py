@@ -59,7 +59,7 @@ reexec_with_allocator()  # as `gnnrun` does: huge pages and tcmalloc (when insta
 import numpy as np
 import torch
 from bench_kernels import chung_lu  # scripts/ is on sys.path when this file runs
-from dgl_side import run_worker
+from dgl_side import check_dgl_python, run_worker
 
 from gnnrun.algorithms.minibatch import step_key
 from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
@@ -281,6 +281,7 @@ def main() -> None:
         "--dgl-python", help="the python of a venv with DGL 2.1: DGL's step, side by side"
     )
     args = parser.parse_args()
+    check_dgl_python(args.dgl_python)
     torch.set_num_threads(args.threads)
     cfg, optimizer_cfg = preset_config(args.fanouts)
     for stem, op in (("aggregate", "csr_aggregate"), ("sampler", "sample_neighbors")):

@@ -62,6 +62,28 @@ def dgl_graph(data):
     return dgl.graph((src, dst), num_nodes=num_nodes)
 
 
+def check_dgl_python(python: str | None) -> None:
+    """Exit at once, with the fix, when `--dgl-python` cannot import DGL: before any graph is
+    built or any gnnrun figure measured, so that a wrong path costs nothing."""
+    if python is None:
+        return
+    try:
+        done = subprocess.run(
+            [python, "-c", "import dgl, torch; print(dgl.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        sys.exit(f"--dgl-python {python}: cannot run it ({exc}); `make dgl-venv` builds one")
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.exit(
+            f"--dgl-python {python} cannot import DGL ({last}): give the python of a venv "
+            "with DGL 2.1; `make dgl-venv` builds one in .dgl-venv"
+        )
+
+
 def run_worker(
     python: str, worker: str, arguments: list[str], threads: int, timeout: float
 ) -> dict:
