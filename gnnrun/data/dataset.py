@@ -29,6 +29,8 @@ from gnnrun.io import (
 
 FORMAT_VERSION = 1
 ARRAY_NAMES = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
+# Written only when the dataset was renumbered (gnnrun.data.reorder).
+OPTIONAL_ARRAY_NAMES = ("input_ids",)
 TASKS = ("multiclass", "binary")
 # meta.json's fields that `load` reads besides the file records, and their JSON types.
 META_FIELDS: dict[str, type] = {
@@ -69,7 +71,9 @@ class GraphDataset:
     """A node-classification graph: in-CSR, features, labels and the split.
 
     `label` is int64 with -1 for unlabelled vertices. Split arrays hold sorted
-    global vertex ids. Arrays may be in memory or memory-mapped from disk.
+    global vertex ids. `input_ids[v]` is the id vertex v has in the source when
+    the dataset was renumbered (`dataset.reorder`); None when the ids are the
+    source's. Arrays may be in memory or memory-mapped from disk.
     """
 
     name: str
@@ -86,6 +90,7 @@ class GraphDataset:
     info: dict[str, Any] = field(default_factory=dict)  # source, generator settings, notes
     checksum: str | None = None  # set once written or loaded
     path: Path | None = None
+    input_ids: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -104,7 +109,14 @@ class GraphDataset:
         return np.diff(self.indptr)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name in ARRAY_NAMES}
+        """The arrays the prepared format stores: the required ones, and the optional ones set."""
+        names = ARRAY_NAMES + tuple(n for n in OPTIONAL_ARRAY_NAMES if getattr(self, n) is not None)
+        return {name: getattr(self, name) for name in names}
+
+    def source_ids(self, ids: np.ndarray) -> np.ndarray:
+        """The source's ids of the dataset's vertices `ids` (the same ids when not renumbered)."""
+        ids = np.asarray(ids)
+        return ids if self.input_ids is None else np.asarray(self.input_ids)[ids]
 
     def validate(self) -> None:
         """Check the structural invariants; raise GnnrunError naming the first broken one."""
@@ -130,6 +142,11 @@ class GraphDataset:
                 problems.append(f"{split} contains unlabelled vertices")
         if self.task not in TASKS:
             problems.append(f"task {self.task!r} is not one of {TASKS}")
+        if self.input_ids is not None and (
+            self.input_ids.shape != (n,)
+            or not np.array_equal(np.bincount(self.input_ids, minlength=n), np.ones(n, np.int64))
+        ):
+            problems.append("input_ids is not a permutation of [0, num_nodes)")
         if problems:
             raise GnnrunError(f"dataset {self.name!r} is invalid: " + "; ".join(problems))
 
@@ -202,7 +219,8 @@ class GraphDataset:
             problem = None
         if problem:
             raise GnnrunError(f"{path / 'meta.json'} is damaged ({problem}): {fix}")
-        records = {f"{n}.npy": meta["files"][n] for n in ARRAY_NAMES}
+        names = ARRAY_NAMES + tuple(n for n in OPTIONAL_ARRAY_NAMES if n in meta["files"])
+        records = {f"{n}.npy": meta["files"][n] for n in names}
         fields = {key: meta[key] for key in META_FIELDS}
         if not verify:
             check_files(path, records, fix)
@@ -210,7 +228,7 @@ class GraphDataset:
             name: load_recorded_array(
                 path / f"{name}.npy", records[f"{name}.npy"], fix, mmap, verify
             )
-            for name in ARRAY_NAMES
+            for name in names
         }
         return cls(path=path, **fields, **arrays)
 

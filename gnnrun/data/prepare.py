@@ -23,6 +23,7 @@ import numpy as np
 
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.registry import DATASET_SOURCES, DatasetConfig
+from gnnrun.data.reorder import renumber
 from gnnrun.errors import GnnrunError
 from gnnrun.io import read_json, sha256_file, write_json_atomic, writer_lock
 
@@ -35,7 +36,10 @@ HASHED_INPUT_BYTES = 1 << 30
 
 def dataset_identity(cfg: DatasetConfig) -> dict[str, Any]:
     """The config fields that determine a prepared dataset's content."""
-    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _LOCATION_FIELDS}
+    identity = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _LOCATION_FIELDS}
+    if identity.get("reorder") == "none":  # as copies prepared before the setting existed say
+        del identity["reorder"]
+    return identity
 
 
 def build_dataset(cfg: DatasetConfig) -> GraphDataset:
@@ -47,6 +51,7 @@ def build_dataset(cfg: DatasetConfig) -> GraphDataset:
         feat = np.asarray(dataset.feat, dtype=np.float32)
         sums = feat.sum(axis=1, keepdims=True)
         dataset.feat = feat / np.where(sums == 0, 1, sums)
+    dataset = renumber(dataset, cfg.reorder)
     dataset.info["config"] = dataset_identity(cfg)
     dataset.info["inputs"] = [_input_record(path) for path in source.inputs(cfg)]
     dataset.validate()

@@ -12,6 +12,7 @@ from omegaconf import MISSING
 
 from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.reorder import VERTEX_ORDERS
 from gnnrun.registry import Registry
 
 
@@ -22,12 +23,18 @@ class DatasetConfig:
     seed: int = 0
     # Divide each feature row by its sum (Kipf & Welling's preprocessing).
     row_normalize: bool = False
+    # Vertex order of the prepared dataset (gnnrun.data.reorder): none, degree or rcm.
+    reorder: str = "none"
     prepared_dir: str = "${paths.data_root}/prepared/${dataset.name}"
 
     def validate(self) -> None:
         check(
             bool(self.name) and "/" not in self.name,
             f"dataset.name {self.name!r} must be a plain name",
+        )
+        check(
+            self.reorder in VERTEX_ORDERS,
+            f"dataset.reorder {self.reorder!r}: choose one of {', '.join(VERTEX_ORDERS)}",
         )
 
 
