@@ -51,15 +51,17 @@ class SAGEConv(torch.nn.Module):
                 weight = torch.cat([self.neigh.weight, self.self_loop.weight])
                 both = x @ weight.T
                 neigh = aggregate(block, both[:, :out_dim].contiguous(), "mean")
-                return both[: block.num_dst, out_dim:] + self.self_loop.bias + neigh
+                return neigh.add_(both[: block.num_dst, out_dim:]).add_(self.self_loop.bias)
             # One gradient buffer for x (aggregate_with_dst), and the neighbour
-            # term accumulated by the GEMM into the self term (no extra add pass).
+            # term accumulated by the GEMM into the self term in place: torch.addmm
+            # would first copy the self term into a new [num_dst, out] output.
             mean, x_dst = aggregate_with_dst(block, x, "mean")
-            return torch.addmm(self.self_loop(x_dst), mean, self.neigh.weight.T)
+            out = self.self_loop(x_dst)  # bfloat16 under autocast; addmm_ is not cast
+            return out.addmm_(mean.to(out.dtype), self.neigh.weight.T.to(out.dtype))
         scale = 1.0 / (block.graph_in_degrees().to(x.dtype) + 1.0)
         if self.project_first:
             projected = x @ self.neigh.weight.T
-            return aggregate_normalized(block, projected, None, scale) + self.neigh.bias
+            return aggregate_normalized(block, projected, None, scale).add_(self.neigh.bias)
         return self.neigh(aggregate_normalized(block, x, None, scale))
 
 
