@@ -166,6 +166,7 @@ class GraphDataset:
             "avg_degree": float(deg.mean()) if deg.size else 0.0,
             "max_degree": int(deg.max()) if deg.size else 0,
             "isolated_nodes": int(np.count_nonzero(deg == 0)),
+            "vertex_order": self.info.get("reorder", {}).get("method", "source"),
         }
 
     def save(self, path: Path) -> str:

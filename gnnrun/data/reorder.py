@@ -50,9 +50,9 @@ def _register(name: str, order: VertexOrder | None) -> None:
     VERTEX_ORDERS.register(name)(order)
 
 
-# Vertices per METIS part: 4096 rows of 128 float32 columns are 2 MiB, a core's share of
-# the last-level cache. Measured on a 500k-vertex graph with 16 communities, 32 to
-# 2048 parts ordered equally well (1.4-1.5x faster aggregation); more parts only cost time.
+# Vertices per METIS part: 4096 rows of 128 float32 columns are 2 MiB, a core's L2. On a
+# 500k-vertex graph with 32 communities, 32 to 2048 parts gave the same aggregation time;
+# more parts only cost METIS time.
 METIS_PART_VERTICES = 4096
 METIS_MAX_PARTS = 1024
 
