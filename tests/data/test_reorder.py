@@ -94,9 +94,7 @@ def test_renumbering_twice_maps_to_the_first_source(source):
 
 @pytest.mark.parametrize("method", ORDERS)
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_aggregation_over_a_reordered_graph_is_the_same_after_mapping_back(
-    source, method, reduce
-):
+def test_aggregation_over_a_reordered_graph_is_the_same_after_mapping_back(source, method, reduce):
     moved = renumber(source, method)
     x = torch.randn(source.num_nodes, 16, dtype=torch.float64)
 
