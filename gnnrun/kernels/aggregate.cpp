@@ -4,8 +4,8 @@
 // length; an empty row gives 0). The same sweep also serves the scaled sum
 // (a factor per source row: mean's gradient) and GCN's normalised propagation
 // (a factor per source, a self term, a factor per row: see finish_row).
-// float32 rows of 16 to 256 columns (powers of two) are summed in registers,
-// one sweep, and stored once (aggregate_rows_in_registers); other rows wider
+// float32 rows of 16 to 256 columns are summed in registers, one sweep, and
+// stored once (aggregate_rows_in_registers); other rows wider
 // than 512 bytes go in column tiles, one sweep each (aggregate_kernel); x rows
 // of the edges ahead are prefetched. Destination rows are shared among the threads
 // with a dynamic schedule (power-law rows differ in length by orders of
@@ -270,25 +270,35 @@ void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict 
   }
 }
 
-// float32 rows of 16, 32, 64, 128 or 256 columns, when the sources are not
-// cache blocked: each destination row's sum lives in registers (V vectors of
-// 16 floats: 16 AVX-512 registers at 256 columns) across all its edges and is
+// float32 rows of 16 to 256 columns, when the sources are not cache blocked:
+// each destination row's sum lives in registers (V = ceil(F / 16) vectors of 16
+// floats: 16 AVX-512 registers at 256 columns) across all its edges and is
 // stored once, with its finish (self term, factor) applied on the way out,
 // instead of being loaded and stored in memory every few edges; the whole row
 // goes in one sweep, not in column tiles. On 1M vertices / 25M edges this ran
 // 1.5-1.7x the tiled kernel at widths 128 and 256 (alternating A/B in one
-// process), and on 200k / 5M 1.5-2.0x. The vector type has 4-byte alignment
-// (x and out rows need not be 64-byte aligned) and may alias the floats it
-// is read from.
+// process), and on 200k / 5M 1.5-2.0x. When F is not a multiple of 16 the last
+// vector starts at column F - 16 and overlaps the one before it: both hold the
+// right sums of the columns they share, so every load and store stays inside
+// the row, with no masks and no scalar tail. The vector type has 4-byte
+// alignment (rows need not be 64-byte aligned) and may alias the floats it is
+// read from.
 typedef float f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
-constexpr int64_t kRegisterPrefetchEdges = 8;
+constexpr int64_t kRegisterPrefetchBytes = 4 << 10;
+constexpr int64_t kMaxRegisterColumns = 256;
 
-template <int V, typename index_t, bool kScaled>
+// kOverlap: F is not 16 V; otherwise the row stride and every offset are constants.
+template <int V, bool kOverlap, typename index_t, bool kScaled>
 void aggregate_rows_in_registers(const int64_t* __restrict ptr, const index_t* __restrict idx,
                                  const float* __restrict x, const float* __restrict scale,
                                  float* __restrict out, const int64_t n_dst, const int64_t n_src,
-                                 const RowFinish<float>& finish, const int num_threads) {
-  constexpr int64_t W = 16 * V;
+                                 const int64_t F, const RowFinish<float>& finish,
+                                 const int num_threads) {
+  const int64_t W = kOverlap ? F : 16 * V;
+  const int64_t last = W - 16;  // column offset of the last vector
+  // Edges ahead to prefetch: 4 KiB of rows (8 at 128 columns), at least 8, at most 32.
+  const int64_t ahead = std::clamp<int64_t>(kRegisterPrefetchBytes / (W * 4), 8, 32);
+#define GNNRUN_OFFSET(k) ((k) + 1 < V ? 16 * (k) : last)
   const int64_t num_edges = ptr[n_dst];
 #pragma omp parallel for schedule(dynamic, kRowChunk) num_threads(num_threads)
   for (int64_t v = 0; v < n_dst; ++v) {
@@ -297,30 +307,32 @@ void aggregate_rows_in_registers(const int64_t* __restrict ptr, const index_t* _
     const int64_t begin = ptr[v], end = ptr[v + 1];
     for (int64_t e = begin; e < end; ++e) {
       // Past the row's end too: the next rows of this thread's chunk start there.
-      if (e + kRegisterPrefetchEdges < num_edges)
-        prefetch_row(x + static_cast<int64_t>(idx[e + kRegisterPrefetchEdges]) * W, W * 4);
+      if (e + ahead < num_edges) prefetch_row(x + static_cast<int64_t>(idx[e + ahead]) * W, W * 4);
       const int64_t u = idx[e];
-      const f32x16* row = reinterpret_cast<const f32x16*>(x + u * W);
+      const float* row = x + u * W;
       if constexpr (kScaled) {
         const float w = scale[u];
-        for (int k = 0; k < V; ++k) acc[k] += row[k] * w;
+        for (int k = 0; k < V; ++k)
+          acc[k] += *reinterpret_cast<const f32x16*>(row + GNNRUN_OFFSET(k)) * w;
       } else {
-        for (int k = 0; k < V; ++k) acc[k] += row[k];
+        for (int k = 0; k < V; ++k) acc[k] += *reinterpret_cast<const f32x16*>(row + GNNRUN_OFFSET(k));
       }
     }
     if (finish.self_loop && v < n_src) {
-      const f32x16* own = reinterpret_cast<const f32x16*>(x + v * W);
+      const float* own = x + v * W;
       const float w = kScaled ? scale[v] : 1.0f;
-      for (int k = 0; k < V; ++k) acc[k] += own[k] * w;
+      for (int k = 0; k < V; ++k)
+        acc[k] += *reinterpret_cast<const f32x16*>(own + GNNRUN_OFFSET(k)) * w;
     }
     float factor = 1.0f;
     if (finish.post != nullptr)
       factor = finish.post[v];
     else if (finish.mean && end - begin > 1)
       factor = 1.0f / static_cast<float>(end - begin);
-    f32x16* o = reinterpret_cast<f32x16*>(out + v * W);
-    for (int k = 0; k < V; ++k) o[k] = acc[k] * factor;
+    float* o = out + v * W;
+    for (int k = 0; k < V; ++k) *reinterpret_cast<f32x16*>(o + GNNRUN_OFFSET(k)) = acc[k] * factor;
   }
+#undef GNNRUN_OFFSET
 }
 
 // Whether aggregate_rows_in_registers serves these rows; it runs them if so.
@@ -333,17 +345,32 @@ bool aggregate_in_registers(const int64_t* ptr, const index_t* idx, const scalar
   if constexpr (!std::is_same_v<scalar_t, float>) {
     return false;
   } else {
-    if (block_rows < n_src || F % 16 != 0) return false;
-    switch (F / 16) {
-#define GNNRUN_REGISTER_ROWS(V)                                                                  \
-  case V:                                                                                        \
-    aggregate_rows_in_registers<V, index_t, kScaled>(ptr, idx, x, scale, out, n_dst, n_src,     \
-                                                     finish, num_threads);                      \
+    if (block_rows < n_src || F < 16 || F > kMaxRegisterColumns) return false;
+    switch ((F + 15) / 16) {
+#define GNNRUN_REGISTER_ROWS(V)                                                                   \
+  case V:                                                                                         \
+    if (F == 16 * V)                                                                              \
+      aggregate_rows_in_registers<V, false, index_t, kScaled>(ptr, idx, x, scale, out, n_dst,    \
+                                                              n_src, F, finish, num_threads);    \
+    else                                                                                          \
+      aggregate_rows_in_registers<V, true, index_t, kScaled>(ptr, idx, x, scale, out, n_dst,     \
+                                                             n_src, F, finish, num_threads);     \
     return true;
       GNNRUN_REGISTER_ROWS(1)
       GNNRUN_REGISTER_ROWS(2)
+      GNNRUN_REGISTER_ROWS(3)
       GNNRUN_REGISTER_ROWS(4)
+      GNNRUN_REGISTER_ROWS(5)
+      GNNRUN_REGISTER_ROWS(6)
+      GNNRUN_REGISTER_ROWS(7)
       GNNRUN_REGISTER_ROWS(8)
+      GNNRUN_REGISTER_ROWS(9)
+      GNNRUN_REGISTER_ROWS(10)
+      GNNRUN_REGISTER_ROWS(11)
+      GNNRUN_REGISTER_ROWS(12)
+      GNNRUN_REGISTER_ROWS(13)
+      GNNRUN_REGISTER_ROWS(14)
+      GNNRUN_REGISTER_ROWS(15)
       GNNRUN_REGISTER_ROWS(16)
 #undef GNNRUN_REGISTER_ROWS
       default:

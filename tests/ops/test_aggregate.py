@@ -49,9 +49,12 @@ def features(block: Block, width: int, dtype=torch.float32, seed: int = 1) -> to
 
 
 def close(a: torch.Tensor, b: torch.Tensor, terms: int = 1) -> None:
-    """Compare with a float64 result: a float32 sum of `terms` values is off by ~sqrt(terms) ulps."""
+    """Compare with a float64 result: a float32 sum of `terms` values is off by ~sqrt(terms) ulps
+    of its partial sums, which grow with the result (a row that gathers the same sources over
+    and over, as the hub does, sums them in order, one edge after another)."""
     atol = 1e-4 * max(1.0, terms**0.5)
-    torch.testing.assert_close(a.double(), b.double(), rtol=1e-5, atol=atol)
+    rtol = max(1e-5, 2.5e-6 * terms**0.5)
+    torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol)
 
 
 def longest_row(block: Block) -> int:
@@ -64,7 +67,9 @@ def reference(block: Block, x: torch.Tensor, reduce: str) -> torch.Tensor:
 
 @needs_native
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
-@pytest.mark.parametrize("width", [1, 16, 127, 256, 1024])
+# 1 and 1024: column tiles; 16 to 256: in registers, 17, 47, 127 and 250 with an overlapping
+# last vector.
+@pytest.mark.parametrize("width", [1, 16, 17, 47, 127, 128, 250, 256, 1024])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_native_matches_reference(reduce, width, index_dtype):
     block = random_block(60, 90, seed=width, index_dtype=index_dtype)  # bipartite
@@ -97,9 +102,9 @@ def test_cache_blocks_give_the_same_result(sort_rows, index_dtype, width):
 def test_scaled_aggregation():
     op = native_op("csr_aggregate_scaled", "aggregate")
     block = random_block(50, 80, seed=4)
-    x = features(block, 150)  # two column tiles
+    x = features(block, 150)  # in registers (an overlapping last vector) when not blocked
     scale = torch.rand(block.num_src)
-    for block_rows in (0, 9):
+    for block_rows in (0, 9, 10_000):
         close(
             op(block.indptr, block.indices, x, scale, block_rows),
             reference(block, x * scale[:, None], "sum"),
@@ -222,7 +227,7 @@ def normalized_reference(block: Block, x: torch.Tensor, pre, post) -> torch.Tens
 
 @needs_native
 @pytest.mark.parametrize("with_pre", [True, False])
-@pytest.mark.parametrize("width", [16, 300])  # one column tile; three
+@pytest.mark.parametrize("width", [16, 47, 300])  # in registers (47: overlapping); three tiles
 def test_normalized_matches_reference(with_pre, width):
     block = random_block(70, 110, seed=width + with_pre)
     g = torch.Generator().manual_seed(5)
