@@ -270,19 +270,23 @@ void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict 
   }
 }
 
-// float32 rows of 16 to 256 columns, when the sources are not cache blocked:
-// each destination row's sum lives in registers (V = ceil(F / 16) vectors of 16
-// floats: 16 AVX-512 registers at 256 columns) across all its edges and is
-// stored once, with its finish (self term, factor) applied on the way out,
-// instead of being loaded and stored in memory every few edges; the whole row
-// goes in one sweep, not in column tiles. On 1M vertices / 25M edges this ran
-// 1.5-1.7x the tiled kernel at widths 128 and 256 (alternating A/B in one
-// process), and on 200k / 5M 1.5-2.0x. When F is not a multiple of 16 the last
-// vector starts at column F - 16 and overlaps the one before it: both hold the
-// right sums of the columns they share, so every load and store stays inside
-// the row, with no masks and no scalar tail. The vector type has 4-byte
-// alignment (rows need not be 64-byte aligned) and may alias the floats it is
-// read from.
+// float32 rows of 16 to 256 columns: each destination row's sum lives in
+// registers (V = ceil(F / 16) vectors of 16 floats: 16 AVX-512 registers at 256
+// columns) across all its edges and is stored once, with its finish (self term,
+// factor) applied on the way out, instead of being loaded and stored in memory
+// every few edges; the whole row goes in one sweep, not in column tiles. On 1M
+// vertices / 25M edges this ran 1.5-1.7x the tiled kernel at widths 128 and 256
+// (alternating A/B in one process), and on 200k / 5M 1.5-2.0x. When F is not a
+// multiple of 16 the last vector starts at column F - 16 and overlaps the one
+// before it: both hold the right sums of the columns they share, so every load
+// and store stays inside the row, with no masks and no scalar tail. The vector
+// type has 4-byte alignment (rows need not be 64-byte aligned) and may alias the
+// floats it is read from.
+//
+// Cache blocked (see the top of this file), a row's sum is loaded from the
+// output at the start of each sweep after the first and stored at its end: one
+// load and one store of the row per sweep instead of one per edge, while the x
+// rows of the sweep's block are served from cache.
 typedef float f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
 constexpr int64_t kRegisterPrefetchBytes = 4 << 10;
 constexpr int64_t kMaxRegisterColumns = 256;
@@ -293,44 +297,62 @@ void aggregate_rows_in_registers(const int64_t* __restrict ptr, const index_t* _
                                  const float* __restrict x, const float* __restrict scale,
                                  float* __restrict out, const int64_t n_dst, const int64_t n_src,
                                  const int64_t F, const RowFinish<float>& finish,
-                                 const int num_threads) {
+                                 const int64_t block_rows, const int num_threads) {
   const int64_t W = kOverlap ? F : 16 * V;
   const int64_t last = W - 16;  // column offset of the last vector
   // Edges ahead to prefetch: 4 KiB of rows (8 at 128 columns), at least 8, at most 32.
   const int64_t ahead = std::clamp<int64_t>(kRegisterPrefetchBytes / (W * 4), 8, 32);
-#define GNNRUN_OFFSET(k) ((k) + 1 < V ? 16 * (k) : last)
   const int64_t num_edges = ptr[n_dst];
-#pragma omp parallel for schedule(dynamic, kRowChunk) num_threads(num_threads)
-  for (int64_t v = 0; v < n_dst; ++v) {
-    f32x16 acc[V];
-    for (int k = 0; k < V; ++k) acc[k] = f32x16{};
-    const int64_t begin = ptr[v], end = ptr[v + 1];
-    for (int64_t e = begin; e < end; ++e) {
-      // Past the row's end too: the next rows of this thread's chunk start there.
-      if (e + ahead < num_edges) prefetch_row(x + static_cast<int64_t>(idx[e + ahead]) * W, W * 4);
-      const int64_t u = idx[e];
-      const float* row = x + u * W;
-      if constexpr (kScaled) {
-        const float w = scale[u];
-        for (int k = 0; k < V; ++k)
-          acc[k] += *reinterpret_cast<const f32x16*>(row + GNNRUN_OFFSET(k)) * w;
-      } else {
-        for (int k = 0; k < V; ++k) acc[k] += *reinterpret_cast<const f32x16*>(row + GNNRUN_OFFSET(k));
+  const int64_t num_blocks = block_rows >= n_src ? 1 : (n_src + block_rows - 1) / block_rows;
+  std::vector<int64_t> cursor(num_blocks > 1 ? n_dst : 0);  // where a row's next sweep starts
+  int64_t* __restrict cur = cursor.data();
+#define GNNRUN_OFFSET(k) ((k) + 1 < V ? 16 * (k) : last)
+#pragma omp parallel num_threads(num_threads)
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const bool first_sweep = b == 0, last_sweep = b == num_blocks - 1;
+    const int64_t hi = (b + 1) * block_rows;  // sources of this sweep: below hi
+#pragma omp for schedule(dynamic, kRowChunk)
+    for (int64_t v = 0; v < n_dst; ++v) {
+      float* o = out + v * W;
+      const int64_t begin = ptr[v], end = ptr[v + 1];
+      int64_t e = first_sweep ? begin : cur[v], stop = end;
+      if (!last_sweep) {
+        stop = e;
+        while (stop < end && static_cast<int64_t>(idx[stop]) < hi) ++stop;
+        cur[v] = stop;
       }
-    }
-    if (finish.self_loop && v < n_src) {
-      const float* own = x + v * W;
-      const float w = kScaled ? scale[v] : 1.0f;
+      f32x16 acc[V];
       for (int k = 0; k < V; ++k)
-        acc[k] += *reinterpret_cast<const f32x16*>(own + GNNRUN_OFFSET(k)) * w;
-    }
-    float factor = 1.0f;
-    if (finish.post != nullptr)
-      factor = finish.post[v];
-    else if (finish.mean && end - begin > 1)
-      factor = 1.0f / static_cast<float>(end - begin);
-    float* o = out + v * W;
-    for (int k = 0; k < V; ++k) *reinterpret_cast<f32x16*>(o + GNNRUN_OFFSET(k)) = acc[k] * factor;
+        acc[k] = first_sweep ? f32x16{} : *reinterpret_cast<const f32x16*>(o + GNNRUN_OFFSET(k));
+      for (; e < stop; ++e) {
+        // Past the row's end too: the next rows of this thread's chunk start there.
+        if (e + ahead < num_edges) prefetch_row(x + static_cast<int64_t>(idx[e + ahead]) * W, W * 4);
+        const int64_t u = idx[e];
+        const float* row = x + u * W;
+        if constexpr (kScaled) {
+          const float w = scale[u];
+          for (int k = 0; k < V; ++k)
+            acc[k] += *reinterpret_cast<const f32x16*>(row + GNNRUN_OFFSET(k)) * w;
+        } else {
+          for (int k = 0; k < V; ++k)
+            acc[k] += *reinterpret_cast<const f32x16*>(row + GNNRUN_OFFSET(k));
+        }
+      }
+      float factor = 1.0f;
+      if (last_sweep) {
+        if (finish.self_loop && v < n_src) {
+          const float* own = x + v * W;
+          const float w = kScaled ? scale[v] : 1.0f;
+          for (int k = 0; k < V; ++k)
+            acc[k] += *reinterpret_cast<const f32x16*>(own + GNNRUN_OFFSET(k)) * w;
+        }
+        if (finish.post != nullptr)
+          factor = finish.post[v];
+        else if (finish.mean && end - begin > 1)
+          factor = 1.0f / static_cast<float>(end - begin);
+      }
+      for (int k = 0; k < V; ++k) *reinterpret_cast<f32x16*>(o + GNNRUN_OFFSET(k)) = acc[k] * factor;
+    }  // implicit barrier: a block is finished by all threads before the next starts
   }
 #undef GNNRUN_OFFSET
 }
@@ -345,16 +367,18 @@ bool aggregate_in_registers(const int64_t* ptr, const index_t* idx, const scalar
   if constexpr (!std::is_same_v<scalar_t, float>) {
     return false;
   } else {
-    if (block_rows < n_src || F < 16 || F > kMaxRegisterColumns) return false;
+    if (F < 16 || F > kMaxRegisterColumns) return false;
     switch ((F + 15) / 16) {
 #define GNNRUN_REGISTER_ROWS(V)                                                                   \
   case V:                                                                                         \
     if (F == 16 * V)                                                                              \
       aggregate_rows_in_registers<V, false, index_t, kScaled>(ptr, idx, x, scale, out, n_dst,    \
-                                                              n_src, F, finish, num_threads);    \
+                                                              n_src, F, finish, block_rows,      \
+                                                              num_threads);                      \
     else                                                                                          \
       aggregate_rows_in_registers<V, true, index_t, kScaled>(ptr, idx, x, scale, out, n_dst,     \
-                                                             n_src, F, finish, num_threads);     \
+                                                             n_src, F, finish, block_rows,       \
+                                                             num_threads);                       \
     return true;
       GNNRUN_REGISTER_ROWS(1)
       GNNRUN_REGISTER_ROWS(2)
