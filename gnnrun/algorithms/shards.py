@@ -222,7 +222,7 @@ def transposed(block: Block) -> Block:
     cached = getattr(block, "_transposed_block", None)
     if cached is not None:
         return cached
-    indptr_t, indices_t, _ = transposed_csr(block)
+    indptr_t, indices_t = transposed_csr(block)
     result = Block(indptr_t, indices_t, block.num_dst)
     object.__setattr__(block, "_transposed_block", result)
     return result

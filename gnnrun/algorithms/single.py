@@ -35,7 +35,9 @@ class Single(SampledTraining):
         }
         self.full = cfg.algorithm.mode == "full"
         if self.full:
-            self.graph = Block.from_csr(dataset.indptr, dataset.indices)
+            self.graph = Block.from_csr(
+                dataset.indptr, dataset.indices, symmetric=not dataset.directed
+            )
             self.x = torch.from_numpy(np.array(dataset.feat, dtype=np.float32))
         else:
             self.source = LocalGraphSource(dataset)

@@ -4,7 +4,7 @@
 of destination v (`"mean"`: divided by v's in-degree; 0 for a vertex without
 any). The forward pass is the native kernel in kernels/aggregate.cpp (cache
 blocked, OpenMP); the backward pass is the same kernel over the transposed CSR,
-computed once per Block and kept on it. `aggregate_with_dst` also returns the
+computed once per Block and kept on it (a symmetric Block is its own transpose). `aggregate_with_dst` also returns the
 destination rows of x (SAGE's self term) with a single gradient buffer for x;
 `aggregate_normalized` is GCN's propagation (self loop and degree scaling) in
 the same single pass. A bfloat16 x is taken as float32 (gnnrun.ops.precision). `aggregate_reference` is the pure-PyTorch oracle and the
@@ -131,21 +131,25 @@ def aggregate_reference(block: Block, x: torch.Tensor, reduce: str = "sum") -> t
     return out
 
 
-def transposed_csr(block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(indptr_t, indices_t, perm) of the block's out-CSR, computed once and kept on the block."""
+def transposed_csr(block: Block) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indptr_t, indices_t) of the block's out-CSR, computed once and kept on the block;
+    a symmetric block's own CSR."""
+    if block.symmetric:
+        return block.indptr, block.indices
     cached = getattr(block, "_transposed", None)
     if cached is not None and cached[0] is block.indptr and cached[1] is block.indices:
         return cached[2]
     op = native_op("csr_transpose", "aggregate")
     if op is not None:
-        result = tuple(op(block.indptr, _contiguous(block.indices), block.num_src))
+        indptr_t, indices_t, _ = op(block.indptr, _contiguous(block.indices), block.num_src)
+        result = (indptr_t, indices_t)  # not the edge permutation: nothing here needs it
     else:
         dst = block.dst_of_edges()
         perm = torch.sort(block.indices.long(), stable=True).indices
         counts = torch.bincount(block.indices.long(), minlength=block.num_src)
         indptr_t = torch.zeros(block.num_src + 1, dtype=torch.int64)
         torch.cumsum(counts, 0, out=indptr_t[1:])
-        result = (indptr_t, dst[perm].to(block.indices.dtype), perm)
+        result = (indptr_t, dst[perm].to(block.indices.dtype))
     # Not a dataclass field: stays out of eq/repr; replaced arrays invalidate it.
     object.__setattr__(block, "_transposed", (block.indptr, block.indices, result))
     return result
@@ -206,7 +210,7 @@ class _AggregateNormalized(torch.autograd.Function):
             return None, None, None, None
         # d out[v] / d x[u] = post[v] pre[u] for u in N(v) + {v}: the same
         # operation over the transposed CSR, pre and post swapped.
-        indptr_t, indices_t, _ = transposed_csr(ctx.block)
+        indptr_t, indices_t = transposed_csr(ctx.block)
         op = native_op("csr_aggregate_normalized", "aggregate")
         grad_x = op(indptr_t, indices_t, grad_out.contiguous(), ctx.post, ctx.pre)
         return None, grad_x, None, None
@@ -214,7 +218,7 @@ class _AggregateNormalized(torch.autograd.Function):
 
 def _aggregate_backward(block: Block, grad_out: torch.Tensor, mean: bool) -> torch.Tensor:
     """The gradient for x of aggregate(block, x): the kernel over the transposed CSR."""
-    indptr_t, indices_t, _ = transposed_csr(block)
+    indptr_t, indices_t = transposed_csr(block)
     grad_out = grad_out.contiguous()
     if mean:
         inv_degree = 1.0 / block.in_degrees().clamp(min=1).to(grad_out.dtype)

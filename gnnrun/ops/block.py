@@ -73,6 +73,9 @@ class Block:
     graph_degrees: tuple[torch.Tensor, torch.Tensor] | None = None  # (in, out) in the whole graph
     completion: Completion | None = None
     sharded: ShardedAggregation | None = None
+    # Its in-CSR is also its out-CSR (a whole undirected graph, rows sorted): the
+    # backward passes, which run over the transpose, use the CSR itself.
+    symmetric: bool = False
 
     @property
     def num_dst(self) -> int:
@@ -112,12 +115,19 @@ class Block:
         return Block(kept_before[self.indptr], self.indices[keep], self.num_src, self.src_ids)
 
     @classmethod
-    def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, num_src: int | None = None) -> Block:
-        """A full-graph block over a CSR (destinations = all rows)."""
+    def from_csr(
+        cls,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        num_src: int | None = None,
+        symmetric: bool = False,
+    ) -> Block:
+        """A full-graph block over a CSR (destinations = all rows); `symmetric`: the CSR of
+        an undirected graph, both directions stored, rows sorted."""
         indptr_t = torch.from_numpy(np.asarray(indptr, dtype=np.int64).copy())
         indices_t = torch.from_numpy(np.asarray(indices, dtype=np.int64).copy())
         n = indptr_t.numel() - 1
-        return cls(indptr_t, indices_t, n if num_src is None else num_src)
+        return cls(indptr_t, indices_t, n if num_src is None else num_src, symmetric=symmetric)
 
     def validate(self) -> None:
         if self.indptr[0] != 0 or self.indptr[-1] != self.indices.numel():
@@ -126,3 +136,17 @@ class Block:
             raise ValueError("a block has at most as many destinations as sources")
         if self.indices.numel() and (self.indices.min() < 0 or self.indices.max() >= self.num_src):
             raise ValueError("block indices outside [0, num_src)")
+        if self.symmetric and not self._is_own_transpose():
+            raise ValueError("a block marked symmetric is not its own transpose")
+
+    def _is_own_transpose(self) -> bool:
+        """Whether the out-CSR equals the in-CSR: the same edges, both directions, rows sorted."""
+        if self.num_src != self.num_dst:
+            return False
+        dst = self.dst_of_edges()
+        src = self.indices.long()
+        forward = dst * self.num_src + src  # sorted when the rows are
+        return bool(
+            torch.equal(forward, torch.sort(src * self.num_src + dst).values)
+            and torch.all(forward[1:] > forward[:-1])
+        )

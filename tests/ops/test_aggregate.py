@@ -116,7 +116,9 @@ def test_scaled_aggregation():
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_transpose_is_a_stable_counting_sort(index_dtype):
     block = random_block(70, 100, seed=5, index_dtype=index_dtype)
-    indptr_t, indices_t, perm = agg.transposed_csr(block)
+    op = native_op("csr_transpose", "aggregate")
+    _, _, perm = op(block.indptr, block.indices, block.num_src)
+    indptr_t, indices_t = agg.transposed_csr(block)
     src = block.indices.long()
     expected_perm = torch.sort(src, stable=True).indices
     assert torch.equal(perm, expected_perm)
@@ -124,6 +126,41 @@ def test_transpose_is_a_stable_counting_sort(index_dtype):
     assert indices_t.dtype == index_dtype
     assert torch.equal(indptr_t[1:] - indptr_t[:-1], torch.bincount(src, minlength=100))
     assert agg.transposed_csr(block)[0] is indptr_t  # cached on the block
+
+
+def symmetric_block(n: int = 80, seed: int = 6) -> Block:
+    """An undirected graph's in-CSR: both directions of every edge, rows sorted."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, n, (400,), generator=g)
+    dst = torch.randint(0, n, (400,), generator=g)
+    keys = torch.unique(torch.cat([dst * n + src, src * n + dst]))  # sorted by (dst, src)
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(keys // n, minlength=n), 0, out=indptr[1:])
+    return Block(indptr, keys % n, n, symmetric=True)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_a_symmetric_block_is_its_own_transpose(reduce):
+    block = symmetric_block()
+    block.validate()
+    assert agg.transposed_csr(block) == (block.indptr, block.indices)
+    plain = Block(block.indptr, block.indices, block.num_src)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(agg.transposed_csr(plain), (block.indptr, block.indices), strict=True)
+    )
+    x = features(block, 32).requires_grad_()
+    grads = []
+    for b in (block, plain):
+        out = agg.aggregate(b, x, reduce)
+        grads.append(torch.autograd.grad(out, x, torch.ones_like(out))[0])
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_a_block_wrongly_marked_symmetric_is_refused():
+    block = random_block(40, 40, seed=7)
+    with pytest.raises(ValueError, match="not its own transpose"):
+        Block(block.indptr, block.indices, 40, symmetric=True).validate()
 
 
 @needs_native
@@ -211,7 +248,8 @@ def test_reference_fallback(monkeypatch):
             out = agg.aggregate(block, x, reduce)
             close(out, ref)
             out.sum().backward()
-        indptr_t, indices_t, perm = agg.transposed_csr(Block(block.indptr, block.indices, 40))
+        indptr_t, indices_t = agg.transposed_csr(Block(block.indptr, block.indices, 40))
+        perm = torch.sort(block.indices, stable=True).indices
         assert torch.equal(indices_t, block.dst_of_edges()[perm])
     finally:
         monkeypatch.delenv("GNNRUN_NO_NATIVE")
