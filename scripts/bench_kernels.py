@@ -21,6 +21,9 @@ them), one run measures, with `--threads` threads (default 2):
   size the kernel picks by default;
 - the same comparison on a smaller graph (`--small-nodes`, `--small-edges`,
   default 200k vertices and 5M edges; `--small-nodes 0` leaves it out);
+- with `--precision bf16`, gnnrun's x in bfloat16, as `train.precision=bf16`
+  hands it to the kernel (summed in float32, half the bytes in the byte model);
+  torch.sparse.mm and DGL stay float32;
 - with `--dgl-python PATH` (the python of a venv with DGL 2.1, which does not
   import on gnnrun's torch), DGL's `update_all(copy_u, sum | mean)` on the
   same graphs, threads and allocator, timed the same way
@@ -60,6 +63,7 @@ from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
 
 GIB = 1 << 30
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def chung_lu(
@@ -223,7 +227,7 @@ def sparse_graph(args: argparse.Namespace, stream: float, nodes: int, edges: int
     )
     runs = []
     for width in args.widths:
-        x = torch.from_numpy(features(block.num_src, width))
+        x = torch.from_numpy(features(block.num_src, width)).to(DTYPES[args.precision])
         for reduce in ("sum", "mean"):
             run = compare(block, x, reduce, dst, stream, args, dgl.get((width, reduce)))
             runs.append(
@@ -271,26 +275,29 @@ def compare(
     width, mean = x.shape[1], reduce == "mean"
     t_ours, ours = timed(partial(aggregate, block, x, reduce), args.repeats)
     checksum = float(ours.double().sum())
+    # torch.sparse.mm in float32 (it takes no bfloat16 dense side on the CPU).
     a = sparse_csr(block, mean)
-    t_sp, theirs = timed(partial(torch.sparse.mm, a, x), args.repeats)
-    err = float((ours - theirs).abs().max())
+    t_sp, theirs = timed(partial(torch.sparse.mm, a, x.float()), args.repeats)
+    err = float((ours.float() - theirs).abs().max())
     del theirs, a
-    grad = torch.randn(block.num_dst, width)
+    grad = torch.randn(block.num_dst, width).to(x.dtype)
     xg = x.detach().requires_grad_()
     t_fb, _ = timed(partial(forward_backward, block, xg, reduce, grad), max(1, args.repeats - 1))
     t_ia = None
     if not args.skip_index_add:
         t_ia, ref = timed(partial(index_add, block, x, mean, dst), 1, warmup=False)
-        err = max(err, float((ours - ref).abs().max()))
+        err = max(err, float((ours.float() - ref.float()).abs().max()))
         del ref
     del ours
-    nbytes = model_bytes(block, width)
+    nbytes = model_bytes(block, width, x.element_size())
     gbs = nbytes / t_ours / 1e9
     ia = "" if t_ia is None else f", index_add_ {t_ia * 1e3:,.0f} ms ({t_ia / t_ours:.1f}x)"
     if dgl is not None:
         # Both sides summed the same deterministic features: the totals agree to float32's
-        # rounding unless the graphs or the reductions differ.
-        if abs(dgl["checksum"] - checksum) > 1e-4 * abs(checksum):
+        # rounding (bfloat16's, whose features are rounded) unless the graphs or the
+        # reductions differ.
+        tolerance = 1e-2 if x.dtype == torch.bfloat16 else 1e-4
+        if abs(dgl["checksum"] - checksum) > tolerance * abs(checksum):
             sys.exit(f"DGL's {reduce} total {dgl['checksum']} is not gnnrun's {checksum}")
         ia += f", DGL {dgl['ms']:,.0f} ms (DGL / gnnrun {dgl['ms'] / (t_ours * 1e3):.2f}x)"
     print(
@@ -328,6 +335,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-index-add", action="store_true")
+    parser.add_argument(
+        "--precision",
+        choices=sorted(DTYPES),
+        default="fp32",
+        help="gnnrun's x: bf16 as under train.precision=bf16 (DGL stays float32)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument(
         "--dgl-python",

@@ -5,7 +5,9 @@
 // (a factor per source row: mean's gradient) and GCN's normalised propagation
 // (a factor per source, a self term, a factor per row: see finish_row).
 // float32 rows of 16 to 256 columns are summed in registers, one sweep, and
-// stored once (aggregate_rows_in_registers); other rows wider
+// stored once (aggregate_rows_in_registers), and so are bfloat16 rows of that
+// width, in float32, rounded to bfloat16 when stored: half the bytes to gather,
+// and the float32 run's result rounded once; other rows wider
 // than 512 bytes go in column tiles, one sweep each (aggregate_kernel); x rows
 // of the edges ahead are prefetched. Destination rows are shared among the threads
 // with a dynamic schedule (power-law rows differ in length by orders of
@@ -288,20 +290,39 @@ void aggregate_columns(const int64_t* __restrict ptr, const index_t* __restrict 
 // load and one store of the row per sweep instead of one per edge, while the x
 // rows of the sweep's block are served from cache.
 typedef float f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef uint16_t u16x16 __attribute__((vector_size(32), aligned(2), may_alias));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
 constexpr int64_t kRegisterPrefetchBytes = 4 << 10;
+
+// 16 columns of a row as float32: bfloat16 is the top half of a float32's bits.
+inline f32x16 load16(const float* p) { return *reinterpret_cast<const f32x16*>(p); }
+inline f32x16 load16(const c10::BFloat16* p) {
+  const u32x16 bits = __builtin_convertvector(*reinterpret_cast<const u16x16*>(p), u32x16) << 16;
+  return __builtin_bit_cast(f32x16, bits);
+}
+inline void store16(float* p, f32x16 v) { *reinterpret_cast<f32x16*>(p) = v; }
+// Rounded to nearest even, as torch rounds float32 to bfloat16; NaN stays NaN.
+inline void store16(c10::BFloat16* p, f32x16 v) {
+  const u32x16 bits = __builtin_bit_cast(u32x16, v);
+  const u32x16 rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const u32x16 nan = (bits & 0x7FFFFFFFu) > 0x7F800000u ? u32x16{} + 0x7FC0u : rounded;
+  *reinterpret_cast<u16x16*>(p) = __builtin_convertvector(nan, u16x16);
+}
 constexpr int64_t kMaxRegisterColumns = 256;
 
 // kOverlap: F is not 16 V; otherwise the row stride and every offset are constants.
-template <int V, bool kOverlap, typename index_t, bool kScaled>
+// T: float, or bfloat16 rows summed in float32 and rounded once, when stored.
+template <int V, bool kOverlap, typename T, typename index_t, bool kScaled>
 void aggregate_rows_in_registers(const int64_t* __restrict ptr, const index_t* __restrict idx,
-                                 const float* __restrict x, const float* __restrict scale,
-                                 float* __restrict out, const int64_t n_dst, const int64_t n_src,
+                                 const T* __restrict x, const float* __restrict scale,
+                                 T* __restrict out, const int64_t n_dst, const int64_t n_src,
                                  const int64_t F, const RowFinish<float>& finish,
                                  const int64_t block_rows, const int num_threads) {
   const int64_t W = kOverlap ? F : 16 * V;
   const int64_t last = W - 16;  // column offset of the last vector
-  // Edges ahead to prefetch: 4 KiB of rows (8 at 128 columns), at least 8, at most 32.
-  const int64_t ahead = std::clamp<int64_t>(kRegisterPrefetchBytes / (W * 4), 8, 32);
+  // Edges ahead to prefetch: 4 KiB of rows (8 at 128 float32 columns), at least 8, at most 32.
+  const int64_t row_bytes = W * static_cast<int64_t>(sizeof(T));
+  const int64_t ahead = std::clamp<int64_t>(kRegisterPrefetchBytes / row_bytes, 8, 32);
   const int64_t num_edges = ptr[n_dst];
   const int64_t num_blocks = block_rows >= n_src ? 1 : (n_src + block_rows - 1) / block_rows;
   std::vector<int64_t> cursor(num_blocks > 1 ? n_dst : 0);  // where a row's next sweep starts
@@ -313,7 +334,7 @@ void aggregate_rows_in_registers(const int64_t* __restrict ptr, const index_t* _
     const int64_t hi = (b + 1) * block_rows;  // sources of this sweep: below hi
 #pragma omp for schedule(dynamic, kRowChunk)
     for (int64_t v = 0; v < n_dst; ++v) {
-      float* o = out + v * W;
+      T* o = out + v * W;
       const int64_t begin = ptr[v], end = ptr[v + 1];
       int64_t e = first_sweep ? begin : cur[v], stop = end;
       if (!last_sweep) {
@@ -322,42 +343,79 @@ void aggregate_rows_in_registers(const int64_t* __restrict ptr, const index_t* _
         cur[v] = stop;
       }
       f32x16 acc[V];
-      for (int k = 0; k < V; ++k)
-        acc[k] = first_sweep ? f32x16{} : *reinterpret_cast<const f32x16*>(o + GNNRUN_OFFSET(k));
+      for (int k = 0; k < V; ++k) acc[k] = first_sweep ? f32x16{} : load16(o + GNNRUN_OFFSET(k));
       for (; e < stop; ++e) {
         // Past the row's end too: the next rows of this thread's chunk start there.
-        if (e + ahead < num_edges) prefetch_row(x + static_cast<int64_t>(idx[e + ahead]) * W, W * 4);
+        if (e + ahead < num_edges) prefetch_row(x + static_cast<int64_t>(idx[e + ahead]) * W, row_bytes);
         const int64_t u = idx[e];
-        const float* row = x + u * W;
+        const T* row = x + u * W;
         if constexpr (kScaled) {
           const float w = scale[u];
-          for (int k = 0; k < V; ++k)
-            acc[k] += *reinterpret_cast<const f32x16*>(row + GNNRUN_OFFSET(k)) * w;
+          for (int k = 0; k < V; ++k) acc[k] += load16(row + GNNRUN_OFFSET(k)) * w;
         } else {
-          for (int k = 0; k < V; ++k)
-            acc[k] += *reinterpret_cast<const f32x16*>(row + GNNRUN_OFFSET(k));
+          for (int k = 0; k < V; ++k) acc[k] += load16(row + GNNRUN_OFFSET(k));
         }
       }
       float factor = 1.0f;
       if (last_sweep) {
         if (finish.self_loop && v < n_src) {
-          const float* own = x + v * W;
+          const T* own = x + v * W;
           const float w = kScaled ? scale[v] : 1.0f;
-          for (int k = 0; k < V; ++k)
-            acc[k] += *reinterpret_cast<const f32x16*>(own + GNNRUN_OFFSET(k)) * w;
+          for (int k = 0; k < V; ++k) acc[k] += load16(own + GNNRUN_OFFSET(k)) * w;
         }
         if (finish.post != nullptr)
           factor = finish.post[v];
         else if (finish.mean && end - begin > 1)
           factor = 1.0f / static_cast<float>(end - begin);
       }
-      for (int k = 0; k < V; ++k) *reinterpret_cast<f32x16*>(o + GNNRUN_OFFSET(k)) = acc[k] * factor;
+      for (int k = 0; k < V; ++k) store16(o + GNNRUN_OFFSET(k), acc[k] * factor);
     }  // implicit barrier: a block is finished by all threads before the next starts
   }
 #undef GNNRUN_OFFSET
 }
 
-// Whether aggregate_rows_in_registers serves these rows; it runs them if so.
+// Runs aggregate_rows_in_registers when it serves rows of F columns (16 to 256).
+template <typename T, typename index_t, bool kScaled>
+bool rows_in_registers(const int64_t* ptr, const index_t* idx, const T* x, const float* scale,
+                       T* out, const int64_t n_dst, const int64_t n_src, const int64_t F,
+                       const RowFinish<float>& finish, const int64_t block_rows,
+                       const int num_threads) {
+  if (F < 16 || F > kMaxRegisterColumns) return false;
+  switch ((F + 15) / 16) {
+#define GNNRUN_REGISTER_ROWS(V)                                                                    \
+  case V:                                                                                          \
+    if (F == 16 * V)                                                                               \
+      aggregate_rows_in_registers<V, false, T, index_t, kScaled>(ptr, idx, x, scale, out, n_dst,  \
+                                                                 n_src, F, finish, block_rows,    \
+                                                                 num_threads);                    \
+    else                                                                                           \
+      aggregate_rows_in_registers<V, true, T, index_t, kScaled>(ptr, idx, x, scale, out, n_dst,   \
+                                                                n_src, F, finish, block_rows,     \
+                                                                num_threads);                     \
+    return true;
+    GNNRUN_REGISTER_ROWS(1)
+    GNNRUN_REGISTER_ROWS(2)
+    GNNRUN_REGISTER_ROWS(3)
+    GNNRUN_REGISTER_ROWS(4)
+    GNNRUN_REGISTER_ROWS(5)
+    GNNRUN_REGISTER_ROWS(6)
+    GNNRUN_REGISTER_ROWS(7)
+    GNNRUN_REGISTER_ROWS(8)
+    GNNRUN_REGISTER_ROWS(9)
+    GNNRUN_REGISTER_ROWS(10)
+    GNNRUN_REGISTER_ROWS(11)
+    GNNRUN_REGISTER_ROWS(12)
+    GNNRUN_REGISTER_ROWS(13)
+    GNNRUN_REGISTER_ROWS(14)
+    GNNRUN_REGISTER_ROWS(15)
+    GNNRUN_REGISTER_ROWS(16)
+#undef GNNRUN_REGISTER_ROWS
+    default:
+      return false;
+  }
+}
+
+// Whether aggregate_rows_in_registers serves these float rows; it runs them if so.
 template <typename scalar_t, typename index_t, bool kScaled>
 bool aggregate_in_registers(const int64_t* ptr, const index_t* idx, const scalar_t* x,
                             const scalar_t* scale, scalar_t* out, const int64_t n_dst,
@@ -367,39 +425,8 @@ bool aggregate_in_registers(const int64_t* ptr, const index_t* idx, const scalar
   if constexpr (!std::is_same_v<scalar_t, float>) {
     return false;
   } else {
-    if (F < 16 || F > kMaxRegisterColumns) return false;
-    switch ((F + 15) / 16) {
-#define GNNRUN_REGISTER_ROWS(V)                                                                   \
-  case V:                                                                                         \
-    if (F == 16 * V)                                                                              \
-      aggregate_rows_in_registers<V, false, index_t, kScaled>(ptr, idx, x, scale, out, n_dst,    \
-                                                              n_src, F, finish, block_rows,      \
-                                                              num_threads);                      \
-    else                                                                                          \
-      aggregate_rows_in_registers<V, true, index_t, kScaled>(ptr, idx, x, scale, out, n_dst,     \
-                                                             n_src, F, finish, block_rows,       \
-                                                             num_threads);                       \
-    return true;
-      GNNRUN_REGISTER_ROWS(1)
-      GNNRUN_REGISTER_ROWS(2)
-      GNNRUN_REGISTER_ROWS(3)
-      GNNRUN_REGISTER_ROWS(4)
-      GNNRUN_REGISTER_ROWS(5)
-      GNNRUN_REGISTER_ROWS(6)
-      GNNRUN_REGISTER_ROWS(7)
-      GNNRUN_REGISTER_ROWS(8)
-      GNNRUN_REGISTER_ROWS(9)
-      GNNRUN_REGISTER_ROWS(10)
-      GNNRUN_REGISTER_ROWS(11)
-      GNNRUN_REGISTER_ROWS(12)
-      GNNRUN_REGISTER_ROWS(13)
-      GNNRUN_REGISTER_ROWS(14)
-      GNNRUN_REGISTER_ROWS(15)
-      GNNRUN_REGISTER_ROWS(16)
-#undef GNNRUN_REGISTER_ROWS
-      default:
-        return false;
-    }
+    return rows_in_registers<float, index_t, kScaled>(ptr, idx, x, scale, out, n_dst, n_src, F,
+                                                      finish, block_rows, num_threads);
   }
 }
 
@@ -512,8 +539,10 @@ at::Tensor aggregate_impl(const at::Tensor& indptr, const at::Tensor& indices,
                              int64_t block_rows) {
   check_csr(indptr, indices);
   TORCH_CHECK(x_in.dim() == 2 && x_in.is_cpu(), "x: 2-d CPU tensor [num_src, F]");
-  TORCH_CHECK(x_in.scalar_type() == at::kFloat || x_in.scalar_type() == at::kDouble,
-              "x: float32 or float64");
+  const bool bf16 = x_in.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat || x_in.scalar_type() == at::kDouble ||
+                  (bf16 && x_in.size(1) >= 16 && x_in.size(1) <= kMaxRegisterColumns),
+              "x: float32 or float64, or bfloat16 rows of 16 to ", kMaxRegisterColumns, " columns");
   at::Tensor x = x_in.contiguous();
   const bool reused = x_in.size(0) > 0 && indices.numel() >= kMinEdgesPerSourceToStage * x_in.size(0);
   if (reused && x.numel() * x.element_size() >= kHugeMinBytes && huge_pages_usable()) {
@@ -525,14 +554,16 @@ at::Tensor aggregate_impl(const at::Tensor& indptr, const at::Tensor& indices,
   const int64_t n_src = x.size(0);
   const int64_t F = x.size(1);
   const int64_t num_edges = indices.numel();
+  // bfloat16 rows are summed in float32, with float32 factors.
+  const auto factor_type = bf16 ? at::kFloat : x.scalar_type();
   at::Tensor s;
   if (scale.has_value()) {
-    s = scale->to(x.scalar_type()).contiguous();
+    s = scale->to(factor_type).contiguous();
     TORCH_CHECK(s.dim() == 1 && s.numel() == n_src, "scale: one value per source row");
   }
   at::Tensor p;
   if (post.has_value()) {
-    p = post->to(x.scalar_type()).contiguous();
+    p = post->to(factor_type).contiguous();
     TORCH_CHECK(p.dim() == 1 && p.numel() == n_dst, "post: one value per destination row");
   }
   if (num_edges > 0) {
@@ -546,6 +577,23 @@ at::Tensor aggregate_impl(const at::Tensor& indptr, const at::Tensor& indices,
     block_rows =
         csr_aggregate_block_rows(n_dst, n_src, num_edges, F, static_cast<int64_t>(x.element_size()));
   const int num_threads = std::max(1, at::get_num_threads());
+  if (bf16) {
+    // One sweep (no cache blocks): partial sums stored between sweeps would be rounded.
+    AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "csr_aggregate", [&] {
+      const RowFinish<float> finish{mean, p.defined() ? p.data_ptr<float>() : nullptr, self_loop};
+      const auto* xp = x.data_ptr<c10::BFloat16>();
+      auto* op = out.data_ptr<c10::BFloat16>();
+      const int64_t* ptr = indptr.data_ptr<int64_t>();
+      const index_t* idx = indices.data_ptr<index_t>();
+      if (s.defined())
+        rows_in_registers<c10::BFloat16, index_t, true>(ptr, idx, xp, s.data_ptr<float>(), op,
+                                                        n_dst, n_src, F, finish, n_src, num_threads);
+      else
+        rows_in_registers<c10::BFloat16, index_t, false>(ptr, idx, xp, nullptr, op, n_dst, n_src, F,
+                                                         finish, n_src, num_threads);
+    });
+    return out;
+  }
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "csr_aggregate", [&] {
     AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "csr_aggregate", [&] {
       const int64_t* ptr = indptr.data_ptr<int64_t>();

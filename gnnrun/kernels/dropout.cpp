@@ -6,8 +6,10 @@
 // first). The mask is a pure function of (key, i), so nothing is stored for
 // the backward pass: the gradient is the same operation with the same key.
 // Threads split the tensor into ranges; the result does not depend on how.
+// bfloat16 elements are scaled in float32 and rounded once (the same mask).
 // gnnrun/ops/dropout.py holds the NumPy reference of the same function.
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -41,21 +43,25 @@ inline scalar_t relu_scaled(scalar_t x, scalar_t scale) {
 // out[i] = lane(i, f(x[i]) * scale), f the identity or relu: one hash per 4 elements.
 template <typename scalar_t, bool kRelu>
 void apply_mask(const scalar_t* x, scalar_t* out, int64_t n, uint64_t key, uint32_t threshold,
-                scalar_t scale) {
-  const auto value = [scale](scalar_t v) { return kRelu ? relu_scaled(v, scale) : v * scale; };
+                at::opmath_type<scalar_t> scale) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const auto value = [scale](scalar_t v) {
+    const acc_t a = static_cast<acc_t>(v);
+    return kRelu ? relu_scaled(a, scale) : a * scale;
+  };
   const int64_t full = n / 4;
   at::parallel_for(0, full, 8192, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const uint64_t h = mix64(key + static_cast<uint64_t>(g) * kGolden);
       const scalar_t* in = x + g * 4;
       scalar_t* o = out + g * 4;
-      for (int j = 0; j < 4; ++j) o[j] = lane(h, j, threshold, value(in[j]));
+      for (int j = 0; j < 4; ++j) o[j] = static_cast<scalar_t>(lane(h, j, threshold, value(in[j])));
     }
   });
   if (full * 4 < n) {  // the last, partial group
     const uint64_t h = mix64(key + static_cast<uint64_t>(full) * kGolden);
     for (int64_t i = full * 4; i < n; ++i)
-      out[i] = lane(h, static_cast<int>(i - full * 4), threshold, value(x[i]));
+      out[i] = static_cast<scalar_t>(lane(h, static_cast<int>(i - full * 4), threshold, value(x[i])));
   }
 }
 
@@ -65,10 +71,10 @@ at::Tensor masked(at::Tensor x, int64_t key, int64_t threshold, double scale) {
   TORCH_CHECK(threshold >= 0 && threshold <= 65536, "dropout: threshold out of range");
   x = x.contiguous();
   auto out = at::empty_like(x);
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "dropout", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "dropout", [&] {
     apply_mask<scalar_t, kRelu>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.numel(),
                                 static_cast<uint64_t>(key), static_cast<uint32_t>(threshold),
-                                static_cast<scalar_t>(scale));
+                                static_cast<at::opmath_type<scalar_t>>(scale));
   });
   return out;
 }
@@ -78,9 +84,12 @@ at::Tensor masked(at::Tensor x, int64_t key, int64_t threshold, double scale) {
 // lambda (mispredicted on every other element) made this pass 3.5x slower.
 template <typename scalar_t>
 void relu_dropout_grad(const scalar_t* __restrict g, const scalar_t* __restrict o,
-                       scalar_t* __restrict r, const scalar_t s, const int64_t n) {
+                       scalar_t* __restrict r, const at::opmath_type<scalar_t> s, const int64_t n) {
+  using acc_t = at::opmath_type<scalar_t>;
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) r[i] = o[i] > scalar_t(0) ? g[i] * s : scalar_t(0);
+  for (int64_t i = 0; i < n; ++i)
+    r[i] = static_cast<acc_t>(o[i]) > acc_t(0) ? static_cast<scalar_t>(static_cast<acc_t>(g[i]) * s)
+                                               : scalar_t(0);
 }
 
 }  // namespace
@@ -102,11 +111,11 @@ at::Tensor relu_dropout_backward(at::Tensor grad, at::Tensor out, double scale) 
   grad = grad.contiguous();
   out = out.contiguous();
   auto result = at::empty_like(grad);
-  AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "relu_dropout_backward", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, grad.scalar_type(), "relu_dropout_backward", [&] {
     const scalar_t* g = grad.data_ptr<scalar_t>();
     const scalar_t* o = out.data_ptr<scalar_t>();
     scalar_t* r = result.data_ptr<scalar_t>();
-    const scalar_t s = static_cast<scalar_t>(scale);
+    const auto s = static_cast<at::opmath_type<scalar_t>>(scale);
     at::parallel_for(0, grad.numel(), 32768, [&](int64_t begin, int64_t end) {
       relu_dropout_grad(g + begin, o + begin, r + begin, s, end - begin);
     });

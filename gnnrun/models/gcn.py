@@ -7,6 +7,7 @@ import torch
 from gnnrun.models.registry import LAYERS, ModelConfig
 from gnnrun.ops.aggregate import aggregate_normalized
 from gnnrun.ops.block import Block
+from gnnrun.ops.precision import factor_dtype
 
 
 class GCNConv(torch.nn.Module):
@@ -27,8 +28,9 @@ class GCNConv(torch.nn.Module):
         self.project_first = out_dim < in_dim
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        norm_src = (block.graph_out_degrees().to(x.dtype) + 1.0).rsqrt()
-        norm_dst = (block.graph_in_degrees().to(x.dtype) + 1.0).rsqrt()
+        dtype = factor_dtype(x)  # float32 factors for bfloat16 rows
+        norm_src = (block.graph_out_degrees().to(dtype) + 1.0).rsqrt()
+        norm_dst = (block.graph_in_degrees().to(dtype) + 1.0).rsqrt()
         if self.project_first:
             return aggregate_normalized(block, self.linear(x), norm_src, norm_dst) + self.bias
         propagated = aggregate_normalized(block, x, norm_src, norm_dst)

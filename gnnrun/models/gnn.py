@@ -9,6 +9,7 @@ import torch
 from gnnrun.models.registry import ACTIVATIONS, LAYERS, ModelConfig
 from gnnrun.ops.block import Block
 from gnnrun.ops.dropout import dropout, relu_dropout
+from gnnrun.ops.precision import widened
 
 # What a layer is about to consume may be replaced: (layer, block, rows) -> (block, rows).
 LayerInput = Callable[[int, Block, torch.Tensor], tuple[Block, torch.Tensor]]
@@ -60,7 +61,7 @@ class GNN(torch.nn.Module):
             h = layer(block, h)
             if i < len(self.layers) - 1:
                 h = self._activate_and_drop(h)
-        return h
+        return widened(h)  # float32 logits for the loss and the metrics under bf16
 
     def _activate_and_drop(self, h: torch.Tensor) -> torch.Tensor:
         if self.activation is torch.relu:  # the common case, fused into one pass each way

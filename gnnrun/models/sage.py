@@ -10,6 +10,7 @@ from gnnrun.config import check
 from gnnrun.models.registry import LAYERS, ModelConfig
 from gnnrun.ops.aggregate import aggregate, aggregate_normalized, aggregate_with_dst
 from gnnrun.ops.block import Block
+from gnnrun.ops.precision import factor_dtype
 
 AGGREGATORS = ("mean", "gcn")
 
@@ -58,7 +59,7 @@ class SAGEConv(torch.nn.Module):
             mean, x_dst = aggregate_with_dst(block, x, "mean")
             out = self.self_loop(x_dst)  # bfloat16 under autocast; addmm_ is not cast
             return out.addmm_(mean.to(out.dtype), self.neigh.weight.T.to(out.dtype))
-        scale = 1.0 / (block.graph_in_degrees().to(x.dtype) + 1.0)
+        scale = 1.0 / (block.graph_in_degrees().to(factor_dtype(x)) + 1.0)
         if self.project_first:
             projected = x @ self.neigh.weight.T
             return aggregate_normalized(block, projected, None, scale).add_(self.neigh.bias)

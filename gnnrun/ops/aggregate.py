@@ -7,8 +7,10 @@ blocked, OpenMP); the backward pass is the same kernel over the transposed CSR,
 computed once per Block and kept on it (a symmetric Block is its own transpose). `aggregate_with_dst` also returns the
 destination rows of x (SAGE's self term) with a single gradient buffer for x;
 `aggregate_normalized` is GCN's propagation (self loop and degree scaling) in
-the same single pass. A bfloat16 x is taken as float32 (gnnrun.ops.precision). `aggregate_reference` is the pure-PyTorch oracle and the
-fallback when the kernel cannot be built.
+the same single pass. A bfloat16 x of 16 to 256 columns stays bfloat16 (the
+kernel sums in float32 and rounds each output once); any other bfloat16 x is
+taken as float32 (gnnrun.ops.precision). `aggregate_reference` is the
+pure-PyTorch oracle and the fallback when the kernel cannot be built.
 
 On a vertex-cut part (a Block with a `completion`), the part's edges give a
 split vertex only a partial sum: the completion adds its clones' partial sums
@@ -22,20 +24,23 @@ is such a sum (GCN's source scaling happens on each source's own rank).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
-from gnnrun.ops.precision import widened
+from gnnrun.ops.precision import factor_dtype, widened
 
 REDUCES = ("sum", "mean")
 NATIVE_DTYPES = (torch.float32, torch.float64)
+BF16_COLUMNS = range(16, 257)  # bfloat16 rows the kernel sums in registers, in float32
 
 
 def aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     """Aggregate source features `x` [num_src, ...] into destination rows [num_dst, ...]."""
     _check(block, x, reduce)
-    x = widened(x)
+    x = _kernel_input(block, x, "csr_aggregate")
     if block.sharded is not None:
         return block.sharded.aggregate(block, x, reduce)
     if block.completion is None:
@@ -52,8 +57,8 @@ def aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tenso
 def local_aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     """Aggregate over the block's own edges only."""
     forward = native_op("csr_aggregate", "aggregate")
-    if forward is None or x.dtype not in NATIVE_DTYPES or x.device.type != "cpu":
-        return aggregate_reference(block, x, reduce)
+    if forward is None or not _kernel_takes(x) or x.device.type != "cpu":
+        return aggregate_reference(block, widened(x), reduce)
     out = _Aggregate.apply(block, x.flatten(1), reduce == "mean")
     # Not a view when x is a matrix: a completion adds into this sum in place, and
     # autograd would wrap an in-place change of a view in copies of the whole sum.
@@ -71,7 +76,7 @@ def aggregate_with_dst(
     gradient into the aggregation's gradient in place (num_dst rows).
     """
     _check(block, x, reduce)
-    x = widened(x)
+    x = _kernel_input(block, x, "csr_aggregate")
     fused = _native_applies("csr_aggregate", block, x)
     if not (fused and x.requires_grad and torch.is_grad_enabled()):
         return aggregate(block, x, reduce), x[: block.num_dst]
@@ -93,7 +98,7 @@ def aggregate_normalized(
     counts once per vertex, not once per clone: that takes the separate passes.
     """
     _check(block, x, "sum")
-    x = widened(x)
+    x = _kernel_input(block, x, "csr_aggregate_normalized")
     if not _native_applies("csr_aggregate_normalized", block, x):
         return _aggregate_normalized_composite(block, x, pre, post)
     out = _AggregateNormalized.apply(block, x.flatten(1), pre, post)
@@ -102,17 +107,32 @@ def aggregate_normalized(
 
 def _native_applies(op: str, block: Block, x: torch.Tensor) -> bool:
     """Whether a fused native op serves: built, a block with neither completion nor remote
-    shards, float CPU x."""
+    shards, CPU x of a dtype and width the kernel takes."""
     return (
         native_op(op, "aggregate") is not None
         and block.completion is None
         and block.sharded is None
-        and x.dtype in NATIVE_DTYPES
+        and _kernel_takes(x)
         and x.device.type == "cpu"
     )
 
 
+def _kernel_takes(x: torch.Tensor) -> bool:
+    if x.dtype == torch.bfloat16:
+        return math.prod(x.shape[1:]) in BF16_COLUMNS
+    return x.dtype in NATIVE_DTYPES
+
+
+def _kernel_input(block: Block, x: torch.Tensor, op: str) -> torch.Tensor:
+    """x as the aggregation takes it: bfloat16 kept where the native op reads it, widened
+    to float32 elsewhere."""
+    if x.dtype == torch.bfloat16 and not _native_applies(op, block, x):
+        return widened(x)
+    return x
+
+
 def _aggregate_normalized_composite(block, x, pre, post):
+    x = widened(x)
     column = (-1, *([1] * (x.dim() - 1)))
     h = x if pre is None else x * pre.to(x.dtype).reshape(column)
     total, h_dst = aggregate_with_dst(block, h, "sum")
@@ -221,7 +241,7 @@ def _aggregate_backward(block: Block, grad_out: torch.Tensor, mean: bool) -> tor
     indptr_t, indices_t = transposed_csr(block)
     grad_out = grad_out.contiguous()
     if mean:
-        inv_degree = 1.0 / block.in_degrees().clamp(min=1).to(grad_out.dtype)
+        inv_degree = 1.0 / block.in_degrees().clamp(min=1).to(factor_dtype(grad_out))
         op = native_op("csr_aggregate_scaled", "aggregate")
         return op(indptr_t, indices_t, grad_out, inv_degree)
     op = native_op("csr_aggregate", "aggregate")

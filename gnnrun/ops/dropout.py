@@ -6,8 +6,9 @@ was the largest single cost of a training step. Here element i is dropped when
 its 16-bit lane of splitmix64(key + (i // 4) * golden) falls below
 round(p * 65536), so the mask costs a hash per 4 elements, is computed in
 parallel, and is recomputed in the backward pass from the key. The key comes
-from torch's generator, so seeded runs repeat. `dropout_reference` (NumPy) is
-the oracle for kernels/dropout.cpp and the fallback without a compiler.
+from torch's generator, so seeded runs repeat. A bfloat16 x stays bfloat16
+(scaled in float32, rounded once). `dropout_reference` (NumPy) is the oracle
+for kernels/dropout.cpp and the fallback without a compiler.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """Zero each element with probability p, scale the rest by 1 / (1 - p)."""
     if not 0 <= p < 1:
         raise ValueError(f"dropout probability must be in [0, 1), not {p}")
-    x = widened(x)
+    x = _kernel_input(x)
     if not training or p == 0:
         return x
     key = int(torch.randint(0, 1 << KEY_BITS, (1,)))
@@ -37,7 +38,7 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
     """dropout(relu(x), p): one pass forward, one backward (the mask is read off the output)."""
     if not 0 <= p < 1:
         raise ValueError(f"dropout probability must be in [0, 1), not {p}")
-    x = widened(x)
+    x = _kernel_input(x)
     forward = native_op("relu_dropout_forward", "dropout")
     if not training or p == 0 or forward is None or not _native_dtype(x):
         return dropout(torch.relu(x), p, training)
@@ -46,7 +47,14 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
 
 
 def _native_dtype(x: torch.Tensor) -> bool:
-    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64, torch.bfloat16)
+
+
+def _kernel_input(x: torch.Tensor) -> torch.Tensor:
+    """bfloat16 kept where the kernels are built; widened to float32 for the NumPy fallback."""
+    if x.dtype == torch.bfloat16 and native_op("dropout_apply", "dropout") is None:
+        return widened(x)
+    return x
 
 
 def _threshold(p: float) -> int:

@@ -1,5 +1,5 @@
-"""bf16 training: gnnrun's ops take a bfloat16 input as float32, and GNN layers under autocast
-stay close to float32."""
+"""bf16 training: gnnrun's aggregation and dropout keep bfloat16 rows and compute in float32,
+attention takes them as float32, and GNN layers under autocast stay close to float32."""
 
 from __future__ import annotations
 
@@ -30,30 +30,42 @@ def test_widened_turns_only_bfloat16_into_float32():
     assert low.grad.dtype == torch.bfloat16 and torch.equal(low.grad, torch.ones_like(low))
 
 
-@pytest.mark.parametrize(
-    "op",
-    [
-        lambda b, x: agg.aggregate(b, x, "sum"),
-        lambda b, x: agg.aggregate(b, x, "mean"),
-        lambda b, x: agg.aggregate_with_dst(b, x, "mean")[0],
-        lambda b, x: agg.aggregate_normalized(
-            b, x, torch.rand(b.num_src) + 0.5, torch.rand(b.num_dst) + 0.5
-        ),
-    ],
-    ids=["sum", "mean", "with_dst", "normalized"],
-)
-def test_aggregation_of_bfloat16_is_the_float32_aggregation_of_its_values(op):
+AGGREGATIONS = {
+    "sum": lambda b, x: agg.aggregate(b, x, "sum"),
+    "mean": lambda b, x: agg.aggregate(b, x, "mean"),
+    "with_dst": lambda b, x: agg.aggregate_with_dst(b, x, "mean")[0],
+    "normalized": lambda b, x: agg.aggregate_normalized(
+        b, x, torch.linspace(0.5, 1.5, b.num_src), torch.linspace(0.7, 1.2, b.num_dst)
+    ),
+}
+
+
+@pytest.mark.parametrize("width", [16, 47, 250])
+@pytest.mark.parametrize("op", AGGREGATIONS.values(), ids=AGGREGATIONS.keys())
+def test_aggregation_of_bfloat16_is_the_float32_aggregation_rounded_once(op, width):
+    """bfloat16 rows of 16 to 256 columns stay bfloat16: the float32 run's sums in the same
+    order (the rows widen exactly), rounded once; the gradient likewise."""
+    block = random_block(40, 60, seed=width)
+    x = torch.randn(60, width).bfloat16().requires_grad_()
+    wide = x.detach().float().requires_grad_()
+    low, exact = op(block, x), op(block, wide)
+    assert low.dtype == torch.bfloat16 and torch.equal(low, exact.bfloat16())
+    grad = torch.randn(low.shape).bfloat16()
+    (low.float() * grad.float()).sum().backward()
+    (exact * grad.float()).sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and torch.equal(x.grad, wide.grad.bfloat16())
+
+
+@pytest.mark.parametrize("width", [8, 300])
+@pytest.mark.parametrize("op", AGGREGATIONS.values(), ids=AGGREGATIONS.keys())
+def test_bfloat16_rows_the_kernel_does_not_take_are_aggregated_in_float32(op, width):
     block = random_block(40, 60, seed=3)
-    x = torch.randn(60, 24).bfloat16()
-    torch.manual_seed(0)
+    x = torch.randn(60, width).bfloat16()
     low = op(block, x)
-    torch.manual_seed(0)
-    wide = op(block, x.float())
-    assert low.dtype == torch.float32
-    assert torch.equal(low, wide)
+    assert low.dtype == torch.float32 and torch.equal(low, op(block, x.float()))
 
 
-def test_attention_and_dropout_take_bfloat16_as_float32():
+def test_attention_takes_bfloat16_as_float32():
     block = random_block(30, 50, seed=4)
     feat = torch.randn(50, 2, 8)
     el, er = torch.randn(50, 2), torch.randn(30, 2)
@@ -62,13 +74,22 @@ def test_attention_and_dropout_take_bfloat16_as_float32():
         block, feat.bfloat16().float(), el.bfloat16().float(), er.bfloat16().float()
     )
     assert low.dtype == torch.float32 and torch.equal(low, wide)
-    x = torch.randn(100, 16)
-    for fn in (dropout, relu_dropout):
-        torch.manual_seed(1)
-        low = fn(x.bfloat16(), 0.5)
-        torch.manual_seed(1)
-        wide = fn(x.bfloat16().float(), 0.5)
-        assert low.dtype == torch.float32 and torch.equal(low, wide)
+
+
+@pytest.mark.parametrize("fn", [dropout, relu_dropout])
+def test_dropout_of_bfloat16_is_the_float32_dropout_rounded_once(fn):
+    """The same mask; kept elements scaled in float32 and rounded once; the gradient too."""
+    x = torch.randn(1000, 37).bfloat16().requires_grad_()
+    wide = x.detach().float().requires_grad_()
+    torch.manual_seed(1)
+    low = fn(x, 0.3)
+    torch.manual_seed(1)
+    exact = fn(wide, 0.3)
+    assert low.dtype == torch.bfloat16 and torch.equal(low, exact.bfloat16())
+    grad = torch.randn(low.shape).bfloat16()
+    low.backward(grad)
+    exact.backward(grad.float())
+    assert x.grad.dtype == torch.bfloat16 and torch.equal(x.grad, wide.grad.bfloat16())
 
 
 @pytest.mark.parametrize("name", ["sage", "sage_gcn", "gcn", "gat"])
