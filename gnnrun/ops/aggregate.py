@@ -4,7 +4,8 @@
 of destination v (`"mean"`: divided by v's in-degree; 0 for a vertex without
 any). The forward pass is the native kernel in kernels/aggregate.cpp (cache
 blocked, OpenMP); the backward pass is the same kernel over the transposed CSR,
-computed once per Block and kept on it (a symmetric Block is its own transpose). `aggregate_with_dst` also returns the
+computed once per Block and kept on it (a symmetric Block is its own
+transpose). `aggregate_with_dst` also returns the
 destination rows of x (SAGE's self term) with a single gradient buffer for x;
 `aggregate_normalized` is GCN's propagation (self loop and degree scaling) in
 the same single pass. A bfloat16 x of 16 to 256 columns stays bfloat16 (the
