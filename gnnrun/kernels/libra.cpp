@@ -1,11 +1,15 @@
 // Libra vertex-cut edge assignment (DistGNN section 5.1, after Xie et al. 2014).
 //
 // Edges are streamed once, in the given order. Each edge goes to the
-// least-loaded part among the parts that already hold both endpoints; failing
-// that, among the parts holding either endpoint; failing that, among all parts.
-// A part more than `slack` above the running average load is passed over for
-// the globally least-loaded part, which keeps the edge counts balanced in any
-// stream order. Part sets are 64-bit masks, so at most 64 parts.
+// least-loaded part among the parts that already hold both endpoints; when the
+// endpoints share none, among the parts of the endpoint with the lower degree
+// (`degree` given: DistGNN's released code, so that hubs are the vertices
+// replicated; ties take the second endpoint's) or of either endpoint (no
+// `degree`: the paper's text); when neither endpoint is placed yet, among all
+// parts. A part more than `slack` above the running average load is passed
+// over for the globally least-loaded part, which keeps the edge counts balanced
+// in any stream order (an infinite slack never does: the released code). Part
+// sets are 64-bit masks, so at most 64 parts.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -31,7 +35,7 @@ inline int least_loaded(uint64_t candidates, const std::vector<int64_t>& load) {
 }  // namespace
 
 at::Tensor libra_assign(at::Tensor src, at::Tensor dst, int64_t num_nodes,
-                           int64_t num_parts, double slack) {
+                           int64_t num_parts, double slack, c10::optional<at::Tensor> degree) {
   TORCH_CHECK(src.dtype() == at::kLong && dst.dtype() == at::kLong, "libra: int64 ids");
   TORCH_CHECK(src.is_contiguous() && dst.is_contiguous(), "libra: contiguous ids");
   TORCH_CHECK(src.numel() == dst.numel(), "libra: src and dst differ in length");
@@ -39,6 +43,12 @@ at::Tensor libra_assign(at::Tensor src, at::Tensor dst, int64_t num_nodes,
   const int64_t m = src.numel();
   const int64_t* s = src.data_ptr<int64_t>();
   const int64_t* d = dst.data_ptr<int64_t>();
+  const int64_t* deg = nullptr;
+  if (degree.has_value()) {
+    TORCH_CHECK(degree->dtype() == at::kLong && degree->is_contiguous() && degree->numel() == num_nodes,
+                "libra: degree is one int64 per vertex");
+    deg = degree->data_ptr<int64_t>();
+  }
   auto out = at::empty({m}, at::dtype(at::kChar));
   int8_t* part = out.data_ptr<int8_t>();
 
@@ -49,6 +59,8 @@ at::Tensor libra_assign(at::Tensor src, at::Tensor dst, int64_t num_nodes,
     const int64_t u = s[e], v = d[e];
     TORCH_CHECK(u >= 0 && u < num_nodes && v >= 0 && v < num_nodes, "libra: id out of range");
     uint64_t candidates = held[u] & held[v];
+    if (!candidates && held[u] && held[v] && deg != nullptr)
+      candidates = deg[u] < deg[v] ? held[u] : held[v];
     if (!candidates) candidates = held[u] | held[v];
     if (!candidates) candidates = all;
     int p = least_loaded(candidates, load);
@@ -86,7 +98,9 @@ at::Tensor csr_reverse_edges(at::Tensor indptr, at::Tensor indices) {
 }
 
 TORCH_LIBRARY_FRAGMENT(gnnrun, m) {
-  m.def("libra_assign(Tensor src, Tensor dst, int num_nodes, int num_parts, float slack) -> Tensor",
-        &libra_assign);
+  m.def(
+      "libra_assign(Tensor src, Tensor dst, int num_nodes, int num_parts, float slack, "
+      "Tensor? degree=None) -> Tensor",
+      &libra_assign);
   m.def("csr_reverse_edges(Tensor indptr, Tensor indices) -> Tensor", &csr_reverse_edges);
 }

@@ -8,7 +8,7 @@ import pytest
 from gnnrun.data.graph import edges_from_csr
 from gnnrun.partition import partition_dataset
 from gnnrun.partition.metis import MetisPartitionerConfig, TwoLevelPartitionerConfig
-from gnnrun.partition.registry import PartitionerConfig
+from gnnrun.partition.registry import PARTITIONERS, PartitionerConfig
 
 
 def make_config(name: str, num_parts: int) -> PartitionerConfig:
@@ -18,7 +18,7 @@ def make_config(name: str, num_parts: int) -> PartitionerConfig:
         return TwoLevelPartitionerConfig(
             num_parts=num_parts, num_machines=2 if num_parts % 2 == 0 else 1
         )
-    return PartitionerConfig(name=name, num_parts=num_parts)
+    return PARTITIONERS.schema(name)(name=name, num_parts=num_parts)
 
 
 def global_edge_keys(dataset) -> np.ndarray:
