@@ -42,6 +42,8 @@ def _assert_matches_single(distributed: list[dict], single: dict) -> None:
 @pytest.mark.parametrize(
     ("dataset", "nprocs", "models"),
     [
+        # One rank: one part holding every edge, nothing split; cd0 is single exactly.
+        ("synthetic-tiny", 1, ["sage_gcn"]),
         # 2 and 4 ranks on synthetic-tiny repeat what cora runs (slow: for machines without it).
         pytest.param("synthetic-tiny", 2, ["sage_gcn"], marks=pytest.mark.slow),
         ("synthetic-tiny", 3, ["sage_gcn", "gcn", "sage"]),
@@ -62,8 +64,9 @@ def test_cd0_equals_single_full_batch(configure, request, dataset, nprocs, model
     per_rank = run_on_ranks(rank_checks.distgnn_trajectories, nprocs, cfgs, EPOCHS)
     for m, (model, single) in enumerate(zip(models, singles, strict=True)):
         distributed = [rank_results[m] for rank_results in per_rank]
-        assert sum(r["epochs"][0]["bytes"].get("drpa", 0) for r in distributed) > 0, (
-            f"{model}: the partition must have split vertices"
+        split_bytes = sum(r["epochs"][0]["bytes"].get("drpa", 0) for r in distributed)
+        assert (split_bytes > 0) == (nprocs > 1), (
+            f"{model}: {nprocs} parts must have split vertices if and only if there are several"
         )
         _assert_matches_single(distributed, single)
 
