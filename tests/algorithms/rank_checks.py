@@ -167,6 +167,41 @@ def drpa_on_hand_built_tree(
     return out
 
 
+def drpa_on_three_clone_tree(rank: int, world: int, cases: list, epochs: int) -> list:
+    """DRPA on three ranks whose only split vertex, 0, has a clone on each (its root on rank 1);
+    vertex 10 + r lives only on rank r. Per (delay, bins) case and epoch, the outputs and the
+    input gradients (backward `delayed`)."""
+    part = Part(
+        rank,
+        3,
+        "vertex_cut",
+        {
+            "nodes": np.array([0, 10 + rank]),
+            "root_part": np.array([1, rank]),
+            # (my local id, other part, other local id): a leaf links to its root, the root
+            # to each leaf.
+            "clone_links": np.array([[0, 0, 0], [0, 2, 0]] if rank == 1 else [[0, 1, 0]]),
+        },
+        {},
+    )
+    comm = Communicator()
+    results = []
+    for delay, bins in cases:
+        tree = CloneTree(part, rank, world, bins)
+        drpa = DelayedRemoteAggregates(tree, comm, PhaseTimer(), delay, bins, "delayed")
+        out = []
+        for epoch in range(epochs):
+            drpa.begin_epoch(epoch)
+            p = torch.tensor([[1000.0 * (rank + 1) + 10 * epoch + i] for i in range(2)])
+            p.requires_grad_(True)
+            y = drpa(p * 1)
+            y.backward(-p.detach())
+            drpa.end_epoch()
+            out.append({"y": y.detach().reshape(-1).tolist(), "grad": p.grad.reshape(-1).tolist()})
+        results.append(out)
+    return results
+
+
 def drpa_cases_on_hand_built_tree(rank: int, world: int, cases: list, epochs: int) -> list:
     """drpa_on_hand_built_tree for each (delay, bins, backward) case, one after another."""
     return [

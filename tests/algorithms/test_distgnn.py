@@ -218,6 +218,32 @@ def test_drpa_uses_what_was_sent_delay_epochs_ago(drpa_runs, delay, bins, backwa
             ]
 
 
+THREE_CLONE_CASES = [(0, 1), (2, 1), (3, 2)]  # (delay, bins)
+
+
+def test_drpa_with_three_clones_adds_every_other_clone(tmp_path):
+    """A split vertex with a clone on each of three ranks (a root and two leaves): each clone
+    gets its own value now plus both other clones' values sent `delay` epochs ago (or earlier,
+    the last time its bin communicated); the unsplit vertex keeps its own."""
+    per_rank = run_on_ranks(rank_checks.drpa_on_three_clone_tree, 3, THREE_CLONE_CASES, DRPA_EPOCHS)
+
+    def value(rank: int, epoch: int, local: int, sign: float) -> float:
+        return sign * (1000.0 * (rank + 1) + 10 * epoch + local)
+
+    for c, (delay, bins) in enumerate(THREE_CLONE_CASES):
+        for rank in range(3):
+            for epoch, got in enumerate(per_rank[rank][c]):
+                sent = [e for e in range(epoch - delay + 1) if e % bins == 0]  # vertex 0: bin 0
+                for key, sign in (("y", 1.0), ("grad", -1.0)):
+                    others = (
+                        sum(value(r, max(sent), 0, sign) for r in range(3) if r != rank)
+                        if sent
+                        else 0.0
+                    )
+                    expected = [value(rank, epoch, 0, sign) + others, value(rank, epoch, 1, sign)]
+                    assert got[key] == expected, (delay, bins, rank, epoch, key)
+
+
 def test_cdr_state_from_an_older_layout_is_refused_with_the_fix():
     arrays = {"nodes": np.arange(3), "root_part": np.zeros(3), "clone_links": np.zeros((0, 3))}
     tree = CloneTree(Part(0, 1, "vertex_cut", arrays, {}), 0, 1)
