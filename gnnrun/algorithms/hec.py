@@ -7,9 +7,20 @@ rank's cache for layer l (layer 0 caches input features); a halo vertex that
 misses is dropped from the minibatch (its edges go). The owners fill the
 caches: at every layer of every minibatch each rank pushes what its minibatch
 computed for its solid vertices that are halo vertices on other ranks
-(`db_halo`, Algorithm 1), at most `push_limit` per remote rank, drawn at
-random weighted by degree (Algorithm 2). What a layer consumes is pushed and
-loaded after dropout, as the layer sees it.
+(`db_halo`, Algorithm 1), drawn at random weighted by degree (Algorithm 2)
+when there are more than the push budget allows. What a layer consumes is
+pushed and loaded after dropout, as the layer sees it.
+
+The budget of a push from rank p to rank q is a fixed number of rows, known
+to both sides from the partition alone, so that a push is one asynchronous
+all-to-all of fixed-capacity buffers, each headed by the count of rows it
+carries: nothing waits for a size exchange. `push_budget=limit` is the paper's
+budget, `push_limit` rows (fewer when q has fewer halo vertices owned by p).
+`push_budget=usable` (the default) also caps it at what q can use: a line
+lives lifespan + 1 minibatches, so ceil(h / (lifespan + 1)) rows per
+minibatch, h being q's halo vertices owned by p, already keep a line alive for
+every one of them; more only re-sends lines that are still valid (and pads the
+buffers of small graphs, whose halos are smaller than push_limit).
 
 The delay d (`algorithm.delay_minibatches`), defined once: an embedding computed
 at minibatch k is usable in the remote caches from minibatch k + max(d, 1). With
@@ -50,6 +61,8 @@ from gnnrun.ops.hec import HistoricalEmbeddingCache
 from gnnrun.ops.rows import take_rows
 from gnnrun.ops.sampling import sample_neighbors
 
+PUSH_BUDGETS = ("usable", "limit")
+
 
 @dataclass
 class HistoricalEmbeddingCacheConfig(AlgorithmConfig):
@@ -61,6 +74,9 @@ class HistoricalEmbeddingCacheConfig(AlgorithmConfig):
     cache_size: int = 1_000_000  # cs: cache lines per layer (input features included)
     lifespan: int = 2  # ls: a line older than this many minibatches is purged
     push_limit: int = 2000  # nc: embeddings pushed per layer to each remote rank per minibatch
+    # limit: push_limit rows per push (the paper's); usable: also at most what the peer
+    # can use, ceil(its halo from this rank / (lifespan + 1)) rows (module docstring)
+    push_budget: str = "usable"
     # d: a push started at minibatch k is stored remotely at minibatch k + d
     delay_minibatches: int = 1
 
@@ -70,6 +86,10 @@ class HistoricalEmbeddingCacheConfig(AlgorithmConfig):
         check(self.cache_size >= 0, "algorithm.cache_size must be >= 0 (0: local-only training)")
         check(self.lifespan >= 0, "algorithm.lifespan must be >= 0")
         check(self.push_limit >= 0, "algorithm.push_limit must be >= 0")
+        check(
+            self.push_budget in PUSH_BUDGETS,
+            f"algorithm.push_budget {self.push_budget!r}: choose usable or limit",
+        )
         check(self.delay_minibatches >= 0, "algorithm.delay_minibatches must be >= 0")
 
 
@@ -99,11 +119,27 @@ class LocalPartSource(GraphSource):
 
 @dataclass
 class Push:
-    """One layer's embeddings on their way to the other ranks' caches."""
+    """One layer's embeddings on their way to the other ranks' caches: per rank, a
+    buffer of ids headed by their count, and the rows, both padded to the budget."""
 
     started: int  # the minibatch that computed them
     ids: PendingExchange
     rows: PendingExchange
+
+    @classmethod
+    def arrived(cls, started: int, ids: torch.Tensor, rows: torch.Tensor) -> Push:
+        """A push whose ids and rows are already here (kept by a checkpoint)."""
+        header = torch.tensor([ids.numel()], dtype=torch.int64)
+        return cls(started, PendingExchange([torch.cat([header, ids])]), PendingExchange([rows]))
+
+    def wait(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ids and rows that arrived, padding dropped."""
+        ids, rows = [], []
+        for counted, padded in zip(self.ids.wait(), self.rows.wait(), strict=True):
+            count = int(counted[0])
+            ids.append(counted[1 : 1 + count])
+            rows.append(padded[:count])
+        return torch.cat(ids), torch.cat(rows)
 
 
 @ALGORITHMS.register("hec", HistoricalEmbeddingCacheConfig)
@@ -122,13 +158,36 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         self.halos = nodes[part.num_solid :]
         self.degree = torch.from_numpy(np.diff(np.asarray(part["indptr"], dtype=np.int64)))
         self.halo_on = self._build_db_halo(part.num_solid)
+        halo_owner = torch.from_numpy(np.array(part["halo_owner"], dtype=np.int64))
+        # Rows per push to / from each rank: at most the cap the partition sets, and
+        # under push_budget=usable at most the receiver's lookups per minibatch.
+        self.send_cap = torch.tensor(
+            [0 if mask is None else self._cap(int(mask.sum())) for mask in self.halo_on]
+        )
+        self.receive_cap = torch.tensor(
+            [
+                0 if q == comm.rank else self._cap(int((halo_owner == q).sum()))
+                for q in range(comm.world_size)
+            ]
+        )
         layers = cfg.model.layers
         self.caches: list[HistoricalEmbeddingCache | None] = [None] * layers
         self.in_flight: list[deque[Push]] = [deque() for _ in range(layers)]
+        self.send_budget = self.send_cap.repeat(layers, 1)  # [layer, rank]
+        self.receive_budget = self.receive_cap.repeat(layers, 1)
         self.hits, self.lookups = [0] * layers, [0] * layers
-        # Tests set a list here to see every push, load and miss:
+        self.lookups_by_owner = torch.zeros(layers, comm.world_size, dtype=torch.int64)
+        self.steps = 0
+        # Tests set a list here to see every layer's sources and every push, load and miss:
         # (kind, minibatch, layer, peer rank, ids, rows); the peer of a push is its target.
         self.trace: list[tuple[str, int, int, int, torch.Tensor, torch.Tensor]] | None = None
+
+    def _cap(self, halo: int) -> int:
+        """Rows per push from an owner to a rank holding `halo` of its vertices as halos."""
+        budget = min(self.push_limit, halo)
+        if self.cfg.algorithm.push_budget == "usable":
+            budget = min(budget, -(-halo // (self.lifespan + 1)))
+        return budget
 
     def _build_db_halo(self, num_solid: int) -> list[torch.Tensor | None]:
         """Algorithm 1's db_halo: for each other rank, which of my solid vertices are
@@ -155,6 +214,8 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     def begin_epoch(self, epoch: int) -> int:
         layers = len(self.caches)
         self.hits, self.lookups = [0] * layers, [0] * layers
+        self.lookups_by_owner.zero_()
+        self.steps = 0
         return super().begin_epoch(epoch)
 
     def end_epoch(self, losses: list[float]) -> dict[str, Any]:
@@ -164,10 +225,22 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         stats["hit_rate"] = [
             float(h / n) if n else None for h, n in zip(counts[0], counts[1], strict=True)
         ]
+        stats["push_rows"] = self.send_budget.sum(dim=1).tolist()  # per layer, to all ranks
+        if self.cfg.algorithm.push_budget == "usable" and self.steps:
+            self._follow_lookups()
         return stats
+
+    def _follow_lookups(self) -> None:
+        """Next epoch, push each rank at most the halo lookups per minibatch it made of
+        my vertices this epoch, per layer (each rank tells each owner)."""
+        demand = -(-self.lookups_by_owner // self.steps)  # [layer, owner], rounded up
+        self.receive_budget = torch.minimum(self.receive_cap, demand)
+        told = self.comm.exchange(list(demand.t().contiguous()), "hec_budget")
+        self.send_budget = torch.minimum(self.send_cap, torch.stack(told, dim=1))
 
     def forward(self, model, blocks, x, epoch, step, steps):
         now = epoch * steps + step
+        self.steps += 1
         push = self.cache_size > 0 and self.push_limit > 0
 
         def layer_input(layer: int, block: Block, h: torch.Tensor) -> tuple[Block, torch.Tensor]:
@@ -188,12 +261,16 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
             for stamp, ids, rows in arrived:
                 cache.store(ids, rows, stamp)
             halo = self.source.owner[block.src_ids] != self.comm.rank
+            self._record("sources", now, layer, self.comm.rank, block.src_ids, h[:0])
             positions = halo.nonzero().squeeze(1)
             tags = block.src_ids[positions]
             lines = cache.search(tags, now, self.lifespan)
             hit = lines >= 0
             self.hits[layer] += int(hit.sum())
             self.lookups[layer] += int(positions.numel())
+            self.lookups_by_owner[layer] += torch.bincount(
+                self.source.owner[tags], minlength=self.comm.world_size
+            )
             if bool(hit.any()):
                 loaded = cache.load(lines[hit])
                 # Input features carry no gradient and can take the rows in place; a
@@ -210,12 +287,7 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
                 block = block.without_sources(missed)
             outgoing = self._select_pushes(layer, block.src_ids, halo, h, now) if push else None
         if outgoing is not None:
-            ids, rows = outgoing
-            ids_exchange = self.comm.exchange_start(ids, "hec_push")
-            rows_exchange = self.comm.exchange_start(
-                rows, "hec_push", incoming_counts=ids_exchange.incoming_counts
-            )
-            pending = Push(now, ids_exchange, rows_exchange)
+            pending = self._start_push(layer, now, *outgoing)
             if self.delay == 0:
                 for stamp, ids, rows in self._complete([pending], now + 1):
                     with self.timer.phase("hec"):
@@ -223,6 +295,25 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
             else:
                 self.in_flight[layer].append(pending)
         return block, h
+
+    def _start_push(
+        self, layer: int, now: int, ids: list[torch.Tensor], rows: list[torch.Tensor]
+    ) -> Push:
+        """Sends each rank its ids (after their count) and rows in buffers of its budget."""
+        id_buffers, row_buffers = [], []
+        for q, budget in enumerate(self.send_budget[layer].tolist()):
+            count = ids[q].numel()
+            header = torch.tensor([count], dtype=torch.int64)
+            id_buffers.append(torch.cat([header, ids[q], ids[q].new_zeros(budget - count)]))
+            row_buffers.append(
+                torch.cat([rows[q], rows[q].new_zeros(budget - count, rows[q].shape[1])])
+            )
+        receive = self.receive_budget[layer]
+        return Push(
+            now,
+            self.comm.exchange_start(id_buffers, "hec_push", incoming_counts=receive + 1),
+            self.comm.exchange_start(row_buffers, "hec_push", incoming_counts=receive),
+        )
 
     def _arrivals(self, layer: int, now: int) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
         """The pushes of this layer due at minibatch `now` (started `delay` minibatches ago)."""
@@ -238,28 +329,26 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         out = []
         with self.timer.phase("hec_wait"):
             for push in pushes:
-                ids, rows = torch.cat(push.ids.wait()), torch.cat(push.rows.wait())
-                out.append((stamp, ids, rows))
+                out.append((stamp, *push.wait()))
         return out
 
     def _select_pushes(
         self, layer: int, src_ids: torch.Tensor, halo: torch.Tensor, h: torch.Tensor, now: int
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per rank: my solid vertices of this layer that are halo vertices there, at most
-        push_limit of them, drawn without replacement with probability by degree."""
+        the rank's budget of them, drawn without replacement with probability by degree."""
         world, rank = self.comm.world_size, self.comm.rank
         solid = (~halo).nonzero().squeeze(1)
         local = self.source.local[src_ids[solid]]
         ids, rows = [], []
         for q in range(world):
             chosen = solid[:0] if q == rank else solid[self.halo_on[q][local]]
-            if chosen.numel() > self.push_limit:
+            budget = int(self.send_budget[layer, q])
+            if chosen.numel() > budget:
                 weights = self.degree[self.source.local[src_ids[chosen]]].clamp(min=1).double()
                 key = step_key(self.cfg.train.seed, now, layer * world + q)
                 generator = torch.Generator().manual_seed(key)
-                pick = torch.multinomial(
-                    weights, self.push_limit, replacement=False, generator=generator
-                )
+                pick = torch.multinomial(weights, budget, replacement=False, generator=generator)
                 chosen = chosen[torch.sort(pick).values]
             ids.append(src_ids[chosen])
             rows.append(h[chosen].detach())
@@ -275,13 +364,11 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     # --------------------------------------------------------------- checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        in_flight = [
-            [(push.started, push.ids.wait(), push.rows.wait()) for push in queue]
-            for queue in self.in_flight
-        ]
+        in_flight = [[(push.started, *push.wait()) for push in queue] for queue in self.in_flight]
         return {
             "caches": [None if c is None else c.state_dict() for c in self.caches],
             "in_flight": in_flight,
+            "budgets": (self.send_budget, self.receive_budget),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -296,10 +383,12 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
             except ValueError as exc:
                 raise GnnrunError(self._mismatch(str(exc))) from None
             self.caches[layer] = cache
+        if "budgets" in state:  # written before 2026-11-25: the partition's caps
+            self.send_budget, self.receive_budget = state["budgets"]
         for queue, saved in zip(self.in_flight, state["in_flight"], strict=True):
             queue.clear()
             for started, ids, rows in saved:
-                queue.append(Push(started, PendingExchange(ids), PendingExchange(rows)))
+                queue.append(Push.arrived(started, ids, rows))
 
     def _mismatch(self, what: str) -> str:
         return (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,6 +19,7 @@ UNLIMITED = (
     "algorithm.cache_size=100000000",
     "algorithm.lifespan=1000000",
     "algorithm.push_limit=100000000",
+    "algorithm.push_budget=limit",
 )
 
 
@@ -55,24 +57,37 @@ def test_a_loaded_halo_embedding_is_the_latest_its_owner_pushed_in_time(configur
         _assert_loads_are_the_latest_in_time([rank[c] for rank in per_rank], delay)
 
 
-def _assert_loads_are_the_latest_in_time(results: list[dict], delay: int) -> None:
-    lag = max(delay, 1)
-    # pushes[(target, layer, vertex)] = [(minibatch, row), ...] in minibatch order
+def _pushes_by_target(results: list[dict]) -> dict[tuple[int, int, int], list]:
+    """pushes[(target, layer, vertex)] = [(minibatch, row), ...] in minibatch order."""
     pushes: dict[tuple[int, int, int], list] = {}
     for result in results:
         for kind, now, layer, peer, ids, rows in result["trace"]:
             if kind == "push":
                 for vertex, row in zip(ids.tolist(), rows, strict=True):
                     pushes.setdefault((peer, layer, vertex), []).append((now, row))
+    return pushes
+
+
+def _assert_loads_are_the_latest_in_time(
+    results: list[dict], delay: int, lifespan: int | None = None, capacity: int | None = None
+) -> None:
+    """Every load is the latest push in time (started delay minibatches ago or before) and,
+    with a lifespan, no older than it. Without a capacity every miss is a vertex with no
+    such push; with one, some misses are evictions and no minibatch loads more lines."""
+    lag = max(delay, 1)
+    pushes = _pushes_by_target(results)
 
     def latest_in_time(rank, layer, vertex, now):
         usable = [p for p in pushes.get((rank, layer, vertex), []) if p[0] <= now - lag]
-        return usable[-1] if usable else None
+        if not usable or (lifespan is not None and usable[-1][0] < now - lag - lifespan):
+            return None
+        return usable[-1]
 
-    loads = misses = 0
+    loads = misses = evicted = 0
     for rank, result in enumerate(results):
         for kind, now, layer, _, ids, rows in result["trace"]:
             if kind == "load":
+                assert capacity is None or len(ids) <= capacity, (rank, now, layer, len(ids))
                 for vertex, row in zip(ids.tolist(), rows, strict=True):
                     pushed = latest_in_time(rank, layer, vertex, now)
                     assert pushed is not None, (rank, now, layer, vertex)
@@ -80,17 +95,118 @@ def _assert_loads_are_the_latest_in_time(results: list[dict], delay: int) -> Non
                     loads += 1
             elif kind == "miss":
                 for vertex in ids.tolist():
-                    assert latest_in_time(rank, layer, vertex, now) is None, (
-                        rank,
-                        now,
-                        layer,
-                        vertex,
-                    )
+                    in_time = latest_in_time(rank, layer, vertex, now) is not None
+                    assert capacity is not None or not in_time, (rank, now, layer, vertex)
+                    evicted += in_time
                     misses += 1
     assert loads > 0 and misses > 0, (loads, misses)
+    assert capacity is None or evicted > 0, "the capacity never bound: choose a smaller one"
     # Hit rates count the same loads and misses.
     hits = sum(len(ids) for r in results for kind, *_, ids, _ in r["trace"] if kind == "load")
     assert hits == loads
+
+
+@pytest.mark.parametrize(
+    "setting, lifespan, capacity",
+    [("algorithm.lifespan=1", 1, None), ("algorithm.cache_size=20", None, 20)],
+    ids=["lifespan", "capacity"],
+)
+def test_lifespan_and_capacity_bound_what_a_rank_loads(configure, setting, lifespan, capacity):
+    unlimited = [o for o in UNLIMITED if o.split("=")[0] != setting.split("=")[0]]
+    cfg = hec_config(configure, 2, *unlimited, setting, "model.batch_size=16")
+    results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 2)
+    _assert_loads_are_the_latest_in_time(results, 1, lifespan, capacity)
+
+
+def _eligible(results: list[dict], rank: int, sources: torch.Tensor) -> dict[int, set[int]]:
+    """Per other rank q: the vertices of `sources` that `rank` owns and q holds as halos."""
+    mine = set(results[rank]["solid"].tolist()) & set(sources.tolist())
+    return {
+        q: mine & set(result["halos"][result["halo_owner"] == rank].tolist())
+        for q, result in enumerate(results)
+        if q != rank
+    }
+
+
+def _pushes_with_eligible(results: list[dict]):
+    """(rank, minibatch, layer, target, pushed ids, eligible ids) for every push."""
+    for rank, result in enumerate(results):
+        eligible = {}
+        for kind, now, layer, peer, ids, _ in result["trace"]:
+            if kind == "sources":
+                eligible = _eligible(results, rank, ids)
+            elif kind == "push" and peer != rank:
+                yield rank, now, layer, peer, ids, eligible[peer]
+
+
+def test_with_nothing_limited_every_eligible_halo_vertex_is_pushed(configure):
+    cfg = hec_config(configure, 3, *UNLIMITED, "model.batch_size=16")
+    results = run_on_ranks(rank_checks.hec_trace, 3, cfg, 1)
+    pushed = 0
+    for rank, now, layer, peer, ids, eligible in _pushes_with_eligible(results):
+        assert len(ids) == len(eligible) and set(ids.tolist()) == eligible, (rank, now, layer, peer)
+        pushed += len(ids)
+    assert pushed > 0
+
+
+def test_a_push_over_its_limit_draws_by_degree(configure):
+    # A push of one row out of several eligible: the draw takes vertex v with probability
+    # degree(v) / (sum of the eligible degrees), against 1 / (eligible) if it were uniform.
+    cfg = hec_config(configure, 2, *UNLIMITED, "algorithm.push_limit=1", "model.batch_size=16")
+    results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 3)
+    observed = by_degree = uniform = 0.0
+    draws = 0
+    for rank, *_, ids, eligible in _pushes_with_eligible(results):
+        if len(eligible) < 2:
+            continue
+        result = results[rank]
+        degree_of = dict(zip(result["solid"].tolist(), result["degree"].tolist(), strict=True))
+        degrees = np.array([max(degree_of[v], 1) for v in eligible], dtype=float)
+        assert len(ids) == 1 and int(ids[0]) in eligible
+        observed += max(degree_of[int(ids[0])], 1)
+        by_degree += (degrees**2).sum() / degrees.sum()
+        uniform += degrees.mean()
+        draws += 1
+    assert draws >= 50, draws
+    assert abs(observed - by_degree) < abs(observed - uniform), (observed, by_degree, uniform)
+    assert abs(observed - by_degree) < 0.1 * by_degree, (observed, by_degree, uniform)
+
+
+def test_usable_budget_follows_the_lookups_of_the_last_epoch(configure):
+    # Epoch 0 pushes at most ceil(halo / (lifespan + 1)) rows; epoch 1 at most the target's
+    # halo lookups of the owner's vertices per minibatch in epoch 0. Every push is a
+    # fixed-size buffer: the bytes are the budgets', whatever the rows carried.
+    cfg = hec_config(configure, 2, "algorithm.push_budget=usable", "model.batch_size=16")
+    results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 2)
+    steps = _minibatches_per_epoch(results[0])
+    lookups = {}  # (rank looking up, layer) -> its halo lookups in epoch 0
+    for rank, result in enumerate(results):
+        for kind, now, layer, _, ids, _ in result["trace"]:
+            if kind in ("load", "miss") and now < steps:
+                lookups[(rank, layer)] = lookups.get((rank, layer), 0) + len(ids)
+    bound = 0
+    for rank, now, layer, peer, ids, _ in _pushes_with_eligible(results):
+        if now < steps:
+            budget = -(-int((results[peer]["halo_owner"] == rank).sum()) // 3)
+        else:
+            budget = -(-lookups.get((peer, layer), 0) // steps)
+        assert len(ids) <= budget, (rank, now, layer, len(ids), budget)
+        bound += len(ids) == budget
+    assert bound > 0, "no push was as large as its budget: the test checks nothing"
+    for result in results:
+        for stats in result["epochs"]:
+            rows = stats["push_rows"]
+            buffers = sum(
+                (b + 1) * 8 + b * w * 4 for b, w in zip(rows, result["widths"], strict=True)
+            )
+            assert stats["bytes"]["hec_push"] == steps * buffers, (rows, stats["bytes"])
+
+
+def _minibatches_per_epoch(result: dict) -> int:
+    first_layer = [
+        now for kind, now, layer, *_ in result["trace"] if kind == "sources" and layer == 0
+    ]
+    return len(first_layer) // len(result["epochs"])
 
 
 def test_push_limit_bounds_every_push(configure):
