@@ -42,6 +42,7 @@ from gnnrun.errors import GnnrunError
 from gnnrun.ops.block import Block
 
 BACKWARD_COMPLETIONS = ("autograd", "delayed", "exact")
+SEMANTICS = ("fresh", "released")
 
 
 @dataclass
@@ -68,6 +69,10 @@ class DelayedAggregatesConfig(DistGNNConfig):
     # released code). Completing gradients of a stale forward pass makes training
     # oscillate (docs/algorithms/distgnn.md), hence the default.
     backward: str = "autograd"
+    # What a split clone's aggregate is: `fresh`, its own partial sum now plus the other
+    # clones' last remote sums of every bin; `released`, as DistGNN's released code: a
+    # leaf takes the root's total, and only the bin whose exchange falls due completes.
+    semantics: str = "fresh"
 
     def validate(self) -> None:
         super().validate()
@@ -79,6 +84,10 @@ class DelayedAggregatesConfig(DistGNNConfig):
         check(
             self.backward in BACKWARD_COMPLETIONS,
             f"algorithm.backward must be one of {BACKWARD_COMPLETIONS}, not {self.backward!r}",
+        )
+        check(
+            self.semantics in SEMANTICS,
+            f"algorithm.semantics must be one of {SEMANTICS}, not {self.semantics!r}",
         )
 
 
@@ -114,7 +123,13 @@ class DistGNN(Algorithm):
         bins = self.num_bins(cfg)
         self.tree = CloneTree(part, comm.rank, comm.world_size, bins)
         self.drpa = DelayedRemoteAggregates(
-            self.tree, comm, timer, self.delay, bins, self.backward_completion(cfg)
+            self.tree,
+            comm,
+            timer,
+            self.delay,
+            bins,
+            self.backward_completion(cfg),
+            semantics=getattr(cfg.algorithm, "semantics", "fresh"),  # cdr only
         )
         self.graph = Block.from_csr(part["indptr"], part["indices"])
         ones = torch.ones(self.graph.num_dst, dtype=torch.int64)
@@ -147,15 +162,16 @@ class DistGNN(Algorithm):
     def logits(self, model: torch.nn.Module) -> torch.Tensor:
         return model([self.graph] * len(model.layers), self.x)
 
-    def use_degrees(self, bins_in_use: int) -> None:
-        """Normalise by whole-graph degrees on the split clones of the first `bins_in_use`
-        bins (those whose remote sums are in use), by local degrees elsewhere."""
-        if bins_in_use not in self._degrees_in_use:
+    def use_degrees(self, bins: tuple[int, ...]) -> None:
+        """Normalise by whole-graph degrees on the split clones of `bins` (those whose
+        remote sums are in use), by local degrees elsewhere."""
+        if bins not in self._degrees_in_use:
             degrees = self.local_degrees.clone()
-            for links in self.tree.bins[:bins_in_use]:
-                degrees[links.result_local] = self.whole_degrees[links.result_local]
-            self._degrees_in_use[bins_in_use] = (degrees[:, 0].clone(), degrees[:, 1].clone())
-        self.graph.graph_degrees = self._degrees_in_use[bins_in_use]
+            for b in bins:
+                result_local = self.tree.bins[b].result_local
+                degrees[result_local] = self.whole_degrees[result_local]
+            self._degrees_in_use[bins] = (degrees[:, 0].clone(), degrees[:, 1].clone())
+        self.graph.graph_degrees = self._degrees_in_use[bins]
 
     gradient_reduction = "sum"  # each rank's loss is its clones' share of the whole loss
 
@@ -173,14 +189,14 @@ class DistGNN(Algorithm):
         return (per_clone * self.train_weights).sum() / self.num_train
 
     def end_epoch(self, losses: list[float]) -> dict[str, Any]:
-        self.drpa.end_epoch()
+        overlap = self.drpa.end_epoch()
         total_loss = self.comm.all_reduce_sum(torch.tensor(losses, dtype=torch.float64).sum())
-        return {"loss": float(total_loss), "split_fraction": self.split_fraction}
+        return {"loss": float(total_loss), "split_fraction": self.split_fraction, **overlap}
 
     @torch.no_grad()
     def evaluate(self, model):
         model.eval()
-        self.use_degrees(len(self.tree.bins))
+        self.use_degrees(tuple(range(len(self.tree.bins))))
         with self.drpa.exact():
             logits = self.logits(model)
         return {split: (logits[ids], self.label[ids]) for split, ids in self.eval_ids.items()}

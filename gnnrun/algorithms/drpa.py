@@ -11,10 +11,21 @@ are DistGNN's pre- and post-processing.
 What a clone adds to its own partial sum is its *remote* sum: the partial sums
 of its other clones. With `delay` r (cd-r), the remote sums used at epoch t are
 those sent at epoch t - r, so an exchange started in epoch t has r epochs of
-compute to hide behind; until the first exchange arrives a clone has only its
-local sum (0c). With `bins` b, only the split vertices with `vertex id % b ==
+compute to hide behind, split between its phases: phase 2 starts at the end of
+epoch t + ceil(r / 2) - 1 (every rank at the same point, so the collectives
+pair up), and the remote sums are waited for when they are due. Until the first
+exchange arrives a clone has only its local sum (0c). The share of the
+exchanges' time in flight that no rank spent waiting for them is reported per
+epoch as `comm_hidden`. With `bins` b, only the split vertices with `vertex id % b ==
 epoch % b` exchange at an epoch; the others keep the remote sum they last
 received. `delay=0, bins=1` is cd-0 (exact); no exchange at all is 0c.
+
+That reading (`semantics="fresh"`) is fresher than DistGNN's released code,
+offered as `semantics="released"`: there a leaf's aggregate is *replaced* by
+the vertex's total as its root summed it `delay` epochs ago (so phase 2 sends
+totals), a root adds its leaves' partial sums, and only the bin whose exchange
+falls due at an epoch is completed; the other split vertices keep their local
+sums that epoch.
 
 The remote sums are added to the partial sums in place, and each bin keeps the
 result of its last exchange as it arrived (rows in link order): with most
@@ -36,6 +47,7 @@ the same order, which is what pairs up their collectives.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,6 +141,10 @@ class Exchange:
     # the leaves' rows arrive from their roots, the roots' rows are summed here.
     remote: torch.Tensor | None = None
     done: bool = False
+    totals: bool = False  # phase 2 sends leaves the vertex's total (released semantics)
+    timed: Any = None  # the phase's completion callback, which adds to in_flight_s
+    in_flight_s: float = 0.0  # each phase from its post until it completed, summed
+    waited_s: float = 0.0  # what this rank spent blocked on it
 
     @property
     def in_phase1(self) -> bool:
@@ -166,12 +182,13 @@ class DelayedRemoteAggregates:
         delay: int | None,
         num_bins: int = 1,
         backward: str = "autograd",
+        semantics: str = "fresh",
     ) -> None:
         if len(tree.bins) != num_bins:
             raise ValueError("the clone tree was built for another number of bins")
         self.tree, self.comm, self.timer = tree, comm, timer
         self.delay, self.num_bins = delay, num_bins
-        self.backward = backward
+        self.backward, self.semantics = backward, semantics
         forward = "local" if delay is None else "delayed" if self.keeps_state else "now"
         # How each direction completes: now (synchronously, every split vertex),
         # this_bin (synchronously, this epoch's bin), delayed, or local (not at all).
@@ -181,9 +198,13 @@ class DelayedRemoteAggregates:
             "bwd": {"autograd": differentiated, "delayed": forward, "exact": "now"}[backward],
         }
         self.epoch = 0
+        # Phase 2 of an exchange started at epoch t starts at the end of this epoch.
+        self._phase2_after = 0 if not delay else -(-delay // 2) - 1
+        self._in_flight_s = self._waited_s = 0.0  # training exchanges finished this epoch
         self._calls = {"fwd": 0, "bwd": 0}
         self._slots: dict[tuple[str, int], _Slot] = {}
         self._exact = False
+        self._replaced: list[torch.Tensor] = []  # released: leaf rows the last call replaced
 
     def completes(self, direction: str) -> str:
         """How training calls in `direction` (fwd, bwd) complete: now, this_bin, delayed
@@ -197,29 +218,39 @@ class DelayedRemoteAggregates:
 
     # ------------------------------------------------------------------ driving
 
-    def bins_in_use(self, epoch: int) -> int:
-        """How many bins' remote sums are in use at `epoch`: bins 0 to that number - 1.
+    def bins_in_use(self, epoch: int) -> tuple[int, ...]:
+        """The bins whose remote sums are in use at `epoch`.
 
-        Bin k first exchanges at epoch k and its sums arrive `delay` epochs later.
+        Bin k first exchanges at epoch k and its sums arrive `delay` epochs later;
+        `fresh` keeps using them, `released` uses only the bin falling due.
         """
-        if self.delay is None:
-            return 0
-        return min(self.num_bins, max(0, epoch - self.delay + 1))
+        if self.delay is None or epoch < self.delay:
+            return ()
+        if self.semantics == "released":
+            return ((epoch - self.delay) % self.num_bins,)
+        return tuple(range(min(self.num_bins, epoch - self.delay + 1)))
 
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self._calls = {"fwd": 0, "bwd": 0}
 
-    def end_epoch(self) -> None:
-        """Move this epoch's exchanges to phase 2, so that they overlap the next epoch, and
+    def end_epoch(self) -> dict[str, float]:
+        """Move the exchanges whose phase 1 has had its share of the delay to phase 2, and
         finish those whose phase 2 has arrived: their send buffers (a copy of every
-        exchanged row) need not wait until the remote sums are due."""
+        exchanged row) need not wait until the remote sums are due. Returns the share of
+        in-flight time hidden behind compute for the exchanges finished this epoch."""
         for slot in self._slots.values():
             for exchange in slot.in_flight:
                 if exchange.in_phase1:
-                    self._start_phase2(exchange)
+                    if exchange.epoch + self._phase2_after <= self.epoch:
+                        self._start_phase2(exchange)
                 elif exchange.work is None or exchange.work.is_completed():
                     self._finish(exchange)
+        stats = {}
+        if self._in_flight_s > 0:
+            stats["comm_hidden"] = max(0.0, 1.0 - self._waited_s / self._in_flight_s)
+        self._in_flight_s = self._waited_s = 0.0
+        return stats
 
     @contextlib.contextmanager
     def exact(self) -> Iterator[None]:
@@ -260,16 +291,25 @@ class DelayedRemoteAggregates:
         key = (direction, self._calls[direction])
         self._calls[direction] += 1
         slot = self._slots.setdefault(key, _Slot())
-        slot.in_flight.append(self._start(tree.bins[self.epoch % self.num_bins], values, direction))
+        exchange = self._start(tree.bins[self.epoch % self.num_bins], values, direction)
+        exchange.totals = self.semantics == "released"
+        slot.in_flight.append(exchange)
         due = [e for e in slot.in_flight if e.epoch + self.delay <= self.epoch]
         slot.in_flight = [e for e in slot.in_flight if e.epoch + self.delay > self.epoch]
         for exchange in due:
             self._finish(exchange)
-            slot.latest[exchange.epoch % self.num_bins] = (
-                exchange.links.result_local,
-                exchange.remote,
-            )
+            if self.semantics == "fresh":
+                slot.latest[exchange.epoch % self.num_bins] = (
+                    exchange.links.result_local,
+                    exchange.remote,
+                )
         with self.timer.phase(f"rat_{direction}_post"):
+            if self.semantics == "released":
+                for exchange in due:  # a leaf takes its root's total, a root adds its leaves'
+                    links, leaves = exchange.links, exchange.links.num_leaf_links
+                    values.index_copy_(0, links.leaf_local, exchange.remote[:leaves])
+                    values.index_add_(0, links.roots_local, exchange.remote[leaves:])
+                    self._replaced.append(links.leaf_local)
             for local_ids, sums in slot.latest.values():
                 values.index_add_(0, local_ids, sums)
             return values
@@ -284,7 +324,7 @@ class DelayedRemoteAggregates:
             roots_own = values.index_select(0, links.roots_local)
             received = values.new_empty((sum(links.root_counts), *values.shape[1:]))
         exchange = Exchange(self.epoch, direction, links, roots_own, received, sending=send)
-        exchange.work = self._all_to_all(received, send, links.root_counts, links.leaf_counts)
+        self._post(exchange, received, send, links.root_counts, links.leaf_counts)
         return exchange
 
     def _start_phase2(self, exchange: Exchange) -> None:
@@ -298,13 +338,16 @@ class DelayedRemoteAggregates:
             roots_remote = remote[links.num_leaf_links :].zero_()
             roots_remote.index_add_(0, links.root_of_link, received)
         with self.timer.phase(f"rat_{exchange.direction}_pre"):
-            # A leaf's remote sum: the vertex's total less the leaf's own partial sum.
+            # A leaf's remote sum: the vertex's total less the leaf's own partial sum
+            # (or the total, which replaces the leaf's aggregate under `released`).
             total = own.add_(roots_remote)
-            send = total.index_select(0, links.root_of_link).sub_(received)
+            send = total.index_select(0, links.root_of_link)
+            if not exchange.totals:
+                send.sub_(received)
         exchange.roots_own = exchange.received = None
         exchange.remote, exchange.sending = remote, send
-        exchange.work = self._all_to_all(
-            remote[: links.num_leaf_links], send, links.leaf_counts, links.root_counts
+        self._post(
+            exchange, remote[: links.num_leaf_links], send, links.leaf_counts, links.root_counts
         )
 
     def _finish(self, exchange: Exchange) -> None:
@@ -314,6 +357,20 @@ class DelayedRemoteAggregates:
             self._start_phase2(exchange)
         self._wait(exchange)
         exchange.done = True
+        if not self._exact:
+            self._in_flight_s += exchange.in_flight_s
+            self._waited_s += exchange.waited_s
+
+    def _post(self, exchange: Exchange, out, inp, out_counts, in_counts) -> None:
+        """Starts one phase's all-to-all; its time in flight is added when it completes."""
+        exchange.work = self._all_to_all(out, inp, out_counts, in_counts)
+        if exchange.work is not None:
+            posted = time.perf_counter()
+
+            def landed(_future) -> None:
+                exchange.in_flight_s += time.perf_counter() - posted
+
+            exchange.timed = exchange.work.get_future().then(landed)
 
     def _all_to_all(self, out, inp, out_counts, in_counts):
         if not self.comm.distributed:
@@ -331,9 +388,12 @@ class DelayedRemoteAggregates:
 
     def _wait(self, exchange: Exchange) -> None:
         if exchange.work is not None:
+            start = time.perf_counter()
             with self.timer.phase(f"rat_{exchange.direction}_wait"), self.comm.blocked():
                 exchange.work.wait()
-            exchange.work = exchange.sending = None
+            exchange.waited_s += time.perf_counter() - start
+            exchange.timed.wait()  # its callback has added the time in flight
+            exchange.work = exchange.sending = exchange.timed = None
 
     # ------------------------------------------------------------- checkpoints
 
@@ -357,9 +417,10 @@ class DelayedRemoteAggregates:
                 "the checkpoint's cdr state was written by an older gnnrun (before "
                 "2026-11-23) and cannot be resumed: start again without train.resume"
             )
-        # `delay_epochs` was `delay` before 2026-11-24.
+        # `delay_epochs` was `delay` before 2026-11-24; `semantics` came on 2026-11-25.
         saved_settings = {
-            ("delay_epochs" if k == "delay" else k): v for k, v in saved_settings.items()
+            "semantics": "fresh",
+            **{("delay_epochs" if k == "delay" else k): v for k, v in saved_settings.items()},
         }
         if saved_settings.get("backward") == "local" and self.delay != 0:
             # `autograd`'s name before 2026-11-23 (it then never completed gradients,
@@ -382,12 +443,26 @@ class DelayedRemoteAggregates:
             for epoch, remote in saved["pending"]:
                 links = bins[epoch % self.num_bins]
                 slot.in_flight.append(
-                    Exchange(epoch, key[0], links, None, None, remote=remote, done=True)
+                    Exchange(
+                        epoch,
+                        key[0],
+                        links,
+                        None,
+                        None,
+                        remote=remote,
+                        done=True,
+                        totals=self.semantics == "released",
+                    )
                 )
             self._slots[key] = slot
 
     def _settings(self) -> dict[str, Any]:
-        return {"delay_epochs": self.delay, "bins": self.num_bins, "backward": self.backward}
+        return {
+            "delay_epochs": self.delay,
+            "bins": self.num_bins,
+            "backward": self.backward,
+            "semantics": self.semantics,
+        }
 
 
 class _Complete(torch.autograd.Function):
@@ -402,11 +477,18 @@ class _Complete(torch.autograd.Function):
     def forward(ctx, partial: torch.Tensor, drpa: DelayedRemoteAggregates) -> torch.Tensor:
         ctx.drpa = drpa
         ctx.mark_dirty(partial)
-        return drpa._complete("fwd", partial)
+        drpa._replaced = []
+        out = drpa._complete("fwd", partial)
+        ctx.replaced = drpa._replaced
+        return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         drpa = ctx.drpa
         if drpa.completes("bwd") == "local":
+            if ctx.replaced:  # a replaced leaf's aggregate did not depend on its own sum
+                grad = grad.clone()
+                for rows in ctx.replaced:
+                    grad[rows] = 0
             return grad, None
         return drpa._complete("bwd", grad.clone()), None

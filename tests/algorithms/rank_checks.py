@@ -169,8 +169,9 @@ def drpa_on_hand_built_tree(
 
 def drpa_on_three_clone_tree(rank: int, world: int, cases: list, epochs: int) -> list:
     """DRPA on three ranks whose only split vertex, 0, has a clone on each (its root on rank 1);
-    vertex 10 + r lives only on rank r. Per (delay, bins) case and epoch, the outputs and the
-    input gradients (backward `delayed`)."""
+    vertex 10 + r lives only on rank r. Per (delay, bins[, semantics]) case and epoch, the outputs and the
+    input gradients (backward `delayed`), the phase of every exchange in flight after the
+    epoch and the share of communication hidden."""
     part = Part(
         rank,
         3,
@@ -186,9 +187,11 @@ def drpa_on_three_clone_tree(rank: int, world: int, cases: list, epochs: int) ->
     )
     comm = Communicator()
     results = []
-    for delay, bins in cases:
+    for delay, bins, *semantics in cases:
         tree = CloneTree(part, rank, world, bins)
-        drpa = DelayedRemoteAggregates(tree, comm, PhaseTimer(), delay, bins, "delayed")
+        drpa = DelayedRemoteAggregates(
+            tree, comm, PhaseTimer(), delay, bins, "delayed", semantics=(semantics or ["fresh"])[0]
+        )
         out = []
         for epoch in range(epochs):
             drpa.begin_epoch(epoch)
@@ -196,8 +199,21 @@ def drpa_on_three_clone_tree(rank: int, world: int, cases: list, epochs: int) ->
             p.requires_grad_(True)
             y = drpa(p * 1)
             y.backward(-p.detach())
-            drpa.end_epoch()
-            out.append({"y": y.detach().reshape(-1).tolist(), "grad": p.grad.reshape(-1).tolist()})
+            stats = drpa.end_epoch()
+            # After the epoch: (epoch started, phase) of every exchange still in flight.
+            phases = [
+                (e.epoch, 1 if e.in_phase1 else 2)
+                for slot in drpa._slots.values()
+                for e in slot.in_flight
+            ]
+            out.append(
+                {
+                    "y": y.detach().reshape(-1).tolist(),
+                    "grad": p.grad.reshape(-1).tolist(),
+                    "phases": phases,
+                    **stats,
+                }
+            )
         results.append(out)
     return results
 
@@ -236,7 +252,9 @@ def distgnn_trajectories(rank: int, world: int, cfgs: list, epochs: int) -> list
 
 
 def hec_trace(rank: int, world: int, cfg, epochs: int) -> dict:
-    """Train `hec` with dropout off; every push, load and miss of this rank, and per-epoch stats."""
+    """Train `hec` with dropout off; every layer's sources and every push, load and miss of
+    this rank, per-epoch stats, and its part: solid vertices with their degrees, halo
+    vertices with their owners."""
     comm, algorithm, model, optimizer = algorithm_and_model(cfg)
     algorithm.trace = []
     epochs_out = []
@@ -244,7 +262,17 @@ def hec_trace(rank: int, world: int, cfg, epochs: int) -> dict:
         comm.bytes.reset()
         stats = train_epoch(algorithm, model, optimizer, epoch)
         epochs_out.append({**stats, "bytes": comm.bytes.reset()})
-    return {"trace": algorithm.trace, "epochs": epochs_out}
+    part = algorithm.part
+    nodes = np.asarray(part["nodes"], dtype=np.int64)
+    return {
+        "trace": algorithm.trace,
+        "epochs": epochs_out,
+        "solid": nodes[: part.num_solid],
+        "degree": np.diff(np.asarray(part["indptr"], dtype=np.int64))[: part.num_solid],
+        "halos": nodes[part.num_solid :],
+        "halo_owner": np.asarray(part["halo_owner"], dtype=np.int64),
+        "widths": [algorithm.in_dim] + [cfg.model.hidden] * (cfg.model.layers - 1),
+    }
 
 
 def hec_traces(rank: int, world: int, cfgs: list, epochs: int) -> list[dict]:

@@ -218,7 +218,7 @@ def test_drpa_uses_what_was_sent_delay_epochs_ago(drpa_runs, delay, bins, backwa
             ]
 
 
-THREE_CLONE_CASES = [(0, 1), (2, 1), (3, 2)]  # (delay, bins)
+THREE_CLONE_CASES = [(0, 1), (2, 1), (3, 2), (5, 1)]  # (delay, bins)
 
 
 def test_drpa_with_three_clones_adds_every_other_clone(tmp_path):
@@ -231,6 +231,7 @@ def test_drpa_with_three_clones_adds_every_other_clone(tmp_path):
         return sign * (1000.0 * (rank + 1) + 10 * epoch + local)
 
     for c, (delay, bins) in enumerate(THREE_CLONE_CASES):
+        hidden = []
         for rank in range(3):
             for epoch, got in enumerate(per_rank[rank][c]):
                 sent = [e for e in range(epoch - delay + 1) if e % bins == 0]  # vertex 0: bin 0
@@ -242,6 +243,49 @@ def test_drpa_with_three_clones_adds_every_other_clone(tmp_path):
                     )
                     expected = [value(rank, epoch, 0, sign) + others, value(rank, epoch, 1, sign)]
                     assert got[key] == expected, (delay, bins, rank, epoch, key)
+                # Both phases span the delay: phase 1 until the end of epoch
+                # start + ceil(delay / 2) - 1, phase 2 from then until due.
+                for started, phase in got["phases"]:
+                    assert started + delay > epoch, (delay, epoch, started)
+                    in_phase2 = epoch >= started + -(-delay // 2) - 1
+                    assert phase == (2 if in_phase2 else 1), (delay, epoch, started, phase)
+                if "comm_hidden" in got:  # the epochs in which an exchange finished
+                    hidden.append(got["comm_hidden"])
+        assert all(0.0 <= h <= 1.0 for h in hidden) and len(hidden) >= DRPA_EPOCHS - delay, hidden
+
+
+RELEASED_CASES = [(2, 1, "released"), (3, 2, "released")]
+
+
+def test_drpa_released_semantics_replaces_a_leaf_with_its_roots_total():
+    """DistGNN's released cd-r on the three-clone tree: when vertex 0's bin falls due, the
+    root (rank 1) adds both leaves' values sent `delay` epochs ago to its own now, and each
+    leaf takes the total of all three clones' values sent then; at other epochs every clone
+    keeps its own value."""
+    per_rank = run_on_ranks(rank_checks.drpa_on_three_clone_tree, 3, RELEASED_CASES, DRPA_EPOCHS)
+
+    def value(rank: int, epoch: int, local: int, sign: float) -> float:
+        return sign * (1000.0 * (rank + 1) + 10 * epoch + local)
+
+    for c, (delay, bins, _) in enumerate(RELEASED_CASES):
+        for rank in range(3):
+            for epoch, got in enumerate(per_rank[rank][c]):
+                sent = epoch - delay
+                for key, sign in (("y", 1.0), ("grad", -1.0)):
+                    own = value(rank, epoch, 0, sign)
+                    if sent < 0 or sent % bins != 0:  # vertex 0 is in bin 0
+                        expected = own
+                    elif rank == 1:
+                        expected = own + sum(value(r, sent, 0, sign) for r in (0, 2))
+                    else:
+                        expected = sum(value(r, sent, 0, sign) for r in range(3))
+                    assert got[key] == [expected, value(rank, epoch, 1, sign)], (
+                        delay,
+                        bins,
+                        rank,
+                        epoch,
+                        key,
+                    )
 
 
 def test_cdr_state_from_an_older_layout_is_refused_with_the_fix():
