@@ -170,9 +170,16 @@ class TrainConfig:
     checkpoint_every: int = 10
     # fp32, or bf16: dense layers in bfloat16 under autocast (gnnrun.ops.precision).
     precision: str = "fp32"
+    # Validation accuracy (AUC for binary tasks) whose epoch and seconds the summary
+    # records as time to target (within 1%, relative); null: the run's best.
+    target: float | None = None
 
     def validate(self) -> None:
         check(self.epochs >= 1, "train.epochs must be at least 1")
+        check(
+            self.target is None or 0 < self.target <= 1,
+            f"train.target {self.target}: a validation accuracy in (0, 1], or null for the run's best",
+        )
         check(self.eval_every >= 1, "train.eval_every must be at least 1")
         check(self.checkpoint_every >= 1, "train.checkpoint_every must be at least 1")
         check(

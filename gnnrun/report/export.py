@@ -25,6 +25,7 @@ def write_csv(rows: list[ReportRow], path: Path) -> None:
     header += ["bytes_per_epoch", "peak_rss_mb", "best_epoch"]
     header += [f"best_{s}" for s in scores] + [f"final_{s}" for s in scores]
     header += [f"hit_rate_L{i}" for i in range(hit_layers(rows))]
+    header += ["target", "epochs_to_target", "seconds_to_target"]
     if comparing:
         header += ["epoch_ratio", "bytes_ratio"]
     lines = []
@@ -37,6 +38,8 @@ def write_csv(rows: list[ReportRow], path: Path) -> None:
         line += [row.bytes_per_epoch, row.peak_rss_mb, row.best_epoch]
         line += [row.best.get(s) for s in scores] + [row.final.get(s) for s in scores]
         line += hits
+        reached = row.to_target or {}
+        line += [reached.get("target"), reached.get("epochs"), reached.get("seconds")]
         if comparing:
             line += [row.epoch_ratio, row.bytes_ratio]
         # str() of a float is its shortest exact repr; None is an empty field.

@@ -119,6 +119,16 @@ def summary_table(summary: dict) -> Table:
         table.add_row("peak memory (rank 0)", f"{summary['peak_rss_mb_rank0']:,.0f} MB")
     if "split_fraction_rank0" in summary:
         table.add_row("split vertices (rank 0)", f"{summary['split_fraction_rank0']:.1%}")
+    if "comm_hidden_rank0" in summary:
+        table.add_row("DRPA in flight, hidden (rank 0)", f"{summary['comm_hidden_rank0']:.0%}")
+    if reached := summary.get("to_target"):
+        what = "target" if reached["target_given"] else "best"
+        when = (
+            f"epoch {reached['epochs']}, {reached['seconds']:.1f} s"
+            if reached["epochs"] is not None
+            else "not reached"
+        )
+        table.add_row(f"within 1% of val {what} {reached['target']:.4f}", when)
     if "allocator_rank0" in summary:  # runs before 2026-11-23 did not record it
         table.add_row("allocator (rank 0)", summary["allocator_rank0"])
     return table
@@ -237,6 +247,11 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
         columns.append(
             _Column(header, lambda r: "/".join(f"{h:.3f}" for h in r.hit_rate) or _MISSING)
         )
+    if any(r.to_target for r in rows):
+        columns += [
+            _Column("epochs to target", lambda r: _to_target(r, "epochs", "{}")),
+            _Column("s to target", lambda r: _to_target(r, "seconds", "{:.1f}")),
+        ]
     columns.append(_Column("status", lambda r: r.status, text=True, wraps=True))
     if comparing:
         second = sets[1].label
@@ -245,6 +260,11 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
             _Column("B/A MB", lambda r: ratio(r.bytes_ratio) if r.run == second else ""),
         ]
     return columns
+
+
+def _to_target(row: ReportRow, key: str, form: str) -> str:
+    reached = row.to_target or {}
+    return _MISSING if reached.get(key) is None else form.format(reached[key])
 
 
 def _title(rows: list[ReportRow], sets: list[RunSet]) -> str:
@@ -275,6 +295,11 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
         "times: median over epochs, s (rank 0); MB/epoch: bytes rank 0 sent per epoch (median), "
         "1e6 bytes; best val: at the epoch of best validation accuracy; final test: last evaluation"
     )
+    if any(r.to_target for r in rows):
+        lines.append(
+            "to target: the first evaluation within 1% (relative) of train.target, or of the "
+            "run's best validation accuracy; seconds of training until its end"
+        )
     if len(sets) == 2:
         lines.append(
             "B/A: B's figure over A's, for the A point of the same algorithm, ranks, dataset, model"

@@ -210,4 +210,35 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         ),
         # hec: the cache hit rate per layer (input layer first) over all ranks, last epoch.
         **({"hit_rate": history[-1]["hit_rate"]} if history and "hit_rate" in history[-1] else {}),
+        # cd0 / cdr: the share of DRPA's time in flight that rank 0 did not wait for.
+        **(
+            {"comm_hidden_rank0": float(np.median(hidden))}
+            if (hidden := [r["comm_hidden"] for r in history if "comm_hidden" in r])
+            else {}
+        ),
+        **(
+            {"to_target": reached} if (reached := time_to_target(history, cfg.train.target)) else {}
+        ),
     }
+
+
+# Within this much (relative) of the target counts as reaching it.
+TARGET_TOLERANCE = 0.01
+
+
+def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any] | None:
+    """The first evaluation whose validation accuracy (AUC for binary tasks) is within 1%
+    of `target`, or of the run's best when there is none: how many epochs it took and the
+    training seconds until then (evaluations excluded). None before any evaluation."""
+    metric = "val_acc" if any("val_acc" in r for r in history) else "val_auc"
+    evaluated = [r for r in history if metric in r]
+    if not evaluated:
+        return None
+    goal = target if target is not None else max(r[metric] for r in evaluated)
+    reached = {"target": goal, "target_given": target is not None, "epochs": None, "seconds": None}
+    elapsed = 0.0
+    for record in history:
+        elapsed += record["epoch_s"]
+        if metric in record and record[metric] >= (1 - TARGET_TOLERANCE) * goal:
+            return {**reached, "epochs": record["epoch"] + 1, "seconds": elapsed}
+    return reached

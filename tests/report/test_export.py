@@ -30,6 +30,8 @@ def test_csv_equals_summary_json(sweep, tmp_path):
         assert float(line["best_val_acc"]) == summary["best"]["val_acc"]
         assert float(line["final_test_acc"]) == summary["final"]["test_acc"]
         assert int(line["best_epoch"]) == summary["best"]["epoch"] + 1
+        assert int(line["epochs_to_target"]) == summary["to_target"]["epochs"]
+        assert float(line["seconds_to_target"]) == summary["to_target"]["seconds"]
         assert line["status"] == "done"
 
 

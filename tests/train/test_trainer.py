@@ -243,3 +243,27 @@ def test_a_reordered_dataset_trains_the_same_model(tmp_path):
     for plain, moved in zip(runs["none"], runs["metis"], strict=True):
         assert moved["loss"] == pytest.approx(plain["loss"], rel=1e-5)
         assert moved["val_acc"] == plain["val_acc"] and moved["test_acc"] == plain["test_acc"]
+
+
+def _history(val_accs: list[float | None], epoch_s: float = 2.0) -> list[dict]:
+    return [
+        {"epoch": e, "epoch_s": epoch_s, **({} if acc is None else {"val_acc": acc})}
+        for e, acc in enumerate(val_accs)
+    ]
+
+
+def test_time_to_target_is_the_first_evaluation_within_one_percent():
+    from gnnrun.train.trainer import time_to_target
+
+    history = _history([0.5, None, 0.792, 0.80, 0.79])
+    # Given: 0.792 >= 0.99 * 0.80 = 0.792 at epoch 3 (counted from 1), 3 epochs of 2 s.
+    assert time_to_target(history, 0.80) == {
+        "target": 0.80,
+        "target_given": True,
+        "epochs": 3,
+        "seconds": 6.0,
+    }
+    # Not given: the run's best validation accuracy (0.80), the same epoch here.
+    assert time_to_target(history, None)["epochs"] == 3
+    assert time_to_target(_history([0.5, 0.6]), 0.9)["epochs"] is None
+    assert time_to_target(_history([None, None]), 0.9) is None
