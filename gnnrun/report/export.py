@@ -25,7 +25,7 @@ def write_csv(rows: list[ReportRow], path: Path) -> None:
     header += ["bytes_per_epoch", "peak_rss_mb", "best_epoch"]
     header += [f"best_{s}" for s in scores] + [f"final_{s}" for s in scores]
     header += [f"hit_rate_L{i}" for i in range(hit_layers(rows))]
-    header += ["target", "epochs_to_target", "seconds_to_target"]
+    header += ["target", "epochs_to_target", "seconds_to_target", "comm_hidden"]
     if comparing:
         header += ["epoch_ratio", "bytes_ratio"]
     lines = []
@@ -40,6 +40,7 @@ def write_csv(rows: list[ReportRow], path: Path) -> None:
         line += hits
         reached = row.to_target or {}
         line += [reached.get("target"), reached.get("epochs"), reached.get("seconds")]
+        line.append(row.comm_hidden)
         if comparing:
             line += [row.epoch_ratio, row.bytes_ratio]
         # str() of a float is its shortest exact repr; None is an empty field.

@@ -36,6 +36,7 @@ class ReportRow:
     final: dict[str, float] = field(default_factory=dict)  # the same at the last evaluation
     hit_rate: list[float] = field(default_factory=list)  # per layer, input layer first (hec)
     to_target: dict[str, Any] | None = None  # summary.json's to_target
+    comm_hidden: float | None = None  # cd0 / cdr: share of DRPA's time in flight not waited for
     epoch_ratio: float | None = None  # B / A, for a compared row that has a match in A
     bytes_ratio: float | None = None
 
@@ -87,6 +88,7 @@ def _row(run: Run, label: str, overrides: list[str]) -> ReportRow:
     # a layer without lookups may have no rate (null): NaN keeps the layers in place
     row.hit_rate = [math.nan if h is None else float(h) for h in summary.get("hit_rate") or []]
     row.to_target = summary.get("to_target")
+    row.comm_hidden = summary.get("comm_hidden_rank0")
     return row
 
 

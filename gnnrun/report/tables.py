@@ -247,6 +247,13 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
         columns.append(
             _Column(header, lambda r: "/".join(f"{h:.3f}" for h in r.hit_rate) or _MISSING)
         )
+    if any(r.comm_hidden is not None for r in rows):
+        columns.append(
+            _Column(
+                "DRPA hidden",
+                lambda r: _MISSING if r.comm_hidden is None else f"{r.comm_hidden:.0%}",
+            )
+        )
     if any(r.to_target for r in rows):
         columns += [
             _Column("epochs to target", lambda r: _to_target(r, "epochs", "{}")),
@@ -295,6 +302,11 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
         "times: median over epochs, s (rank 0); MB/epoch: bytes rank 0 sent per epoch (median), "
         "1e6 bytes; best val: at the epoch of best validation accuracy; final test: last evaluation"
     )
+    if any(r.comm_hidden is not None for r in rows):
+        lines.append(
+            "DRPA hidden: the share of DRPA's time in flight that rank 0 did not wait for "
+            "(median over epochs)"
+        )
     if any(r.to_target for r in rows):
         lines.append(
             "to target: the first evaluation within 1% (relative) of train.target, or of the "

@@ -47,3 +47,17 @@ def test_a_narrow_console_splits_the_table_and_keeps_figures_whole(hec_sweep, sw
     assert max(len(line) for line in text.splitlines()) <= 80
     assert len(re.findall("┏", text)) >= 2  # split into several tables
     assert tables(text) == wide  # the same cells, joined again by (run, point)
+
+
+def test_time_to_target_and_hidden_communication_columns(hec_sweep, tables):
+    for point, hidden in (("0", 0.25), ("1", None)):
+        path = hec_sweep / point / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["to_target"] = {"target": 0.6, "target_given": True, "epochs": 3, "seconds": 1.25}
+        if hidden is not None:
+            summary["comm_hidden_rank0"] = hidden
+        path.write_text(json.dumps(summary))
+    rows = tables(render([load_run_set(hec_sweep)], 400))
+    assert [r["epochs to target"] for r in rows] == ["3", "3", "–"]
+    assert [r["s to target"] for r in rows] == ["1.2", "1.2", "–"]
+    assert [r["DRPA hidden"] for r in rows] == ["25%", "–", "–"]
