@@ -20,7 +20,10 @@ budget, `push_limit` rows (fewer when q has fewer halo vertices owned by p).
 lives lifespan + 1 minibatches, so ceil(h / (lifespan + 1)) rows per
 minibatch, h being q's halo vertices owned by p, already keep a line alive for
 every one of them; more only re-sends lines that are still valid (and pads the
-buffers of small graphs, whose halos are smaller than push_limit).
+buffers of small graphs, whose halos are smaller than push_limit). From the
+second epoch on it is also at most q's halo lookups of p's vertices per
+minibatch at that layer in the epoch before, which q tells p at the end of
+each epoch: q cannot read more lines in a minibatch than it looks up.
 
 The delay d (`algorithm.delay_minibatches`), defined once: an embedding computed
 at minibatch k is usable in the remote caches from minibatch k + max(d, 1). With
@@ -75,7 +78,8 @@ class HistoricalEmbeddingCacheConfig(AlgorithmConfig):
     lifespan: int = 2  # ls: a line older than this many minibatches is purged
     push_limit: int = 2000  # nc: embeddings pushed per layer to each remote rank per minibatch
     # limit: push_limit rows per push (the paper's); usable: also at most what the peer
-    # can use, ceil(its halo from this rank / (lifespan + 1)) rows (module docstring)
+    # can use, its halo from this rank / (lifespan + 1) and its lookups per minibatch
+    # (module docstring)
     push_budget: str = "usable"
     # d: a push started at minibatch k is stored remotely at minibatch k + d
     delay_minibatches: int = 1
@@ -344,7 +348,9 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         for q in range(world):
             chosen = solid[:0] if q == rank else solid[self.halo_on[q][local]]
             budget = int(self.send_budget[layer, q])
-            if chosen.numel() > budget:
+            if budget == 0:  # the rank looked up none of my vertices at this layer
+                chosen = solid[:0]
+            elif chosen.numel() > budget:
                 weights = self.degree[self.source.local[src_ids[chosen]]].clamp(min=1).double()
                 key = step_key(self.cfg.train.seed, now, layer * world + q)
                 generator = torch.Generator().manual_seed(key)

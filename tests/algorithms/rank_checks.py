@@ -275,6 +275,21 @@ def hec_trace(rank: int, world: int, cfg, epochs: int) -> dict:
     }
 
 
+def hec_with_a_layer_unbudgeted(rank: int, world: int, cfg, layer: int) -> dict:
+    """One epoch of `hec` whose push budget at `layer` is 0 both ways (as when no rank
+    looked up another's vertices there): what was pushed per layer, and the loss."""
+    comm, algorithm, model, optimizer = algorithm_and_model(cfg)
+    algorithm.send_budget[layer] = 0
+    algorithm.receive_budget[layer] = 0
+    algorithm.trace = []
+    stats = train_epoch(algorithm, model, optimizer, 0)
+    pushed = [0] * cfg.model.layers
+    for kind, _, at, peer, ids, _ in algorithm.trace:
+        if kind == "push" and peer != rank:
+            pushed[at] += len(ids)
+    return {"pushed": pushed, "loss": stats["loss"]}
+
+
 def hec_traces(rank: int, world: int, cfgs: list, epochs: int) -> list[dict]:
     """hec_trace for each config, one after another in one launch."""
     return [hec_trace(rank, world, cfg, epochs) for cfg in cfgs]

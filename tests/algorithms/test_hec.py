@@ -202,6 +202,13 @@ def test_usable_budget_follows_the_lookups_of_the_last_epoch(configure):
             assert stats["bytes"]["hec_push"] == steps * buffers, (rows, stats["bytes"])
 
 
+def test_a_layer_without_budget_pushes_nothing_there(configure):
+    cfg = hec_config(configure, 2, "algorithm.push_budget=limit", "model.batch_size=16")
+    results = run_on_ranks(rank_checks.hec_with_a_layer_unbudgeted, 2, cfg, 1)
+    assert all(r["pushed"][1] == 0 and r["pushed"][0] > 0 for r in results), results
+    assert all(np.isfinite(r["loss"]) for r in results)
+
+
 def _minibatches_per_epoch(result: dict) -> int:
     first_layer = [
         now for kind, now, layer, *_ in result["trace"] if kind == "sources" and layer == 0
