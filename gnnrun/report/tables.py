@@ -270,8 +270,10 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
 
 
 def _to_target(row: ReportRow, key: str, form: str) -> str:
-    reached = row.to_target or {}
-    return _MISSING if reached.get(key) is None else form.format(reached[key])
+    if not row.to_target:
+        return _MISSING
+    value = row.to_target.get(key)
+    return "not reached" if value is None else form.format(value)
 
 
 def _title(rows: list[ReportRow], sets: list[RunSet]) -> str:

@@ -50,14 +50,20 @@ def test_a_narrow_console_splits_the_table_and_keeps_figures_whole(hec_sweep, sw
 
 
 def test_time_to_target_and_hidden_communication_columns(hec_sweep, tables):
-    for point, hidden in (("0", 0.25), ("1", None)):
+    for point, hidden, epochs in (("0", 0.25, 3), ("1", None, None)):
         path = hec_sweep / point / "summary.json"
         summary = json.loads(path.read_text())
-        summary["to_target"] = {"target": 0.6, "target_given": True, "epochs": 3, "seconds": 1.25}
+        seconds = None if epochs is None else 1.25
+        summary["to_target"] = {
+            "target": 0.6,
+            "target_given": True,
+            "epochs": epochs,
+            "seconds": seconds,
+        }
         if hidden is not None:
             summary["comm_hidden_rank0"] = hidden
         path.write_text(json.dumps(summary))
     rows = tables(render([load_run_set(hec_sweep)], 400))
-    assert [r["epochs to target"] for r in rows] == ["3", "3", "–"]
-    assert [r["s to target"] for r in rows] == ["1.2", "1.2", "–"]
+    assert [r["epochs to target"] for r in rows] == ["3", "not reached", "–"]
+    assert [r["s to target"] for r in rows] == ["1.2", "not reached", "–"]
     assert [r["DRPA hidden"] for r in rows] == ["25%", "–", "–"]
