@@ -263,6 +263,10 @@ def main() -> None:
     parser.add_argument("--hec-dataset", default="facebook")
     parser.add_argument("--hec-epochs", type=int, default=20)
     args = parser.parse_args()
+    for cell in args.cells:
+        dataset, _, ranks = cell.partition(":")
+        if not dataset or not ranks.isdigit():
+            parser.error(f"--cells {cell!r}: write DATASET:RANKS, for example facebook:4")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.table in ("bytes", "all"):
         bytes_table(args.out, args.datasets, args.ranks)
