@@ -29,7 +29,8 @@ EXAMPLES = """\
   gnnrun data prepare dataset=synthetic-medium
   gnnrun partition dataset=cora partitioner=metis partitioner.num_parts=4
   gnnrun partition dataset=synthetic-medium partitioner=libra partitioner.num_parts=8
-  gnnrun partition -m dataset=cora partitioner=metis,random,libra partitioner.num_parts=2,4"""
+  gnnrun partition -m dataset=cora partitioner=metis,random,libra partitioner.num_parts=2,4
+  gnnrun predict run=outputs/train/2026-12-01/10-00-00 cluster.nprocs=4"""
 
 
 # ------------------------------------------------------------------ commands
@@ -69,6 +70,62 @@ def cmd_train(args: list[str]) -> int:
         check_overrides(args)  # as for any single run, before anything is submitted
         args = _slurm_run_args(args)
     return run_hydra(job.train, "train", args, keep_run_dir=True)
+
+
+def cmd_predict(args: list[str]) -> int:
+    return _infer("predict", args)
+
+
+def cmd_embed(args: list[str]) -> int:
+    return _infer("embed", args)
+
+
+def _infer(kind: str, args: list[str]) -> int:
+    """`gnnrun predict|embed run=RUN_DIR [overrides]`: the run's config, then the overrides."""
+    from gnnrun.infer.overrides import merge_overrides, run_overrides
+
+    runs = [a.split("=", 1)[1] for a in args if a.startswith("run=")]
+    if not runs or not runs[-1]:
+        raise GnnrunError(
+            f"usage: gnnrun {kind} run=RUN_DIR [overrides] (RUN_DIR: a `gnnrun train` run's directory)"
+        )
+    run_dir = Path(runs[-1])
+    given = [a for a in args if not a.startswith("run=")]
+    if any(a in ("-m", "--multirun") for a in given):
+        raise GnnrunError(f"gnnrun {kind} takes one run: call it once per run directory")
+    run = run_overrides(run_dir)
+    overrides = merge_overrides(run, given + _as_trained(run, given))
+    return run_hydra(lambda cfg: job.infer(cfg, kind, run_dir), kind, overrides)
+
+
+def _as_trained(run: list[str], given: list[str]) -> list[str]:
+    """Overrides that keep what the run's own config resolves to where its keys depend on
+    the config (its checkpoint directory names the dataset), and an edge-cut partitioner
+    where the run trained on another kind (inference runs on an edge cut)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    from gnnrun.partition import PARTITIONERS
+    from gnnrun.schemas import register_schemas
+
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            trained = compose("config", overrides=run)
+        except HydraException as exc:
+            raise GnnrunError(
+                f"the run's overrides no longer compose ({exc}); give the run's settings "
+                "that changed name as overrides"
+            ) from None
+    keys = {a.split("=", 1)[0].lstrip("+~") for a in given}
+    extra = []
+    if "train.checkpoint_dir" not in keys:
+        directory = Path(OmegaConf.select(trained, "train.checkpoint_dir")).absolute()
+        extra.append(f"train.checkpoint_dir={directory}")
+    name = OmegaConf.select(trained, "partitioner.name")
+    if "partitioner" not in keys and PARTITIONERS.get(name).kind != "edge_cut":
+        extra.append("partitioner=metis")
+    return extra
 
 
 def _own_output_dir(args: list[str]) -> list[str]:
@@ -159,6 +216,8 @@ def _slurm_run_args(args: list[str]) -> list[str]:
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "train": (cmd_train, "train a model on cluster.nprocs ranks (partitions first when needed)"),
+    "predict": (cmd_predict, "every vertex's prediction from a run's checkpoint: run=RUN_DIR"),
+    "embed": (cmd_embed, "every vertex's embedding at embed.layer from a run's checkpoint"),
     "partition": (cmd_partition, "partition a dataset and write the parts atomically"),
     "data": (cmd_data, "`info`: a dataset's statistics; `prepare`: write its prepared format"),
     "report": (cmd_report, "table, CSV and PNG plots of a run or sweep directory; --compare"),

@@ -1,4 +1,4 @@
-"""The root config and the sections no registry owns: paths, optimizer, cluster, train.
+"""The root config and the sections no registry owns: paths, cluster, train, predict, embed.
 
 Every YAML under configs/ starts from a structured-config schema stored in
 Hydra's ConfigStore (`defaults: [/schema/<group>/<name>@_here_, _self_]`), so a
@@ -193,6 +193,39 @@ class TrainConfig:
         )
 
 
+PARQUET_CHOICES = ("auto", "true", "false")
+
+
+@dataclass
+class PredictConfig:
+    """`gnnrun predict` / `gnnrun embed` (gnnrun.infer): layer-wise inference over the graph."""
+
+    # Vertices per chunk: each rank computes its vertices this many at a time, with their
+    # full in-neighbourhoods, so that memory follows the chunk, not the graph.
+    chunk_vertices: int = 16384
+    # Where the outputs go; null: <run>/predict/<dataset> or <run>/embed/<dataset>-layer<k>.
+    output_dir: str | None = None
+    # Parquet shards beside the .npy ones: auto (when pyarrow is installed), true, false.
+    parquet: str = "auto"
+
+    def validate(self) -> None:
+        check(
+            self.chunk_vertices >= 1,
+            f"predict.chunk_vertices must be at least 1 (got {self.chunk_vertices})",
+        )
+        check(
+            str(self.parquet).lower() in PARQUET_CHOICES,
+            f"predict.parquet {self.parquet!r}: choose auto, true or false",
+        )
+
+
+@dataclass
+class EmbedConfig:
+    # The layer whose output `gnnrun embed` writes: 0 is the first, negative counts from
+    # the end (-1: the output layer's logits, -2: the last hidden layer).
+    layer: int = -2
+
+
 @dataclass
 class GnnrunConfig:
     dataset: Any = MISSING
@@ -203,6 +236,8 @@ class GnnrunConfig:
     cluster: Any = MISSING
     paths: PathsConfig = field(default_factory=PathsConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    predict: PredictConfig = field(default_factory=PredictConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
 
 
 def store_root_schemas() -> None:
@@ -230,7 +265,16 @@ def to_objects(cfg: DictConfig) -> GnnrunConfig:
     except Exception as exc:  # omegaconf raises a zoo of types; the message is what matters
         raise GnnrunError(f"invalid config: {exc}") from None
     # cluster before partitioner: partitioner.num_parts follows cluster.nprocs.
-    sections = ("dataset", "cluster", "partitioner", "model", "optimizer", "algorithm", "train")
+    sections = (
+        "dataset",
+        "cluster",
+        "partitioner",
+        "model",
+        "optimizer",
+        "algorithm",
+        "train",
+        "predict",
+    )
     for section in sections:
         value = getattr(obj, section, None)
         if hasattr(value, "validate"):

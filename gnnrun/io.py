@@ -143,6 +143,29 @@ def atomic_file(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_array(path: Path, shape: tuple[int, ...], dtype: Any) -> Iterator[np.ndarray]:
+    """Yield a writable memory-mapped `.npy` beside `path`, to be filled in place; flush,
+    fsync and rename it into place on success, as `atomic_file` does."""
+    path = Path(path)
+    remove_stale_temporaries(path)
+    tmp = path.with_name(f"{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        yield array
+        array.flush()
+        del array
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
+        raise
+
+
 def write_error(path: Path, exc: OSError) -> GnnrunError:
     """One line for a failed write: what, where, and what to do."""
     reason = exc.strerror or str(exc)

@@ -1,4 +1,4 @@
-"""What `gnnrun data`, `gnnrun partition` and `gnnrun train` do with their composed config.
+"""What `gnnrun data`, `partition`, `train`, `predict` and `embed` do with their composed config.
 
 The command line (`gnnrun.cli`) parses, checks and composes; these functions are
 the jobs Hydra runs, locally or, for `train` with cluster=slurm, pickled into
@@ -125,3 +125,39 @@ def train(cfg: DictConfig) -> None:
         summary = run_ranks(config, run_dir)
     out.print(summary_table(summary))
     out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
+
+
+def infer(cfg: DictConfig, kind: str, run_dir: Path) -> None:
+    """`gnnrun predict` / `gnnrun embed`: layer-wise inference (gnnrun.infer) on
+    cluster.nprocs local ranks, from the checkpoint of the run in `run_dir`."""
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+    from gnnrun.infer.run import finish_inference, infer_on_rank, plan_inference
+    from gnnrun.launch.local import run_rank_job
+    from gnnrun.partition import ensure_partition
+    from gnnrun.partition.book import open_partition
+    from gnnrun.report.tables import inference_table
+
+    config = to_objects(cfg)
+    if config.cluster.name != "local":
+        raise GnnrunError(
+            f"gnnrun {kind} runs its ranks on this machine: use cluster=local (cluster.nprocs "
+            "ranks), or run it inside an allocation (salloc) with cluster=local"
+        )
+    dataset = prepare_dataset(config.dataset)
+    if config.cluster.nprocs > 1:
+        ensure_partition(dataset, config.partitioner)
+        open_partition(
+            Path(config.partitioner.output_dir),
+            dataset_checksum=dataset.checksum,
+            world_size=config.cluster.nprocs,
+            kind="edge_cut",
+        )
+    plan = plan_inference(config, kind, run_dir, dataset)
+    if config.cluster.nprocs == 1:
+        figures = [infer_on_rank(config, plan)]
+    else:
+        figures = run_rank_job(config, "infer", plan)
+    summary = finish_inference(config, plan, figures)
+    out.print(inference_table(summary))
+    out.print(f"written to {summary['output_dir']}", markup=False, soft_wrap=True)

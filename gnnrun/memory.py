@@ -171,6 +171,12 @@ class PeakMemory:
         return self._run_peak
 
 
+def anonymous_mb() -> float | None:
+    """This process's resident anonymous memory (heap, tensors), without the pages of the
+    files it maps, which the kernel can drop at any time; None where Linux does not say."""
+    return _proc_status_mb("RssAnon")
+
+
 def _own_peak_mb() -> float:
     """This process image's peak resident memory since it started (or the last reset)."""
     peak = _proc_status_mb("VmHWM")

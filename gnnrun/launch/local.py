@@ -178,8 +178,15 @@ def _failure_message(failure) -> str:
 
 def run_ranks(cfg, run_dir: Path) -> Any:
     """Train on cluster.nprocs local ranks; return rank 0's summary."""
+    return run_rank_job(cfg, "train", str(run_dir))[0]
+
+
+def run_rank_job(cfg, job: str, *args: Any) -> list[Any]:
+    """Run a job of gnnrun.launch.worker.RANK_JOBS on cluster.nprocs local ranks; return
+    every rank's result, in rank order."""
     from gnnrun.launch.worker import rank_main  # a rank's entry point: its module runs there
 
     backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
-    args = (cfg, str(run_dir), backend)
-    return launch_local(rank_main, args, cfg.cluster.nprocs, cfg.cluster.timeout_s)[0]
+    return launch_local(
+        rank_main, (cfg, backend, job, *args), cfg.cluster.nprocs, cfg.cluster.timeout_s
+    )

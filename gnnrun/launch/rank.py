@@ -82,6 +82,16 @@ def process_group(
         dist.destroy_process_group()
 
 
+def infer_rank(cfg, rank: int, plan) -> dict[str, Any]:
+    """Layer-wise inference (gnnrun.infer) in the process group this rank has joined;
+    every rank returns its own figures."""
+    from gnnrun.infer.run import infer_on_rank
+
+    figures = infer_on_rank(cfg, plan)
+    dist.barrier()
+    return figures
+
+
 def train_rank(cfg, run_dir: str | Path, rank: int) -> dict[str, Any] | None:
     """Train in the process group this rank has joined; rank 0 shows progress and
     returns the summary. Every rank leaves together (a barrier)."""

@@ -1,4 +1,5 @@
-"""What each rank of the local launcher runs: set up as every rank is, train, leave."""
+"""What each rank of the local launcher runs: set up as every rank is, do its job
+(train, or layer-wise inference), leave."""
 
 from __future__ import annotations
 
@@ -7,11 +8,19 @@ import signal
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from gnnrun.launch.rank import process_group, rank_cpus, train_rank
+from gnnrun.launch.rank import infer_rank, process_group, rank_cpus, train_rank
+
+
+def _train(cfg, rank: int, run_dir: str):
+    return train_rank(cfg, run_dir, rank)
+
+
+# `job` -> what a rank runs: fn(cfg, rank, *args).
+RANK_JOBS = {"train": _train, "infer": infer_rank}
 
 
 @record  # writes the exception to the error file the launcher reads, for its message
-def rank_main(cfg, run_dir: str, backend: str):
+def rank_main(cfg, backend: str, job: str, *args):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     # Ctrl-C reaches a rank twice: from the terminal and forwarded by the agent.
@@ -19,7 +28,7 @@ def rank_main(cfg, run_dir: str, backend: str):
     signal.signal(signal.SIGINT, _interrupt_once)
     cpus, threads = rank_cpus(rank, world, cfg.cluster.threads_per_rank, cfg.cluster.comm_cores)
     with process_group(cfg, backend, local_rank, cpus, threads):
-        return train_rank(cfg, run_dir, rank)
+        return RANK_JOBS[job](cfg, rank, *args)
 
 
 def _interrupt_once(signum, frame):

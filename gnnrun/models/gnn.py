@@ -32,7 +32,7 @@ class GNN(torch.nn.Module):
     def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int) -> None:
         super().__init__()
         build = LAYERS.get(cfg.name)
-        dims = [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
+        dims = layer_widths(cfg, in_dim, num_classes)
         self.layers = torch.nn.ModuleList(
             build(dims[i], dims[i + 1], cfg, i == cfg.layers - 1) for i in range(cfg.layers)
         )
@@ -63,10 +63,37 @@ class GNN(torch.nn.Module):
                 h = self._activate_and_drop(h)
         return widened(h)  # float32 logits for the loss and the metrics under bf16
 
+    @staticmethod
+    def dims_of(state: dict[str, torch.Tensor], layers: int) -> tuple[int, int]:
+        """(input features, classes) of a `layers`-layer model's state dict: the first layer's
+        weights take the input (rows of [out, in]), the last layer's biases are [classes]."""
+        first = [t for k, t in state.items() if k.startswith("layers.0.") and k.endswith("weight")]
+        last = [
+            t
+            for k, t in state.items()
+            if k.startswith(f"layers.{layers - 1}.") and k.endswith("bias")
+        ]
+        if not first or not last:
+            raise KeyError(f"no weights of layers 0 and {layers - 1}")
+        return int(first[0].shape[1]), int(last[0].numel())
+
+    def layer_forward(self, i: int, block: Block, h: torch.Tensor) -> torch.Tensor:
+        """Layer i alone, as `forward` applies it (with the activation and dropout after a
+        hidden layer), in float32: layer-wise inference runs the stack one layer at a time."""
+        h = self.layers[i](block, h)
+        if i < len(self.layers) - 1:
+            h = self._activate_and_drop(h)
+        return widened(h)
+
     def _activate_and_drop(self, h: torch.Tensor) -> torch.Tensor:
         if self.activation is torch.relu:  # the common case, fused into one pass each way
             return relu_dropout(h, self.dropout.p, self.training)
         return self.dropout(self.activation(h))
+
+
+def layer_widths(cfg: ModelConfig, in_dim: int, num_classes: int) -> list[int]:
+    """The width of the input, then of every layer's output."""
+    return [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
 
 
 def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> GNN:

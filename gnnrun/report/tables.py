@@ -134,6 +134,32 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
+def inference_table(summary: dict) -> Table:
+    """The end of `gnnrun predict` / `gnnrun embed`: metrics, throughput, memory per rank."""
+    what = "predictions" if summary["kind"] == "predict" else f"layer {summary['layer']} embeddings"
+    table = Table(
+        title=f"{what} of {summary['model']} (epoch {summary['epoch']}) on {summary['dataset']}, "
+        f"{summary['ranks']} rank(s)",
+        show_header=False,
+    )
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    for key, value in summary["metrics"].items():
+        table.add_row(key, f"{value:.4f}")
+    table.add_row("vertices", f"{summary['vertices']:,}")
+    if summary["resumed_at_layer"] is not None:
+        table.add_row("resumed at layer", f"{summary['resumed_at_layer']}")
+    table.add_row("time (slowest rank)", f"{summary['seconds']:.2f} s")
+    if summary["vertices_per_s"] is not None:
+        table.add_row("vertices per second", f"{summary['vertices_per_s']:,.0f}")
+    for rank in summary["per_rank"]:
+        table.add_row(
+            f"rank {rank['rank']}: rows, peak memory",
+            f"{rank['rows']:,}, {rank['peak_rss_mb']:,.0f} MB ({rank['peak_anonymous_mb']:,.0f} MB anonymous)",
+        )
+    return table
+
+
 # ------------------------------------------------------------ gnnrun report
 
 # Display precision. The CSV carries the same figures at full precision.

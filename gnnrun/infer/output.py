@@ -1,0 +1,179 @@
+"""What `gnnrun predict` and `gnnrun embed` write: one shard per rank and a manifest.
+
+    manifest.json          kind, layer, columns, the run, checkpoint and dataset it came
+                           from, every shard's rows and file records (shape, dtype, bytes,
+                           sha256), the metrics and the throughput
+    ids-00000.npy          int64: the original id (the dataset source's) of each row
+    class-00000.npy        predict: int64 predicted class
+    prob-00000.npy         predict, multiclass: float32 [rows, classes] probabilities
+    score-00000.npy        predict, binary: float32 probability of class 1
+    embedding-00000.npy    embed: float32 [rows, width] the chosen layer's output
+    part-00000.parquet     the same columns in one table (with pyarrow)
+
+Rows are in no particular order across shards; `read_output` concatenates the
+shards and can sort them by id. The directory appears only once complete: the
+shards are written into a temporary directory that is renamed into place after
+the manifest (gnnrun.infer.run), so a directory with a manifest is a finished output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnrun.errors import GnnrunError
+from gnnrun.io import atomic_array, load_recorded_array, read_manifest, sha256_file
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def shard_file(column: str, shard: int) -> str:
+    return f"{column}-{shard:05d}.npy"
+
+
+def parquet_file(shard: int) -> str:
+    return f"part-{shard:05d}.parquet"
+
+
+def columns_of(kind: str, task: str) -> tuple[str, ...]:
+    """The arrays each shard holds besides `ids`."""
+    if kind == "embed":
+        return ("embedding",)
+    return ("class", "score") if task == "binary" else ("class", "prob")
+
+
+def prediction_columns(logits: np.ndarray, task: str) -> dict[str, np.ndarray]:
+    """Predicted class and probabilities (binary: the probability of class 1) of logits."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    prob = np.exp(shifted)
+    prob /= prob.sum(axis=1, keepdims=True)
+    columns = {"class": logits.argmax(axis=1).astype(np.int64)}
+    if task == "binary":
+        columns["score"] = prob[:, 1].astype(np.float32)
+    else:
+        columns["prob"] = prob.astype(np.float32)
+    return columns
+
+
+def write_shard(
+    directory: Path,
+    shard: int,
+    ids: np.ndarray,
+    rows: np.ndarray,
+    columns: Callable[[np.ndarray], dict[str, np.ndarray]],
+    chunk: int,
+    parquet: bool,
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Write shard `shard`: `ids`, and `columns(rows[a:b])` for chunks of `chunk` rows (so
+    that memory follows the chunk); return the records of its .npy files and of its
+    Parquet file (none without `parquet`)."""
+    n = int(ids.shape[0])
+    spans = [(a, min(a + chunk, n)) for a in range(0, n, chunk)] or [(0, 0)]
+    probe = columns(np.asarray(rows[0:0]))  # names, dtypes and trailing shapes
+    with atomic_array(directory / shard_file("ids", shard), (n,), np.int64) as out:
+        out[:] = ids
+    for name, empty in probe.items():
+        path = directory / shard_file(name, shard)
+        with atomic_array(path, (n, *empty.shape[1:]), empty.dtype) as out:
+            for a, b in spans:
+                out[a:b] = columns(np.asarray(rows[a:b]))[name]
+    arrays = {
+        shard_file(name, shard): _record(directory / shard_file(name, shard))
+        for name in ("ids", *probe)
+    }
+    tables = {}
+    if parquet:
+        path = directory / parquet_file(shard)
+        _write_parquet(path, ids, rows, columns, spans)
+        tables[parquet_file(shard)] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    return arrays, tables
+
+
+def _record(path: Path) -> dict[str, Any]:
+    array = np.load(path, mmap_mode="r")
+    return {
+        "shape": list(array.shape),
+        "dtype": str(array.dtype),
+        "bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
+    }
+
+
+def _write_parquet(
+    path: Path,
+    ids: np.ndarray,
+    rows: np.ndarray,
+    columns: Callable[[np.ndarray], dict[str, np.ndarray]],
+    spans: list[tuple[int, int]],
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gnnrun.io import atomic_file
+
+    def table(a: int, b: int) -> Any:
+        fields = {"id": pa.array(np.asarray(ids[a:b], dtype=np.int64))}
+        for name, values in columns(np.asarray(rows[a:b])).items():
+            if values.ndim == 2:  # one fixed-size list per row
+                flat = pa.array(values.reshape(-1))
+                fields[name] = pa.FixedSizeListArray.from_arrays(flat, values.shape[1])
+            else:
+                fields[name] = pa.array(values)
+        return pa.table(fields)
+
+    with atomic_file(path, "wb") as f:
+        first = table(*spans[0])
+        with pq.ParquetWriter(f, first.schema) as writer:
+            writer.write_table(first)
+            for a, b in spans[1:]:
+                writer.write_table(table(a, b))
+
+
+def parquet_available() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def read_output(path: Path, sort: bool = True) -> dict[str, np.ndarray]:
+    """A finished output's columns, every shard's rows together (`sort`: by id), each file
+    checked against the manifest."""
+    path = Path(path)
+    manifest = read_output_manifest(path)
+    fix = f"run the command that wrote {path} again"
+    columns: dict[str, list[np.ndarray]] = {}
+    for shard in range(len(manifest["shards"])):
+        for name in ("ids", *manifest["columns"]):
+            rel = shard_file(name, shard)
+            array = load_recorded_array(path / rel, manifest["files"][rel], fix, mmap=False)
+            columns.setdefault(name, []).append(array)
+    joined = {name: np.concatenate(parts) for name, parts in columns.items()}
+    if sort:
+        order = np.argsort(joined["ids"], kind="stable")
+        joined = {name: values[order] for name, values in joined.items()}
+    return joined
+
+
+def read_output_manifest(path: Path) -> dict[str, Any]:
+    return read_manifest(
+        Path(path),
+        MANIFEST,
+        FORMAT_VERSION,
+        "gnnrun predict / embed output",
+        "write it with `gnnrun predict run=RUN_DIR` or `gnnrun embed run=RUN_DIR`",
+        fields={"kind": str, "columns": list, "shards": list, "files": dict},
+    )
+
+
+def refuse_finished(path: Path) -> None:
+    if (Path(path) / MANIFEST).is_file():
+        raise GnnrunError(
+            f"{path} already holds a finished output: move it away, or set "
+            "predict.output_dir to another directory"
+        )

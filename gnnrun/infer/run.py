@@ -1,0 +1,421 @@
+"""One rank's layer-wise inference, and the launching process's work before and after it.
+
+Before (`plan_inference`, in the launching process): the checkpoint is loaded
+and checked against the dataset, the output and work directories are chosen,
+and an interrupted run's finished layers are found. Each rank (`infer_on_rank`)
+then computes the layers still missing and writes its shard. After
+(`finish_inference`): the manifest, the rename that makes the output visible,
+and the summary.
+
+The work directory `<output>.partial/` holds, per rank r:
+
+    identity.json          what the layers were computed from (a run resumes only onto its own)
+    h<i>.rank<r>.npy       layer i-1's output for r's own vertices, written atomically
+    halo.rank<r>.npy       scratch: the halo rows of the layer being computed
+    progress.npy           the ranks' progress, for rank 0's bars
+    out/                   the shards, renamed to the output directory when all are written
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnrun.comm import Communicator
+from gnnrun.data import load_prepared
+from gnnrun.data.dataset import GraphDataset, task_for
+from gnnrun.errors import GnnrunError
+from gnnrun.infer.display import InferenceDisplay, ProgressBoard, create_board
+from gnnrun.infer.graph import SPLITS, OwnedGraph
+from gnnrun.infer.halo import HaloPlan
+from gnnrun.infer.output import (
+    FORMAT_VERSION,
+    MANIFEST,
+    columns_of,
+    parquet_available,
+    prediction_columns,
+    refuse_finished,
+    write_shard,
+)
+from gnnrun.io import atomic_array, read_json, write_json, write_json_atomic
+from gnnrun.memory import PeakMemory, anonymous_mb
+from gnnrun.models import GNN, build_model, layer_widths
+from gnnrun.ops.precision import autocast
+from gnnrun.partition.book import open_partition
+from gnnrun.train.checkpoint import CHECKPOINT, load_checkpoint
+from gnnrun.train.metrics import evaluate_outputs
+from gnnrun.train.resume import REFUSED, compare_settings, settings_of
+
+KINDS = ("predict", "embed")
+# Tests set it to "LAYER:RANK": that rank kills itself once its output of LAYER (1-based)
+# is written, as a crash between two layers would.
+KILL_AFTER_LAYER_ENV = "GNNRUN_FAULT_KILL_AFTER_LAYER"
+IDENTITY = "identity.json"
+SHARDS = "out"
+
+
+@dataclass
+class InferencePlan:
+    """What the launching process decided, the same for every rank."""
+
+    kind: str  # predict | embed
+    layers: int  # layers to compute: all of them to predict, up to the chosen one to embed
+    start_layer: int  # layers an interrupted run already computed
+    run_dir: str
+    checkpoint: str  # the checkpoint file
+    epoch: int  # the checkpoint's epoch
+    output_dir: str
+    work_dir: str
+    in_dim: int
+    num_classes: int
+    chunk_vertices: int
+    parquet: bool
+
+
+def layer_file(work_dir: Path, layer: int, rank: int) -> Path:
+    """Layer `layer - 1`'s output on `rank` (`layer` counts the layers computed)."""
+    return Path(work_dir) / f"h{layer}.rank{rank}.npy"
+
+
+# ------------------------------------------------------------ before the ranks
+
+
+def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> InferencePlan:
+    """Check the checkpoint against the dataset and the config, choose the directories,
+    and find the layers an interrupted run of the same inference already computed."""
+    directory = Path(cfg.train.checkpoint_dir)
+    state = load_checkpoint(directory)
+    if state is None:
+        raise GnnrunError(
+            f"no checkpoint at {directory / CHECKPOINT}: the run in {run_dir} saved none there "
+            "(it checkpoints every train.checkpoint_every epochs and at its end); if it was "
+            "moved, give its directory with train.checkpoint_dir=..."
+        )
+    _check_settings(cfg, state, directory)
+    in_dim, num_classes = GNN.dims_of(state["model"], cfg.model.layers)
+    if dataset.feat_dim != in_dim:
+        raise GnnrunError(
+            f"the model in {directory / CHECKPOINT} takes {in_dim} input features, but dataset "
+            f"{dataset.name!r} has {dataset.feat_dim}: run it on a dataset with the features "
+            "it was trained on"
+        )
+    load_trained_model(cfg, directory / CHECKPOINT, in_dim, num_classes)  # refuses a bad one
+    layers = cfg.model.layers
+    if kind == "embed":
+        chosen = cfg.embed.layer
+        if not -layers <= chosen < layers:
+            raise GnnrunError(
+                f"embed.layer={chosen}: the model has {layers} layers, choose one of "
+                f"{-layers}..{layers - 1} (-1: the output layer, -2: the last hidden one)"
+            )
+        layers = chosen % layers + 1
+    output = Path(cfg.predict.output_dir or default_output_dir(run_dir, kind, cfg, layers))
+    refuse_finished(output)
+    parquet = str(cfg.predict.parquet).lower()
+    if parquet == "true" and not parquet_available():
+        raise GnnrunError(
+            "predict.parquet=true needs pyarrow, which is not installed: pip install "
+            "'gnnrun[parquet]' (or set predict.parquet=auto to write .npy shards only)"
+        )
+    plan = InferencePlan(
+        kind=kind,
+        layers=layers,
+        start_layer=0,
+        run_dir=str(run_dir),
+        checkpoint=str(directory / CHECKPOINT),
+        epoch=int(state["epoch"]),
+        output_dir=str(output),
+        work_dir=str(output.with_name(output.name + ".partial")),
+        in_dim=in_dim,
+        num_classes=num_classes,
+        chunk_vertices=cfg.predict.chunk_vertices,
+        parquet=parquet == "true" or (parquet == "auto" and parquet_available()),
+    )
+    plan.start_layer = _prepare_work_dir(plan, _identity(cfg, plan, dataset), cfg.cluster.nprocs)
+    return plan
+
+
+def default_output_dir(run_dir: Path, kind: str, cfg, layers: int) -> Path:
+    name = cfg.dataset.name if kind == "predict" else f"{cfg.dataset.name}-layer{layers - 1}"
+    return Path(run_dir) / kind / name
+
+
+def _check_settings(cfg, state: dict[str, Any], directory: Path) -> None:
+    """The model's settings must be the checkpoint's (another dataset may be given)."""
+    saved = state.get("settings", {})
+    changes = compare_settings(saved, settings_of(cfg)).refused
+    changed = {
+        key: values
+        for key, values in changes.items()
+        if key.startswith("model.") and key in REFUSED and key in saved
+    }
+    if changed:
+        given = ", ".join(f"{k}={new}" for k, (_, new) in changed.items())
+        trained = ", ".join(f"{k}={old}" for k, (old, _) in changed.items())
+        raise GnnrunError(
+            f"the model in {directory / CHECKPOINT} was trained with {trained}, not {given}: "
+            "leave the model's settings as the run had them"
+        )
+
+
+def load_trained_model(cfg, path: Path, in_dim: int, num_classes: int) -> GNN:
+    state = load_checkpoint(path.parent, path.name)
+    if state is None:
+        raise GnnrunError(f"{path} is missing: it was there when the inference started")
+    model = build_model(cfg.model, in_dim, num_classes)
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, KeyError) as exc:
+        reason = str(exc).strip().split("\n")[0][:200]
+        raise GnnrunError(
+            f"{path} does not hold a model.name={cfg.model.name} model of these settings "
+            f"({reason}): was it written by another run?"
+        ) from None
+    return model.eval()
+
+
+def _identity(cfg, plan: InferencePlan, dataset: GraphDataset) -> dict[str, Any]:
+    """What a finished layer was computed from: a resumed run must match it."""
+    checkpoint = Path(plan.checkpoint).stat()
+    return {
+        "checkpoint": plan.checkpoint,
+        "checkpoint_bytes": checkpoint.st_size,
+        "checkpoint_mtime_ns": checkpoint.st_mtime_ns,
+        "dataset": dataset.checksum,
+        "ranks": cfg.cluster.nprocs,
+        "partition": cfg.partitioner.output_dir if cfg.cluster.nprocs > 1 else None,
+        "precision": cfg.train.precision,
+        "kind": plan.kind,
+    }
+
+
+def _prepare_work_dir(plan: InferencePlan, identity: dict[str, Any], ranks: int) -> int:
+    """Create the work directory, or keep an interrupted run's; return its finished layers."""
+    from gnnrun.progress import console
+
+    work = Path(plan.work_dir)
+    finished = 0
+    if work.is_dir():
+        saved = read_json(work / IDENTITY) if (work / IDENTITY).is_file() else None
+        if saved == identity:
+            while finished < plan.layers and all(
+                layer_file(work, finished + 1, r).is_file() for r in range(ranks)
+            ):
+                finished += 1
+        else:
+            console.print(
+                f"{work} holds layers of another inference (checkpoint, dataset or ranks "
+                "differ): starting afresh",
+                markup=False,
+                soft_wrap=True,
+            )
+        if finished == 0:
+            shutil.rmtree(work)
+    if finished:
+        console.print(
+            f"resuming at layer {finished + 1}: layers 1-{finished} were computed by an "
+            f"interrupted run ({work})",
+            markup=False,
+            soft_wrap=True,
+        )
+    shutil.rmtree(work / SHARDS, ignore_errors=True)  # an earlier attempt's partial shards
+    (work / SHARDS).mkdir(parents=True)
+    write_json_atomic(work / IDENTITY, identity)
+    create_board(work, ranks)
+    return finished
+
+
+# ----------------------------------------------------------------- on each rank
+
+
+def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
+    """Compute the missing layers for this rank's own vertices, write its shard, and (for
+    predict) the metrics over every rank. Returns this rank's figures."""
+    comm = Communicator()
+    rank, work = comm.rank, Path(plan.work_dir)
+    dataset = load_prepared(cfg.dataset)
+    if comm.distributed:
+        book = open_partition(
+            Path(cfg.partitioner.output_dir),
+            dataset_checksum=dataset.checksum,
+            world_size=comm.world_size,
+            kind="edge_cut",
+        )
+        graph, node_local = OwnedGraph.from_part(book.load_part(rank)), book.node_local()
+    else:
+        graph, node_local = OwnedGraph.from_dataset(dataset), None
+    halo = HaloPlan(graph, node_local, comm, plan.chunk_vertices)
+    model = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
+    widths = layer_widths(cfg.model, plan.in_dim, plan.num_classes)
+    in_degrees, out_degrees = _graph_degrees(graph, halo)
+    board = ProgressBoard(work, rank)
+    memory, anonymous = PeakMemory(), [anonymous_mb() or 0.0]
+    seconds: dict[int, float] = {}
+    display = (
+        InferenceDisplay(work, comm.world_size, plan.layers)
+        if rank == 0
+        else contextlib.nullcontext()
+    )
+    with display:
+        for layer in range(plan.start_layer, plan.layers):
+            start = time.perf_counter()
+            own_in = graph.feat if layer == 0 else np.load(layer_file(work, layer, rank), "r")
+            scratch = work / f"halo.rank{rank}.npy"
+            halo_rows = _pull_halo(halo, own_in, scratch, graph.num_halo, widths[layer])
+            shape = (graph.num_own, widths[layer + 1])
+            with atomic_array(layer_file(work, layer + 1, rank), shape, np.float32) as out:
+                for a, b in graph.chunks(plan.chunk_vertices):
+                    block = graph.chunk_block(a, b, in_degrees, out_degrees)
+                    x = _gather(own_in, halo_rows, block.src_ids.numpy())
+                    with torch.no_grad(), autocast(cfg.train.precision, torch.device("cpu")):
+                        out[a:b] = model.layer_forward(layer, block, torch.from_numpy(x)).numpy()
+                    anonymous.append(anonymous_mb() or 0.0)
+                    board.update(layer, b, graph.num_own)
+            del halo_rows
+            seconds[layer] = time.perf_counter() - start
+            if rank == 0:
+                display.layer_done(layer, seconds[layer], graph.num_own)
+            _maybe_fail(layer + 1, rank)
+    (work / f"halo.rank{rank}.npy").unlink(missing_ok=True)
+
+    final = np.load(layer_file(work, plan.layers, rank), mmap_mode="r")
+    task = task_for(plan.num_classes)
+    ids = dataset.source_ids(np.asarray(graph.nodes[: graph.num_own]))
+    columns = (
+        (lambda rows: prediction_columns(rows, task))
+        if plan.kind == "predict"
+        else (lambda rows: {"embedding": rows.astype(np.float32)})
+    )
+    start = time.perf_counter()
+    arrays, tables = write_shard(
+        work / SHARDS, rank, ids, final, columns, plan.chunk_vertices, plan.parquet
+    )
+    write_s = time.perf_counter() - start
+    metrics = _metrics(graph, final, task, comm) if plan.kind == "predict" else {}
+    return {
+        "rank": rank,
+        "rows": graph.num_own,
+        "halo": graph.num_halo,
+        "files": arrays,
+        "parquet": tables,
+        "layer_s": {str(k + 1): v for k, v in seconds.items()},
+        "write_s": write_s,
+        "bytes_sent": comm.bytes.total(),
+        "peak_rss_mb": memory.run_peak_mb(),
+        "peak_anonymous_mb": max(anonymous),
+        "metrics": metrics,
+    }
+
+
+def _graph_degrees(graph: OwnedGraph, halo: HaloPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """In-degrees of the own vertices and out-degrees of every local one, in the whole graph:
+    a vertex's out-edges may be held by every part that has it in its halo."""
+    partial = graph.partial_out_degrees()
+    own_out = partial[: graph.num_own].copy()
+    halo.push_sum(partial[graph.num_own :], own_out, "degrees")
+    halo_out = np.zeros(graph.num_halo, dtype=np.int64)
+    halo.pull(lambda ids: own_out[ids], halo_out, "degrees")
+    in_degrees = np.diff(np.asarray(graph.indptr, dtype=np.int64))
+    return torch.from_numpy(in_degrees), torch.from_numpy(np.concatenate([own_out, halo_out]))
+
+
+def _pull_halo(
+    halo: HaloPlan, own_in: np.ndarray, scratch: Path, rows: int, width: int
+) -> np.ndarray:
+    """The halo's rows of a layer's input, in a file-backed scratch array (not the heap)."""
+    if not rows:
+        return np.zeros((0, width), dtype=np.float32)
+    array = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.float32, shape=(rows, width))
+    halo.pull(lambda ids: own_in[ids], array, "halo_rows")
+    return array
+
+
+def _gather(own: np.ndarray, halo: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Rows `ids` (local ids: own vertices, then the halo) as one float32 array."""
+    n = own.shape[0]
+    mine = ids < n
+    x = np.empty((ids.shape[0], own.shape[1]), dtype=np.float32)
+    x[mine] = own[ids[mine]]
+    if not mine.all():
+        x[~mine] = halo[ids[~mine] - n]
+    return x
+
+
+def _metrics(
+    graph: OwnedGraph, logits: np.ndarray, task: str, comm: Communicator
+) -> dict[str, float]:
+    """Accuracy (and ROC-AUC for binary tasks) on every labelled split, over all ranks."""
+    outputs = {}
+    for split in SPLITS:
+        ids = np.asarray(graph.splits[split], dtype=np.int64)
+        outputs[split] = (
+            torch.from_numpy(np.asarray(logits[ids], dtype=np.float32)),
+            torch.from_numpy(np.asarray(graph.label[ids], dtype=np.int64)),
+        )
+    result = evaluate_outputs(outputs, task, comm)
+    return {k: v for k, v in result.items() if not math.isnan(v)}
+
+
+def _maybe_fail(layer: int, rank: int) -> None:
+    if os.environ.get(KILL_AFTER_LAYER_ENV) == f"{layer}:{rank}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ------------------------------------------------------------ after the ranks
+
+
+def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write the manifest, move the shards into place, remove the work directory; return
+    the summary (also in the manifest)."""
+    work, output = Path(plan.work_dir), Path(plan.output_dir)
+    vertices = sum(r["rows"] for r in ranks)
+    # Every layer this invocation computed and the shards' writing, on the slowest rank.
+    seconds = max(sum(r["layer_s"].values()) + r["write_s"] for r in ranks)
+    summary = {
+        "kind": plan.kind,
+        "output_dir": str(output),
+        "run_dir": plan.run_dir,
+        "checkpoint": plan.checkpoint,
+        "epoch": plan.epoch,
+        "dataset": cfg.dataset.name,
+        "model": cfg.model.name,
+        "layer": plan.layers - 1,
+        "vertices": vertices,
+        "ranks": len(ranks),
+        "chunk_vertices": plan.chunk_vertices,
+        "resumed_at_layer": plan.start_layer + 1 if plan.start_layer else None,
+        "metrics": ranks[0]["metrics"],
+        "seconds": seconds,
+        "vertices_per_s": vertices / seconds if seconds > 0 else None,
+        "per_rank": [
+            {k: r[k] for k in ("rank", "rows", "halo", "layer_s", "write_s", "bytes_sent")}
+            | {k: round(r[k], 1) for k in ("peak_rss_mb", "peak_anonymous_mb")}
+            for r in ranks
+        ],
+    }
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "columns": list(columns_of(plan.kind, task_for(plan.num_classes))),
+        "shards": [r["rows"] for r in ranks],
+        "files": {k: v for r in ranks for k, v in r["files"].items()},
+        "parquet": {k: v for r in ranks for k, v in r["parquet"].items()},
+        **summary,
+    }
+    write_json(work / SHARDS / MANIFEST, manifest)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    refuse_finished(output)
+    if output.exists():  # an empty directory the user made for it
+        output.rmdir()
+    os.rename(work / SHARDS, output)
+    shutil.rmtree(work, ignore_errors=True)
+    return summary
