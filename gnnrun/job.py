@@ -128,17 +128,24 @@ def train(cfg: DictConfig) -> None:
 
 
 def infer(cfg: DictConfig, kind: str, run_dir: Path) -> None:
-    """`gnnrun predict` / `gnnrun embed`: layer-wise inference (gnnrun.infer) on
-    cluster.nprocs local ranks, from the checkpoint of the run in `run_dir`."""
+    """`gnnrun predict` / `gnnrun embed` with their composed config."""
     from gnnrun.config import to_objects
+    from gnnrun.report.tables import inference_table
+
+    summary = run_inference(to_objects(cfg), kind, run_dir)
+    out.print(inference_table(summary))
+    out.print(f"written to {summary['output_dir']}", markup=False, soft_wrap=True)
+
+
+def run_inference(config, kind: str, run_dir: Path) -> dict:
+    """Layer-wise inference (gnnrun.infer) on cluster.nprocs local ranks from the checkpoint
+    of the run in `run_dir`; returns the summary that the output's manifest holds too."""
     from gnnrun.data import prepare_dataset
     from gnnrun.infer.run import finish_inference, infer_on_rank, plan_inference
     from gnnrun.launch.local import run_rank_job
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
-    from gnnrun.report.tables import inference_table
 
-    config = to_objects(cfg)
     if config.cluster.name != "local":
         raise GnnrunError(
             f"gnnrun {kind} runs its ranks on this machine: use cluster=local (cluster.nprocs "
@@ -158,6 +165,4 @@ def infer(cfg: DictConfig, kind: str, run_dir: Path) -> None:
         figures = [infer_on_rank(config, plan)]
     else:
         figures = run_rank_job(config, "infer", plan)
-    summary = finish_inference(config, plan, figures)
-    out.print(inference_table(summary))
-    out.print(f"written to {summary['output_dir']}", markup=False, soft_wrap=True)
+    return finish_inference(config, plan, figures)

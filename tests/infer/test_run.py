@@ -1,0 +1,87 @@
+"""`gnnrun predict` / `embed` against the single-process full-graph forward pass, on real ranks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gnnrun.infer import read_output
+from gnnrun.job import run_inference
+
+sys.path.insert(0, str(Path(__file__).parent))
+from trained_models import full_graph_layers  # noqa: E402
+
+TINY = ("dataset=synthetic-tiny",)
+
+
+@pytest.mark.parametrize(
+    ("ranks", "model", "chunk"),
+    [
+        (1, "sage", 7),  # chunks far smaller than the graph
+        (2, "gcn", 50),  # GCN reads the graph's out-degrees of remote vertices
+        (2, "sage_gcn", 100_000),  # one chunk per rank
+        (4, "gat", 33),
+    ],
+)
+def test_predictions_equal_the_full_graph_forward_pass(trained, ranks, model, chunk):
+    cfg, run_dir = trained(
+        *TINY, f"model={model}", f"cluster.nprocs={ranks}", f"predict.chunk_vertices={chunk}"
+    )
+    summary = run_inference(cfg, "predict", run_dir)
+    logits = full_graph_layers(cfg)[-1]
+    written = read_output(summary["output_dir"])
+    assert np.array_equal(written["ids"], np.arange(logits.shape[0]))
+    expected = torch.softmax(logits, 1).numpy()
+    np.testing.assert_allclose(written["prob"], expected, rtol=1e-5, atol=1e-6)
+    # The class is the argmax of what was written, and the reference agrees away from ties.
+    assert np.array_equal(written["class"], written["prob"].argmax(1))
+    top2 = np.sort(expected, 1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4
+    assert np.array_equal(written["class"][clear], logits.argmax(1).numpy()[clear])
+    assert summary["ranks"] == ranks and summary["vertices"] == logits.shape[0]
+    assert sum(r["rows"] for r in summary["per_rank"]) == logits.shape[0]
+
+
+@pytest.mark.parametrize(("layer", "index"), [(-2, 0), (0, 0), (-1, 1)])
+def test_embeddings_equal_the_chosen_layer_of_the_forward_pass(trained, layer, index):
+    cfg, run_dir = trained(
+        *TINY, "cluster.nprocs=2", f"embed.layer={layer}", "predict.chunk_vertices=300"
+    )
+    summary = run_inference(cfg, "embed", run_dir)
+    expected = full_graph_layers(cfg)[index].numpy()
+    written = read_output(summary["output_dir"])
+    np.testing.assert_allclose(written["embedding"], expected, rtol=1e-5, atol=1e-5)
+    assert summary["layer"] == index
+    assert summary["output_dir"].endswith(f"embed/synthetic-tiny-layer{index}")
+
+
+def test_a_directed_graph_uses_the_graphs_out_degrees(trained, tmp_path):
+    """GCN normalises by each source's out-degree in the whole graph: on a directed graph a
+    part sees only some of a halo vertex's out-edges, and the ranks must add them up."""
+    rng = np.random.default_rng(0)
+    n = 300
+    src, dst = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
+    path = tmp_path / "directed.npz"
+    np.savez(
+        path,
+        edge_index=np.stack([src, dst]),
+        feat=rng.normal(size=(n, 12)),
+        label=rng.integers(0, 4, n),
+    )
+    cfg, run_dir = trained(
+        "dataset=custom",
+        f"dataset.path={path}",
+        "dataset.to_undirected=false",
+        "model=gcn",
+        "cluster.nprocs=2",
+        "predict.chunk_vertices=40",
+    )
+    summary = run_inference(cfg, "predict", run_dir)
+    expected = torch.softmax(full_graph_layers(cfg)[-1], 1).numpy()
+    np.testing.assert_allclose(
+        read_output(summary["output_dir"])["prob"], expected, rtol=1e-5, atol=1e-6
+    )

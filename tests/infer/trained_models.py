@@ -1,0 +1,65 @@
+"""A trained model to infer from (a checkpoint of seeded weights in a run directory), and
+the reference it must equal: the same model's forward pass over the whole graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+
+from gnnrun.cli import CONFIG_DIR
+from gnnrun.config import to_objects
+from gnnrun.data import load_prepared, prepare_dataset
+from gnnrun.models import build_model
+from gnnrun.ops.block import Block
+from gnnrun.schemas import register_schemas
+from gnnrun.train.checkpoint import save_checkpoint
+from gnnrun.train.resume import settings_of
+
+
+def make_config(*overrides: str):
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return to_objects(compose("config", overrides=list(overrides)))
+
+
+def checkpointed(tmp_path: Path, *overrides: str, seed: int = 0):
+    """(config, run directory): the dataset prepared and a checkpoint of a seeded model saved
+    where the config's train.checkpoint_dir says, as a run would leave it."""
+    cfg = make_config(*overrides)
+    dataset = prepare_dataset(cfg.dataset)
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, dataset.feat_dim, dataset.num_classes)
+    with torch.no_grad():  # biases away from zero, so that a lost bias shows
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_()
+    save_checkpoint(
+        Path(cfg.train.checkpoint_dir),
+        {"model": model.state_dict(), "epoch": 3, "history": [], "settings": settings_of(cfg)},
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    return cfg, run_dir
+
+
+def full_graph_layers(cfg) -> list[torch.Tensor]:
+    """Every layer's output of the checkpoint's model on the whole graph in one process
+    (the reference): the model's own forward pass for the last, its layers for the others."""
+    from gnnrun.infer.run import load_trained_model
+
+    dataset = load_prepared(cfg.dataset)
+    checkpoint = Path(cfg.train.checkpoint_dir) / "checkpoint.pt"
+    model = load_trained_model(cfg, checkpoint, dataset.feat_dim, dataset.num_classes)
+    graph = Block.from_csr(dataset.indptr, dataset.indices, symmetric=not dataset.directed)
+    x = torch.from_numpy(np.array(dataset.feat, dtype=np.float32))
+    outputs = []
+    with torch.no_grad():
+        h = x
+        for i in range(len(model.layers)):
+            h = model.layer_forward(i, graph, h)
+            outputs.append(h)
+        assert torch.equal(model([graph] * len(model.layers), x), outputs[-1])
+    return outputs
