@@ -1,0 +1,178 @@
+"""`gnnrun predict` / `gnnrun embed` from a run directory, as a user types them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gnnrun.cli import main
+from gnnrun.data import load_prepared
+from gnnrun.infer import read_output
+from gnnrun.infer.run import KILL_AFTER_LAYER_ENV
+
+sys.path.insert(0, str(Path(__file__).parent / "infer"))
+from trained_models import make_config  # noqa: E402
+
+
+def _train(tmp_path: Path, capsys, *overrides: str) -> Path:
+    run_dir = tmp_path / "outputs" / "train" / "run"
+    args = ["train", "dataset=synthetic-tiny", "train.epochs=4", f"hydra.run.dir={run_dir}"]
+    assert main([*args, *overrides]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    return run_dir
+
+
+def _errors(capsys) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+def _accuracy(output: dict[str, np.ndarray], split: str, *dataset: str) -> float:
+    """The accuracy on `split` recomputed from written predictions (sorted by id)."""
+    data = load_prepared(make_config(*dataset).dataset)
+    ids = np.asarray(getattr(data, f"{split}_idx"))
+    source_ids = data.source_ids(ids)
+    predicted = output["class"][np.searchsorted(output["ids"], source_ids)]
+    return float(np.mean(predicted == np.asarray(data.label)[ids]))
+
+
+@pytest.mark.parametrize(
+    "training",
+    [
+        ("algorithm=single", "algorithm.mode=full", "cluster.nprocs=1"),
+        ("algorithm=cd0", "model=sage_gcn", "cluster.nprocs=2"),  # on a vertex cut's clones
+    ],
+)
+def test_predicted_accuracy_equals_the_trainers_exact_evaluation(
+    tmp_path, monkeypatch, capsys, training
+):
+    monkeypatch.chdir(tmp_path)
+    run_dir = _train(tmp_path, capsys, *training)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert main(["predict", f"run={run_dir}", "cluster.nprocs=2"]) == 0, _errors(capsys)
+    printed = capsys.readouterr().out
+    output = read_output(run_dir / "predict" / "synthetic-tiny")
+    for split in ("val", "test"):
+        trained = summary["final"][f"{split}_acc"]
+        assert _accuracy(output, split, "dataset=synthetic-tiny") == pytest.approx(trained)
+        assert f"{trained:.4f}" in printed
+    manifest = json.loads((run_dir / "predict" / "synthetic-tiny" / "manifest.json").read_text())
+    assert manifest["metrics"]["val_acc"] == pytest.approx(summary["final"]["val_acc"])
+    assert manifest["epoch"] == 4 and manifest["ranks"] == 2 and manifest["vertices"] == 2000
+
+
+def test_ids_are_the_sources_and_another_graph_takes_the_same_model(tmp_path, monkeypatch, capsys):
+    """A model trained on a renumbered graph predicts, by original id, what it predicts on
+    the graph in its source order (a dataset given at prediction time)."""
+    monkeypatch.chdir(tmp_path)
+    run_dir = _train(
+        tmp_path, capsys, "algorithm=single", "algorithm.mode=full", "dataset.reorder=degree"
+    )
+    assert main(["predict", f"run={run_dir}", "cluster.nprocs=2"]) == 0, _errors(capsys)
+    reordered = load_prepared(
+        make_config("dataset=synthetic-tiny", "dataset.reorder=degree").dataset
+    )
+    assert not np.array_equal(reordered.input_ids, np.arange(2000))  # renumbered indeed
+    args = ["predict", f"run={run_dir}", "cluster.nprocs=1", "dataset.reorder=none"]
+    assert main([*args, "predict.output_dir=source_order"]) == 0, _errors(capsys)
+    renumbered = read_output(run_dir / "predict" / "synthetic-tiny")
+    source = read_output(tmp_path / "source_order")
+    assert np.array_equal(renumbered["ids"], np.arange(2000))
+    assert np.array_equal(source["ids"], renumbered["ids"])
+    np.testing.assert_allclose(renumbered["prob"], source["prob"], rtol=1e-5, atol=1e-6)
+
+
+def test_an_interrupted_run_resumes_at_the_next_layer(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run_dir = _train(tmp_path, capsys, "algorithm=single", "algorithm.mode=full")
+    predict = ["predict", f"run={run_dir}", "cluster.nprocs=2", "predict.chunk_vertices=128"]
+    output = run_dir / "predict" / "synthetic-tiny"
+    monkeypatch.setenv(KILL_AFTER_LAYER_ENV, "1:1")  # rank 1 dies once layer 1 is written
+    assert main(predict) == 1
+    assert "rank 1 failed: killed by signal 9" in _errors(capsys)
+    assert not output.exists()  # nothing that looks finished
+    work = output.with_name("synthetic-tiny.partial")
+    layer1 = sorted(work.glob("h1.rank*.npy"))
+    assert len(layer1) == 2 and not list(work.glob("h2.rank*.npy"))
+
+    monkeypatch.delenv(KILL_AFTER_LAYER_ENV)
+    assert main(predict) == 0
+    assert "resuming at layer 2: layers 1-1 were computed by an interrupted run" in _errors(capsys)
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert manifest["resumed_at_layer"] == 2 and not work.exists()
+    assert main([*predict, "predict.output_dir=uninterrupted"]) == 0
+    resumed, whole = read_output(output), read_output(tmp_path / "uninterrupted")
+    assert all(np.array_equal(resumed[k], whole[k]) for k in ("ids", "class", "prob"))
+
+
+def test_embed_writes_the_chosen_layer(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run_dir = _train(tmp_path, capsys, "algorithm=minibatch", "cluster.nprocs=2")
+    assert main(["embed", f"run={run_dir}", "embed.layer=-2"]) == 0, _errors(capsys)
+    output = read_output(run_dir / "embed" / "synthetic-tiny-layer0")
+    assert output["embedding"].shape == (2000, 256) and output["embedding"].dtype == np.float32
+    assert (output["embedding"] >= 0).all()  # after the hidden layer's ReLU
+    pyarrow = pytest.importorskip("pyarrow.parquet")
+    table = pyarrow.read_table(run_dir / "embed" / "synthetic-tiny-layer0" / "part-00000.parquet")
+    assert table.column_names == ["id", "embedding"]
+
+
+def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run_dir = _train(tmp_path, capsys, "algorithm=single", "algorithm.mode=full")
+    run = f"run={run_dir}"
+    wrong_features = tmp_path / "wide.npz"
+    rng = np.random.default_rng(0)
+    np.savez(
+        wrong_features,
+        edges=rng.integers(0, 50, (200, 2)),
+        feat=rng.normal(size=(50, 7)),
+        label=rng.integers(0, 3, 50),
+    )
+    cases = [
+        (["predict"], "usage: gnnrun predict run=RUN_DIR"),
+        (["predict", "run=nowhere"], "run=nowhere: no such directory"),
+        (["predict", f"run={tmp_path}"], "is not the directory of a `gnnrun train` run"),
+        (
+            ["embed", run, "embed.layer=2"],
+            "embed.layer=2: the model has 2 layers, choose one of -2..1",
+        ),
+        (
+            ["predict", run, "model.hidden=64"],
+            "was trained with model.hidden=256, not model.hidden=64",
+        ),
+        (["predict", run, "predict.chunk_vertices=0"], "predict.chunk_vertices must be at least 1"),
+        (["predict", run, "predict.chunk_vertcies=5"], "Did you mean 'predict.chunk_vertices'?"),
+        (
+            ["predict", run, "dataset=custom", f"dataset.path={wrong_features}"],
+            "takes 32 input features, but dataset 'custom' has 7",
+        ),
+        (["predict", run, "-m"], "gnnrun predict takes one run"),
+    ]
+    for args, message in cases:
+        assert main(args) != 0, args
+        assert message in _errors(capsys), args
+
+    assert main(["predict", run, "cluster.nprocs=1"]) == 0
+    capsys.readouterr()
+    assert main(["predict", run, "cluster.nprocs=1"]) == 1
+    assert "already holds a finished output: move it away" in _errors(capsys)
+
+    checkpoint = (
+        Path(
+            make_config(
+                "dataset=synthetic-tiny", "algorithm=single", "algorithm.mode=full"
+            ).train.checkpoint_dir
+        )
+        / "checkpoint.pt"
+    )
+    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])  # cut short
+    assert main(["predict", run, "predict.output_dir=again"]) == 1
+    assert f"{checkpoint} cannot be read as a checkpoint" in _errors(capsys)
+    checkpoint.unlink()
+    assert main(["predict", run, "predict.output_dir=again"]) == 1
+    assert f"no checkpoint at {checkpoint}" in _errors(capsys)
+    assert not (tmp_path / "again").exists()
