@@ -82,8 +82,6 @@ def cmd_embed(args: list[str]) -> int:
 
 def _infer(kind: str, args: list[str]) -> int:
     """`gnnrun predict|embed run=RUN_DIR [overrides]`: the run's config, then the overrides."""
-    from gnnrun.infer.overrides import merge_overrides, run_overrides
-
     runs = [a.split("=", 1)[1] for a in args if a.startswith("run=")]
     if not runs or not runs[-1]:
         raise GnnrunError(
@@ -93,9 +91,16 @@ def _infer(kind: str, args: list[str]) -> int:
     given = [a for a in args if not a.startswith("run=")]
     if any(a in ("-m", "--multirun") for a in given):
         raise GnnrunError(f"gnnrun {kind} takes one run: call it once per run directory")
-    run = run_overrides(run_dir)
-    overrides = merge_overrides(run, given + _as_trained(run, given))
+    overrides = inference_overrides(run_dir, given)
     return run_hydra(lambda cfg: job.infer(cfg, kind, run_dir), kind, overrides)
+
+
+def inference_overrides(run_dir: Path, given: list[str]) -> list[str]:
+    """The overrides that compose an inference's config: the run's, then `given`."""
+    from gnnrun.infer.overrides import merge_overrides, run_overrides
+
+    run = run_overrides(run_dir)
+    return merge_overrides(run, given + _as_trained(run, given))
 
 
 def _as_trained(run: list[str], given: list[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """Progress of layer-wise inference: one bar per rank for the layer it is computing.
 
-Ranks are separate processes; each writes its (layer, vertices done, vertices)
+Ranks are separate processes; each writes its (layer, steps done, steps)
 into its own row of a small memory-mapped board in the work directory, and
 rank 0 redraws the bars from it a few times a second.
 """
@@ -64,10 +64,10 @@ class InferenceDisplay:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.poll_s):
-            for task, (layer, done, total) in zip(self.tasks, np.array(self.board), strict=True):
+            for rank, (layer, done, total) in enumerate(np.array(self.board)):
                 self.progress.update(
-                    task,
-                    description=f"layer {layer + 1}/{self.layers} rank {self.tasks.index(task)}",
+                    self.tasks[rank],
+                    description=f"layer {layer + 1}/{self.layers} rank {rank}",
                     completed=int(done),
                     total=int(total) or None,
                 )

@@ -84,11 +84,13 @@ class OwnedGraph:
         lo, hi = int(self.indptr[start]), int(self.indptr[stop])
         indptr = torch.from_numpy(np.asarray(self.indptr[start : stop + 1], dtype=np.int64) - lo)
         neighbours = torch.from_numpy(np.asarray(self.indices[lo:hi], dtype=np.int64))
-        inside = (neighbours >= start) & (neighbours < stop)
-        others = torch.unique(neighbours[~inside])  # sorted
-        indices = torch.empty_like(neighbours)
-        indices[inside] = neighbours[inside] - start
-        indices[~inside] = (stop - start) + torch.searchsorted(others, neighbours[~inside])
+        # One sort: the distinct neighbours, and where each edge's source is among them.
+        distinct, which = torch.unique(neighbours, return_inverse=True)
+        inside = (distinct >= start) & (distinct < stop)
+        others = distinct[~inside]
+        position = torch.cumsum(~inside, 0) - 1 + (stop - start)  # after the destinations
+        position[inside] = distinct[inside] - start
+        indices = position[which]
         src_ids = torch.cat([torch.arange(start, stop), others])
         degrees = (in_degrees[start:stop], out_degrees[src_ids])
         return Block(indptr, indices, int(src_ids.numel()), src_ids, graph_degrees=degrees)

@@ -266,27 +266,34 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
         if rank == 0
         else contextlib.nullcontext()
     )
-    with display:
+    cpu = torch.device("cpu")
+    with display, torch.no_grad(), autocast(cfg.train.precision, cpu):
         for layer in range(plan.start_layer, plan.layers):
             start = time.perf_counter()
             own_in = graph.feat if layer == 0 else np.load(layer_file(work, layer, rank), "r")
-            scratch = work / f"halo.rank{rank}.npy"
-            halo_rows = _pull_halo(halo, own_in, scratch, graph.num_halo, widths[layer])
+            steps = graph.chunks(plan.chunk_vertices)
+            progress = _Progress(board, layer, len(steps) * (1 + model.transforms(layer)))
+            if model.transforms(layer):
+                scratch = work / f"rows.rank{rank}.npy"
+                own_rows = _transformed(model, layer, own_in, steps, scratch, progress)
+            else:
+                own_rows = own_in
+            halo_rows = _pull_halo(halo, own_rows, work / f"halo.rank{rank}.npy", graph.num_halo)
             shape = (graph.num_own, widths[layer + 1])
             with atomic_array(layer_file(work, layer + 1, rank), shape, np.float32) as out:
-                for a, b in graph.chunks(plan.chunk_vertices):
+                for a, b in steps:
                     block = graph.chunk_block(a, b, in_degrees, out_degrees)
-                    x = _gather(own_in, halo_rows, block.src_ids.numpy())
-                    with torch.no_grad(), autocast(cfg.train.precision, torch.device("cpu")):
-                        out[a:b] = model.layer_forward(layer, block, torch.from_numpy(x)).numpy()
+                    x = torch.from_numpy(_gather(own_rows, halo_rows, block.src_ids.numpy(), a, b))
+                    out[a:b] = model.propagate(layer, block, x).numpy()
                     anonymous.append(anonymous_mb() or 0.0)
-                    board.update(layer, b, graph.num_own)
-            del halo_rows
+                    progress.step()
+            del own_rows, halo_rows
             seconds[layer] = time.perf_counter() - start
             if rank == 0:
                 display.layer_done(layer, seconds[layer], graph.num_own)
             _maybe_fail(layer + 1, rank)
-    (work / f"halo.rank{rank}.npy").unlink(missing_ok=True)
+    for scratch in ("rows", "halo"):
+        (work / f"{scratch}.rank{rank}.npy").unlink(missing_ok=True)
 
     final = np.load(layer_file(work, plan.layers, rank), mmap_mode="r")
     task = task_for(plan.num_classes)
@@ -329,25 +336,61 @@ def _graph_degrees(graph: OwnedGraph, halo: HaloPlan) -> tuple[torch.Tensor, tor
     return torch.from_numpy(in_degrees), torch.from_numpy(np.concatenate([own_out, halo_out]))
 
 
-def _pull_halo(
-    halo: HaloPlan, own_in: np.ndarray, scratch: Path, rows: int, width: int
+def _transformed(
+    model: GNN,
+    layer: int,
+    own_in: np.ndarray,
+    steps: list[tuple[int, int]],
+    scratch: Path,
+    progress: _Progress,
 ) -> np.ndarray:
-    """The halo's rows of a layer's input, in a file-backed scratch array (not the heap)."""
-    if not rows:
+    """Layer `layer`'s per-vertex step over the own rows, once per vertex (rather than once
+    per chunk that reads the vertex), into a file-backed scratch array."""
+    width = model.transform(layer, torch.zeros(0, own_in.shape[1])).shape[1]
+    rows = np.lib.format.open_memmap(
+        scratch, mode="w+", dtype=np.float32, shape=(own_in.shape[0], width)
+    )
+    for a, b in steps:
+        x = torch.from_numpy(np.array(own_in[a:b], dtype=np.float32))
+        rows[a:b] = model.transform(layer, x).numpy()
+        progress.step()
+    return rows
+
+
+def _pull_halo(halo: HaloPlan, own_rows: np.ndarray, scratch: Path, count: int) -> np.ndarray:
+    """The halo's rows of what a layer reads, in a file-backed scratch array (not the heap)."""
+    width = own_rows.shape[1]
+    if not count:
         return np.zeros((0, width), dtype=np.float32)
-    array = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.float32, shape=(rows, width))
-    halo.pull(lambda ids: own_in[ids], array, "halo_rows")
-    return array
+    rows = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.float32, shape=(count, width))
+    halo.pull(lambda ids: own_rows[ids], rows, "halo_rows")
+    return rows
 
 
-def _gather(own: np.ndarray, halo: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Rows `ids` (local ids: own vertices, then the halo) as one float32 array."""
+class _Progress:
+    """A layer's steps on this rank, told to the progress board."""
+
+    def __init__(self, board: ProgressBoard, layer: int, total: int) -> None:
+        self.board, self.layer, self.total, self.done = board, layer, total, 0
+        board.update(layer, 0, total)
+
+    def step(self) -> None:
+        self.done += 1
+        self.board.update(self.layer, self.done, self.total)
+
+
+def _gather(
+    own: np.ndarray, halo: np.ndarray, ids: np.ndarray, start: int, stop: int
+) -> np.ndarray:
+    """Rows `ids` of a chunk's block as one float32 array: the destinations [start, stop),
+    then the other sources in increasing local id (own vertices, then the halo)."""
     n = own.shape[0]
-    mine = ids < n
+    others = ids[stop - start :]
+    split = int(np.searchsorted(others, n))
     x = np.empty((ids.shape[0], own.shape[1]), dtype=np.float32)
-    x[mine] = own[ids[mine]]
-    if not mine.all():
-        x[~mine] = halo[ids[~mine] - n]
+    x[: stop - start] = own[start:stop]
+    x[stop - start : stop - start + split] = own[others[:split]]
+    x[stop - start + split :] = halo[others[split:] - n]
     return x
 
 

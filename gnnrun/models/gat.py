@@ -41,6 +41,7 @@ class GATConv(torch.nn.Module):
                 f"model.hidden ({out_dim}) must be a multiple of model.heads ({heads})"
             )
         self.linear = torch.nn.Linear(in_dim, heads * self.head_dim, bias=False)
+        self.project_first = True  # the attention reads the projected rows
         self.attn_src = torch.nn.Parameter(torch.empty(heads, self.head_dim))
         self.attn_dst = torch.nn.Parameter(torch.empty(heads, self.head_dim))
         self.bias = torch.nn.Parameter(torch.zeros(heads * self.head_dim if concat else out_dim))
@@ -48,7 +49,14 @@ class GATConv(torch.nn.Module):
         torch.nn.init.xavier_uniform_(self.attn_dst)
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        h = self.linear(x).view(-1, self.heads, self.head_dim)
+        return self.propagate(block, self.transform(x))
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        """What the layer computes from each vertex's row alone (gnnrun.models.registry)."""
+        return self.linear(x)
+
+    def propagate(self, block: Block, rows: torch.Tensor) -> torch.Tensor:
+        h = rows.view(-1, self.heads, self.head_dim)
         el = (h * self.attn_src).sum(-1)
         er = (h[: block.num_dst] * self.attn_dst).sum(-1)
         out = gat_aggregate(with_self_loops(block), h, el, er, self.negative_slope)

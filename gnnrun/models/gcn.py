@@ -28,12 +28,19 @@ class GCNConv(torch.nn.Module):
         self.project_first = out_dim < in_dim
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        dtype = factor_dtype(x)  # float32 factors for bfloat16 rows
+        return self.propagate(block, self.transform(x))
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        """What the layer computes from each vertex's row alone (gnnrun.models.registry)."""
+        return self.linear(x) if self.project_first else x
+
+    def propagate(self, block: Block, rows: torch.Tensor) -> torch.Tensor:
+        dtype = factor_dtype(rows)  # float32 factors for bfloat16 rows
         norm_src = (block.graph_out_degrees().to(dtype) + 1.0).rsqrt()
         norm_dst = (block.graph_in_degrees().to(dtype) + 1.0).rsqrt()
         if self.project_first:
-            return aggregate_normalized(block, self.linear(x), norm_src, norm_dst) + self.bias
-        propagated = aggregate_normalized(block, x, norm_src, norm_dst)
+            return aggregate_normalized(block, rows, norm_src, norm_dst) + self.bias
+        propagated = aggregate_normalized(block, rows, norm_src, norm_dst)
         return torch.addmm(self.bias, propagated, self.linear.weight.T)
 
 

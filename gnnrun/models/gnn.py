@@ -77,10 +77,21 @@ class GNN(torch.nn.Module):
             raise KeyError(f"no weights of layers 0 and {layers - 1}")
         return int(first[0].shape[1]), int(last[0].numel())
 
-    def layer_forward(self, i: int, block: Block, h: torch.Tensor) -> torch.Tensor:
-        """Layer i alone, as `forward` applies it (with the activation and dropout after a
-        hidden layer), in float32: layer-wise inference runs the stack one layer at a time."""
-        h = self.layers[i](block, h)
+    def transforms(self, i: int) -> bool:
+        """Whether layer i maps each vertex's row by itself first (gnnrun.models.registry)."""
+        return bool(getattr(self.layers[i], "project_first", False))
+
+    def transform(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """Layer i's per-vertex step (for a layer that `transforms`), in float32."""
+        return widened(self.layers[i].transform(h))
+
+    def propagate(self, i: int, block: Block, rows: torch.Tensor) -> torch.Tensor:
+        """The rest of layer i as `forward` applies it, from the transformed rows (or the
+        input rows of a layer that does not `transform`), with the activation and
+        dropout after a hidden layer, in float32. Layer-wise inference runs the stack a
+        layer at a time: layer i over every vertex, then layer i + 1."""
+        layer = self.layers[i]
+        h = layer.propagate(block, rows) if self.transforms(i) else layer(block, rows)
         if i < len(self.layers) - 1:
             h = self._activate_and_drop(h)
         return widened(h)

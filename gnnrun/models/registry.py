@@ -1,6 +1,13 @@
 """`model.name` -> the builder of one layer: (in_dim, out_dim, cfg, is_last) -> a module
 with forward(block, x_src) -> x_dst; and the settings every model shares (`ModelConfig`;
-a model with settings of its own registers a subclass)."""
+a model with settings of its own registers a subclass).
+
+A layer whose first step maps each vertex's row by itself (a linear map before the
+aggregation) says so with `project_first = True` and splits its forward pass in two:
+`transform(x)`, the rows computed per vertex, and `propagate(block, rows)`, the rest,
+with forward(block, x) == propagate(block, transform(x)). Layer-wise inference
+(gnnrun.infer) then computes the transform once per vertex rather than once per
+block that reads the vertex. A layer without `project_first` is run whole."""
 
 from __future__ import annotations
 

@@ -43,27 +43,37 @@ class SAGEConv(torch.nn.Module):
         self.project_first = out_dim < in_dim
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        return self.propagate(block, self.transform(x))
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        """What the layer computes from each vertex's row alone (gnnrun.models.registry).
+
+        mean: both maps in one GEMM, so that x is read once and gets one gradient
+        buffer (x[:num_dst] for the self term would cost autograd a zero-filled
+        [num_src, in_dim] gradient, then a copy and an add).
+        """
+        if not self.project_first:
+            return x
+        if self.aggregator == "mean":
+            return x @ torch.cat([self.neigh.weight, self.self_loop.weight]).T
+        return x @ self.neigh.weight.T
+
+    def propagate(self, block: Block, rows: torch.Tensor) -> torch.Tensor:
         if self.aggregator == "mean":
             if self.project_first:
-                # Both maps in one GEMM: x is read once and gets one gradient
-                # buffer (x[:num_dst] for the self term would cost autograd a
-                # zero-filled [num_src, in_dim] gradient, then a copy and an add).
                 out_dim = self.neigh.out_features
-                weight = torch.cat([self.neigh.weight, self.self_loop.weight])
-                both = x @ weight.T
-                neigh = aggregate(block, both[:, :out_dim].contiguous(), "mean")
-                return neigh.add_(both[: block.num_dst, out_dim:]).add_(self.self_loop.bias)
+                neigh = aggregate(block, rows[:, :out_dim].contiguous(), "mean")
+                return neigh.add_(rows[: block.num_dst, out_dim:]).add_(self.self_loop.bias)
             # One gradient buffer for x (aggregate_with_dst), and the neighbour
             # term accumulated by the GEMM into the self term in place: torch.addmm
             # would first copy the self term into a new [num_dst, out] output.
-            mean, x_dst = aggregate_with_dst(block, x, "mean")
+            mean, x_dst = aggregate_with_dst(block, rows, "mean")
             out = self.self_loop(x_dst)  # bfloat16 under autocast; addmm_ is not cast
             return out.addmm_(mean.to(out.dtype), self.neigh.weight.T.to(out.dtype))
-        scale = 1.0 / (block.graph_in_degrees().to(factor_dtype(x)) + 1.0)
+        scale = 1.0 / (block.graph_in_degrees().to(factor_dtype(rows)) + 1.0)
         if self.project_first:
-            projected = x @ self.neigh.weight.T
-            return aggregate_normalized(block, projected, None, scale).add_(self.neigh.bias)
-        return self.neigh(aggregate_normalized(block, x, None, scale))
+            return aggregate_normalized(block, rows, None, scale).add_(self.neigh.bias)
+        return self.neigh(aggregate_normalized(block, rows, None, scale))
 
 
 @LAYERS.register("sage", SageConfig)

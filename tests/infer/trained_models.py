@@ -47,7 +47,8 @@ def checkpointed(tmp_path: Path, *overrides: str, seed: int = 0):
 
 def full_graph_layers(cfg) -> list[torch.Tensor]:
     """Every layer's output of the checkpoint's model on the whole graph in one process
-    (the reference): the model's own forward pass for the last, its layers for the others."""
+    (the reference): each layer whole, with the model's activation after the hidden ones;
+    the last equals the model's own forward pass."""
     from gnnrun.infer.run import load_trained_model
 
     dataset = load_prepared(cfg.dataset)
@@ -58,8 +59,10 @@ def full_graph_layers(cfg) -> list[torch.Tensor]:
     outputs = []
     with torch.no_grad():
         h = x
-        for i in range(len(model.layers)):
-            h = model.layer_forward(i, graph, h)
+        for i, layer in enumerate(model.layers):
+            h = layer(graph, h)
+            if i < len(model.layers) - 1:
+                h = model.activation(h)
             outputs.append(h)
         assert torch.equal(model([graph] * len(model.layers), x), outputs[-1])
     return outputs
