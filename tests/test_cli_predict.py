@@ -161,6 +161,14 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
     assert main(["predict", run, "cluster.nprocs=1"]) == 1
     assert "already holds a finished output: move it away" in _errors(capsys)
 
+    later = ["train", "dataset=synthetic-tiny", "algorithm=single", "algorithm.mode=full"]
+    assert main([*later, "train.epochs=2", f"hydra.run.dir={tmp_path / 'later'}"]) == 0
+    capsys.readouterr()  # the later run has replaced the first one's checkpoint
+    assert main(["predict", run, "predict.output_dir=again"]) == 1
+    assert "was written by another run than the one in" in _errors(capsys)
+    assert main(["predict", f"run={tmp_path / 'later'}", "predict.output_dir=again"]) == 0
+    capsys.readouterr()
+
     checkpoint = (
         Path(
             make_config(
@@ -170,9 +178,9 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
         / "checkpoint.pt"
     )
     checkpoint.write_bytes(checkpoint.read_bytes()[:1000])  # cut short
-    assert main(["predict", run, "predict.output_dir=again"]) == 1
+    assert main(["predict", run, "predict.output_dir=again2"]) == 1
     assert f"{checkpoint} cannot be read as a checkpoint" in _errors(capsys)
     checkpoint.unlink()
-    assert main(["predict", run, "predict.output_dir=again"]) == 1
+    assert main(["predict", run, "predict.output_dir=again2"]) == 1
     assert f"no checkpoint at {checkpoint}" in _errors(capsys)
-    assert not (tmp_path / "again").exists()
+    assert not (tmp_path / "again2").exists()

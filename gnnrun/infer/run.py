@@ -19,6 +19,7 @@ The work directory `<output>.partial/` holds, per rank r:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -102,6 +103,7 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
             "moved, give its directory with train.checkpoint_dir=..."
         )
     _check_settings(cfg, state, directory)
+    _check_written_by(run_dir, state, directory)
     in_dim, num_classes = GNN.dims_of(state["model"], cfg.model.layers)
     if dataset.feat_dim != in_dim:
         raise GnnrunError(
@@ -165,6 +167,29 @@ def _check_settings(cfg, state: dict[str, Any], directory: Path) -> None:
         raise GnnrunError(
             f"the model in {directory / CHECKPOINT} was trained with {trained}, not {given}: "
             "leave the model's settings as the run had them"
+        )
+
+
+def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> None:
+    """Refuse a checkpoint that another run wrote since: runs with the same settings share a
+    checkpoint directory by default. The run's epochs in its metrics file must be the
+    checkpoint's (the same measured epoch times)."""
+    metrics = Path(run_dir) / "metrics.rank0.jsonl"
+    saved = {r["epoch"]: r.get("epoch_s") for r in state.get("history", []) if "epoch" in r}
+    if not metrics.is_file() or not saved:
+        return
+    ran = {}
+    for line in metrics.read_text().splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            record = json.loads(line)
+            ran[record["epoch"]] = record.get("epoch_s")
+    common = saved.keys() & ran.keys()
+    if not common or any(saved[e] != ran[e] for e in common):
+        raise GnnrunError(
+            f"{directory / CHECKPOINT} was written by another run than the one in {run_dir} "
+            "(runs with the same settings share train.checkpoint_dir, and a later one "
+            "replaced it): predict from that run's directory, or give this run's "
+            "checkpoint with train.checkpoint_dir=..."
         )
 
 
