@@ -202,7 +202,7 @@ class PredictConfig:
 
     # Vertices per chunk: each rank computes its vertices this many at a time, with their
     # full in-neighbourhoods, so that memory follows the chunk, not the graph.
-    chunk_vertices: int = 16384
+    chunk_vertices: int = 65536
     # Where the outputs go; null: <run>/predict/<dataset> or <run>/embed/<dataset>-layer<k>.
     output_dir: str | None = None
     # Parquet shards beside the .npy ones: auto (when pyarrow is installed), true, false.

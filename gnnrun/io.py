@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -144,26 +144,31 @@ def atomic_file(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
 
 
 @contextlib.contextmanager
-def atomic_array(path: Path, shape: tuple[int, ...], dtype: Any) -> Iterator[np.ndarray]:
-    """Yield a writable memory-mapped `.npy` beside `path`, to be filled in place; flush,
-    fsync and rename it into place on success, as `atomic_file` does."""
-    path = Path(path)
-    remove_stale_temporaries(path)
-    tmp = path.with_name(f"{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-        yield array
-        array.flush()
-        del array
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        if isinstance(exc, OSError):
-            raise write_error(path, exc) from None
-        raise
+def atomic_rows(
+    path: Path, shape: tuple[int, ...], dtype: Any
+) -> Iterator[Callable[[np.ndarray], None]]:
+    """Write a `.npy` of `shape` row block by row block: yield `append(rows)`, which writes
+    rows after the previous ones (sequential writes: no page faults of a mapped file);
+    fsync and rename into place once all shape[0] rows are written, as `atomic_file`."""
+    dtype = np.dtype(dtype)
+    written = 0
+    with atomic_file(path, "wb") as f:
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
+        np.lib.format.write_array_header_1_0(f, {**header, "shape": tuple(shape)})
+
+        def append(rows: np.ndarray) -> None:
+            nonlocal written
+            block = np.ascontiguousarray(rows, dtype=dtype)
+            if block.shape[1:] != tuple(shape[1:]) or written + block.shape[0] > shape[0]:
+                raise ValueError(
+                    f"rows of shape {block.shape} do not continue {shape} at {written}"
+                )
+            f.write(block.data)
+            written += block.shape[0]
+
+        yield append
+        if written != shape[0]:
+            raise ValueError(f"{path}: {written} of {shape[0]} rows written")
 
 
 def write_error(path: Path, exc: OSError) -> GnnrunError:

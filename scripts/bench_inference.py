@@ -161,7 +161,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="synthetic-medium")
     parser.add_argument("--ranks", default="1,2,4")
-    parser.add_argument("--chunk", type=int, default=16384, help="predict.chunk_vertices")
+    parser.add_argument("--chunk", type=int, default=65536, help="predict.chunk_vertices")
     parser.add_argument("--epochs", type=int, default=2, help="training epochs (without --run)")
     parser.add_argument("--run", type=Path, help="a trained run's directory to reuse")
     parser.add_argument(

@@ -7,7 +7,7 @@ rank the whole dataset is the part and there is no halo.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -65,6 +65,17 @@ class OwnedGraph:
             halo_owner=part["halo_owner"],
         )
 
+    _flags: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False, repr=False)
+
+    def _scratch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a false flag, a position) per local vertex: chunk_block's maps, kept between chunks."""
+        if self._flags is None:
+            self._flags = (
+                torch.zeros(self.num_local, dtype=torch.bool),
+                torch.empty(self.num_local, dtype=torch.int64),
+            )
+        return self._flags
+
     def partial_out_degrees(self) -> np.ndarray:
         """Edges leaving each local vertex among this part's edges (a halo vertex's other
         edges are counted by the other parts that hold them)."""
@@ -84,13 +95,16 @@ class OwnedGraph:
         lo, hi = int(self.indptr[start]), int(self.indptr[stop])
         indptr = torch.from_numpy(np.asarray(self.indptr[start : stop + 1], dtype=np.int64) - lo)
         neighbours = torch.from_numpy(np.asarray(self.indices[lo:hi], dtype=np.int64))
-        # One sort: the distinct neighbours, and where each edge's source is among them.
-        distinct, which = torch.unique(neighbours, return_inverse=True)
-        inside = (distinct >= start) & (distinct < stop)
-        others = distinct[~inside]
-        position = torch.cumsum(~inside, 0) - 1 + (stop - start)  # after the destinations
-        position[inside] = distinct[inside] - start
-        indices = position[which]
+        seen, position = self._scratch()
+        # The distinct sources outside the chunk, in increasing local id, without a sort:
+        # flags over the rank's local vertices (a scan of one byte per vertex).
+        seen[neighbours] = True
+        seen[start:stop] = False
+        others = seen.nonzero().squeeze(1)
+        seen[others] = False
+        position[start:stop] = torch.arange(stop - start)
+        position[others] = torch.arange(stop - start, stop - start + others.numel())
+        indices = position[neighbours]
         src_ids = torch.cat([torch.arange(start, stop), others])
         degrees = (in_degrees[start:stop], out_degrees[src_ids])
         return Block(indptr, indices, int(src_ids.numel()), src_ids, graph_degrees=degrees)

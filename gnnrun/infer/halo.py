@@ -12,7 +12,6 @@ goes the other way and adds the halo's values into their owners' (out-degrees).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -49,34 +48,25 @@ class HaloPlan:
         longest = max(len(ids) for ids in self.send)
         self.rounds = comm.max_int(math.ceil(longest / rows_per_round))
 
-    def pull(
-        self, own_rows: Callable[[np.ndarray], np.ndarray], halo: np.ndarray, purpose: str
-    ) -> None:
-        """Fill `halo` (an array of [num_halo, ...]) with the owners' rows: `own_rows(ids)`
-        gives this rank's rows at its own local ids `ids`."""
+    def pull(self, own: torch.Tensor, halo: torch.Tensor, purpose: str) -> None:
+        """Fill `halo` ([num_halo, ...]) with the owners' rows of `own` ([num_own, ...])."""
         if not self.comm.distributed:
             return
         step = self.rows_per_round
-        trailing = halo.shape[1:]
         for r in range(self.rounds):
             window = slice(r * step, (r + 1) * step)
-            outgoing = [
-                torch.from_numpy(
-                    np.ascontiguousarray(own_rows(ids[window].numpy()), dtype=halo.dtype)
-                ).reshape(-1, *trailing)
-                for ids in self.send
-            ]
+            outgoing = [own.index_select(0, ids[window]) for ids in self.send]
             counts = torch.tensor([len(p[window]) for p in self.receive], dtype=torch.int64)
             pending = self.comm.exchange_start(outgoing, purpose, incoming_counts=counts)
             for positions, rows in zip(self.receive, pending.wait(), strict=True):
-                halo[positions[window].numpy()] = rows.numpy()
+                halo.index_copy_(0, positions[window], rows)
 
-    def push_sum(self, halo_values: np.ndarray, own_values: np.ndarray, purpose: str) -> None:
+    def push_sum(self, halo_values: torch.Tensor, own_values: torch.Tensor, purpose: str) -> None:
         """Add each halo vertex's value into its owner's `own_values` (one exchange)."""
         if not self.comm.distributed:
             return
-        outgoing = [torch.from_numpy(np.asarray(halo_values[p.numpy()])) for p in self.receive]
+        outgoing = [halo_values.index_select(0, p) for p in self.receive]
         counts = torch.tensor([len(ids) for ids in self.send], dtype=torch.int64)
         received = self.comm.exchange_start(outgoing, purpose, incoming_counts=counts).wait()
         for ids, values in zip(self.send, received, strict=True):
-            np.add.at(own_values, ids.numpy(), values.numpy())
+            own_values.index_add_(0, ids, values)

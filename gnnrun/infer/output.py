@@ -18,6 +18,7 @@ the manifest (gnnrun.infer.run), so a directory with a manifest is a finished ou
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_array, load_recorded_array, read_manifest, sha256_file
+from gnnrun.io import atomic_rows, load_recorded_array, read_manifest, sha256_file
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -74,13 +75,18 @@ def write_shard(
     n = int(ids.shape[0])
     spans = [(a, min(a + chunk, n)) for a in range(0, n, chunk)] or [(0, 0)]
     probe = columns(np.asarray(rows[0:0]))  # names, dtypes and trailing shapes
-    with atomic_array(directory / shard_file("ids", shard), (n,), np.int64) as out:
-        out[:] = ids
-    for name, empty in probe.items():
-        path = directory / shard_file(name, shard)
-        with atomic_array(path, (n, *empty.shape[1:]), empty.dtype) as out:
-            for a, b in spans:
-                out[a:b] = columns(np.asarray(rows[a:b]))[name]
+    with atomic_rows(directory / shard_file("ids", shard), (n,), np.int64) as append:
+        append(ids)
+    with contextlib.ExitStack() as files:
+        appends = {
+            name: files.enter_context(
+                atomic_rows(directory / shard_file(name, shard), (n, *empty.shape[1:]), empty.dtype)
+            )
+            for name, empty in probe.items()
+        }
+        for a, b in spans:
+            for name, values in columns(np.asarray(rows[a:b])).items():
+                appends[name](values)
     arrays = {
         shard_file(name, shard): _record(directory / shard_file(name, shard))
         for name in ("ids", *probe)

@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from gnnrun.infer.output import (
     refuse_finished,
     write_shard,
 )
-from gnnrun.io import atomic_array, read_json, write_json, write_json_atomic
+from gnnrun.io import atomic_rows, read_json, write_json, write_json_atomic
 from gnnrun.memory import PeakMemory, anonymous_mb
 from gnnrun.models import GNN, build_model, layer_widths
 from gnnrun.ops.precision import autocast
@@ -295,7 +296,9 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     with display, torch.no_grad(), autocast(cfg.train.precision, cpu):
         for layer in range(plan.start_layer, plan.layers):
             start = time.perf_counter()
-            own_in = graph.feat if layer == 0 else np.load(layer_file(work, layer, rank), "r")
+            own_in = _rows(
+                graph.feat if layer == 0 else np.load(layer_file(work, layer, rank), "c")
+            )
             steps = graph.chunks(plan.chunk_vertices)
             progress = _Progress(board, layer, len(steps) * (1 + model.transforms(layer)))
             if model.transforms(layer):
@@ -303,16 +306,19 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
                 own_rows = _transformed(model, layer, own_in, steps, scratch, progress)
             else:
                 own_rows = own_in
-            halo_rows = _pull_halo(halo, own_rows, work / f"halo.rank{rank}.npy", graph.num_halo)
+            halo_rows = _scratch_rows(
+                work / f"halo.rank{rank}.npy", graph.num_halo, own_rows.shape[1]
+            )
+            halo.pull(own_rows, halo_rows, "halo_rows")
             shape = (graph.num_own, widths[layer + 1])
-            with atomic_array(layer_file(work, layer + 1, rank), shape, np.float32) as out:
+            with atomic_rows(layer_file(work, layer + 1, rank), shape, np.float32) as append:
                 for a, b in steps:
                     block = graph.chunk_block(a, b, in_degrees, out_degrees)
-                    x = torch.from_numpy(_gather(own_rows, halo_rows, block.src_ids.numpy(), a, b))
-                    out[a:b] = model.propagate(layer, block, x).numpy()
+                    x = _gather(own_rows, halo_rows, block.src_ids, a, b)
+                    append(model.propagate(layer, block, x).numpy())
                     anonymous.append(anonymous_mb() or 0.0)
                     progress.step()
-            del own_rows, halo_rows
+            del own_in, own_rows, halo_rows
             seconds[layer] = time.perf_counter() - start
             if rank == 0:
                 display.layer_done(layer, seconds[layer], graph.num_own)
@@ -352,43 +358,49 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
 def _graph_degrees(graph: OwnedGraph, halo: HaloPlan) -> tuple[torch.Tensor, torch.Tensor]:
     """In-degrees of the own vertices and out-degrees of every local one, in the whole graph:
     a vertex's out-edges may be held by every part that has it in its halo."""
-    partial = graph.partial_out_degrees()
-    own_out = partial[: graph.num_own].copy()
+    partial = torch.from_numpy(graph.partial_out_degrees())
+    own_out = partial[: graph.num_own].clone()
     halo.push_sum(partial[graph.num_own :], own_out, "degrees")
-    halo_out = np.zeros(graph.num_halo, dtype=np.int64)
-    halo.pull(lambda ids: own_out[ids], halo_out, "degrees")
+    halo_out = torch.zeros(graph.num_halo, dtype=torch.int64)
+    halo.pull(own_out, halo_out, "degrees")
     in_degrees = np.diff(np.asarray(graph.indptr, dtype=np.int64))
-    return torch.from_numpy(in_degrees), torch.from_numpy(np.concatenate([own_out, halo_out]))
+    return torch.from_numpy(in_degrees), torch.cat([own_out, halo_out])
+
+
+def _rows(array: np.ndarray) -> torch.Tensor:
+    """A float32 tensor over `array`'s memory (a memory-mapped file's pages, not a copy);
+    only read. An array of another dtype is converted, in memory."""
+    if array.dtype != np.float32:
+        return torch.from_numpy(np.asarray(array, dtype=np.float32))
+    with warnings.catch_warnings():  # a read-only map: torch warns that it cannot protect it
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
+def _scratch_rows(path: Path, count: int, width: int) -> torch.Tensor:
+    """A [count, width] float32 tensor backed by a file (not the heap), for rows a layer
+    reads: the page cache holds them, and the kernel writes them out under pressure."""
+    if not count:
+        return torch.zeros(0, width)
+    rows = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(count, width))
+    return torch.from_numpy(rows)
 
 
 def _transformed(
     model: GNN,
     layer: int,
-    own_in: np.ndarray,
+    own_in: torch.Tensor,
     steps: list[tuple[int, int]],
     scratch: Path,
     progress: _Progress,
-) -> np.ndarray:
+) -> torch.Tensor:
     """Layer `layer`'s per-vertex step over the own rows, once per vertex (rather than once
     per chunk that reads the vertex), into a file-backed scratch array."""
-    width = model.transform(layer, torch.zeros(0, own_in.shape[1])).shape[1]
-    rows = np.lib.format.open_memmap(
-        scratch, mode="w+", dtype=np.float32, shape=(own_in.shape[0], width)
-    )
+    width = model.transform(layer, own_in[:0]).shape[1]
+    rows = _scratch_rows(scratch, own_in.shape[0], width)
     for a, b in steps:
-        x = torch.from_numpy(np.array(own_in[a:b], dtype=np.float32))
-        rows[a:b] = model.transform(layer, x).numpy()
+        rows[a:b] = model.transform(layer, own_in[a:b])
         progress.step()
-    return rows
-
-
-def _pull_halo(halo: HaloPlan, own_rows: np.ndarray, scratch: Path, count: int) -> np.ndarray:
-    """The halo's rows of what a layer reads, in a file-backed scratch array (not the heap)."""
-    width = own_rows.shape[1]
-    if not count:
-        return np.zeros((0, width), dtype=np.float32)
-    rows = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.float32, shape=(count, width))
-    halo.pull(lambda ids: own_rows[ids], rows, "halo_rows")
     return rows
 
 
@@ -405,17 +417,17 @@ class _Progress:
 
 
 def _gather(
-    own: np.ndarray, halo: np.ndarray, ids: np.ndarray, start: int, stop: int
-) -> np.ndarray:
-    """Rows `ids` of a chunk's block as one float32 array: the destinations [start, stop),
-    then the other sources in increasing local id (own vertices, then the halo)."""
-    n = own.shape[0]
-    others = ids[stop - start :]
-    split = int(np.searchsorted(others, n))
-    x = np.empty((ids.shape[0], own.shape[1]), dtype=np.float32)
-    x[: stop - start] = own[start:stop]
-    x[stop - start : stop - start + split] = own[others[:split]]
-    x[stop - start + split :] = halo[others[split:] - n]
+    own: torch.Tensor, halo: torch.Tensor, ids: torch.Tensor, start: int, stop: int
+) -> torch.Tensor:
+    """Rows `ids` of a chunk's block: the destinations [start, stop), then the other
+    sources in increasing local id (own vertices, then the halo)."""
+    n, dst = own.shape[0], stop - start
+    others = ids[dst:]
+    split = int(torch.searchsorted(others, n))
+    x = torch.empty(ids.numel(), own.shape[1])
+    x[:dst] = own[start:stop]
+    torch.index_select(own, 0, others[:split], out=x[dst : dst + split])
+    torch.index_select(halo, 0, others[split:] - n, out=x[dst + split :])
     return x
 
 
