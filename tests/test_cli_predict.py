@@ -115,9 +115,12 @@ def test_embed_writes_the_chosen_layer(tmp_path, monkeypatch, capsys):
     output = read_output(run_dir / "embed" / "synthetic-tiny-layer0")
     assert output["embedding"].shape == (2000, 256) and output["embedding"].dtype == np.float32
     assert (output["embedding"] >= 0).all()  # after the hidden layer's ReLU
-    pyarrow = pytest.importorskip("pyarrow.parquet")
-    table = pyarrow.read_table(run_dir / "embed" / "synthetic-tiny-layer0" / "part-00000.parquet")
-    assert table.column_names == ["id", "embedding"]
+    pandas = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    table = pandas.read_parquet(run_dir / "embed" / "synthetic-tiny-layer0" / "parquet")
+    assert list(table.columns) == ["id", "embedding"] and len(table) == 2000
+    row = table.set_index("id").loc[7, "embedding"]
+    np.testing.assert_array_equal(row, output["embedding"][7])
 
 
 def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, capsys):

@@ -1,4 +1,6 @@
-"""gnnrun.io: manifests that are damaged or of the wrong shape are one clear error; a\ndirectory write that fails names the directory and leaves nothing behind."""
+"""gnnrun.io: manifests that are damaged or of the wrong shape are one clear error; a
+directory write that fails names the directory and leaves nothing behind; an array
+written by row blocks appears whole or not at all."""
 
 from __future__ import annotations
 
@@ -6,10 +8,11 @@ import errno
 import json
 import os
 
+import numpy as np
 import pytest
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_directory, read_json, read_manifest, write_json
+from gnnrun.io import atomic_directory, atomic_rows, read_json, read_manifest, write_json
 
 RECORD = {"bytes": 128, "sha256": "0" * 64, "shape": [4], "dtype": "int64"}
 
@@ -87,3 +90,18 @@ def test_a_failed_write_inside_atomic_directory_names_the_directory(tmp_path, mo
     )
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the temporary is gone
     assert json.loads((final / "manifest.json").read_text()) == {"v": 1}
+
+
+def test_atomic_rows_writes_a_whole_array_or_nothing(tmp_path):
+    path = tmp_path / "rows.npy"
+    with atomic_rows(path, (5, 2), np.float32) as append:
+        append(np.zeros((3, 2)))
+        append(np.ones((2, 2)))
+    assert np.array_equal(np.load(path), np.r_[np.zeros((3, 2)), np.ones((2, 2))])
+    short = atomic_rows(tmp_path / "short.npy", (5, 2), np.float32)
+    with pytest.raises(ValueError, match="4 of 5 rows written"), short as append:
+        append(np.zeros((4, 2)))
+    wide = atomic_rows(tmp_path / "wide.npy", (5, 2), np.float32)
+    with pytest.raises(ValueError, match="do not continue"), wide as append:
+        append(np.zeros((1, 3)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.npy"]  # nothing half-written

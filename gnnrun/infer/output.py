@@ -8,7 +8,7 @@
     prob-00000.npy         predict, multiclass: float32 [rows, classes] probabilities
     score-00000.npy        predict, binary: float32 probability of class 1
     embedding-00000.npy    embed: float32 [rows, width] the chosen layer's output
-    part-00000.parquet     the same columns in one table (with pyarrow)
+    parquet/part-00000.parquet   the same columns in one table (with pyarrow)
 
 Rows are in no particular order across shards; `read_output` concatenates the
 shards and can sort them by id. The directory appears only once complete: the
@@ -37,7 +37,8 @@ def shard_file(column: str, shard: int) -> str:
 
 
 def parquet_file(shard: int) -> str:
-    return f"part-{shard:05d}.parquet"
+    """In a folder of its own: readers of a Parquet dataset take every file of a folder."""
+    return f"parquet/part-{shard:05d}.parquet"
 
 
 def columns_of(kind: str, task: str) -> tuple[str, ...]:
@@ -94,6 +95,7 @@ def write_shard(
     tables = {}
     if parquet:
         path = directory / parquet_file(shard)
+        path.parent.mkdir(exist_ok=True)
         _write_parquet(path, ids, rows, columns, spans)
         tables[parquet_file(shard)] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     return arrays, tables
