@@ -141,7 +141,14 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     """Layer-wise inference (gnnrun.infer) on cluster.nprocs local ranks from the checkpoint
     of the run in `run_dir`; returns the summary that the output's manifest holds too."""
     from gnnrun.data import prepare_dataset
-    from gnnrun.infer.run import finish_inference, infer_on_rank, plan_inference
+    from gnnrun.infer.output import refuse_finished
+    from gnnrun.infer.run import (
+        finish_inference,
+        infer_on_rank,
+        plan_inference,
+        prepare_work_dir,
+    )
+    from gnnrun.io import writer_lock
     from gnnrun.launch.local import run_rank_job
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
@@ -161,8 +168,11 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
             kind="edge_cut",
         )
     plan = plan_inference(config, kind, run_dir, dataset)
-    if config.cluster.nprocs == 1:
-        figures = [infer_on_rank(config, plan)]
-    else:
-        figures = run_rank_job(config, "infer", plan)
-    return finish_inference(config, plan, figures)
+    with writer_lock(Path(plan.output_dir)):  # a second command on the same output waits
+        refuse_finished(Path(plan.output_dir))
+        prepare_work_dir(config, plan, dataset)
+        if config.cluster.nprocs == 1:
+            figures = [infer_on_rank(config, plan)]
+        else:
+            figures = run_rank_job(config, "infer", plan)
+        return finish_inference(config, plan, figures)

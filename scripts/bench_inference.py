@@ -22,6 +22,7 @@ Accuracies are on the dataset's validation and test vertices.
     .venv/bin/python scripts/bench_inference.py                                   # synthetic-medium
     .venv/bin/python scripts/bench_inference.py --dataset synthetic-small --epochs 1  # a smoke test
     .venv/bin/python scripts/bench_inference.py --dataset synthetic-large --run RUN_DIR --chunk 65536
+    .venv/bin/python scripts/bench_inference.py --run RUN_DIR --profile    # where 1 rank's time goes
 """
 
 from __future__ import annotations
@@ -154,6 +155,42 @@ def sampled(run: Path, dataset_name: str, exact: Path) -> dict:
     }
 
 
+def profile(run: Path, dataset_name: str, chunk: int, workdir: Path) -> None:
+    """cProfile of `gnnrun predict` on 1 rank, in this process: where its time goes."""
+    import cProfile
+    import pstats
+
+    from hydra import compose, initialize_config_dir
+
+    from gnnrun.cli import CONFIG_DIR, inference_overrides
+    from gnnrun.config import to_objects
+    from gnnrun.data import prepare_dataset
+    from gnnrun.infer.run import infer_on_rank, plan_inference, prepare_work_dir
+    from gnnrun.schemas import register_schemas
+
+    register_schemas()
+    given = [f"dataset={dataset_name}", "cluster.nprocs=1", f"predict.chunk_vertices={chunk}"]
+    given += ["predict.parquet=false", f"predict.output_dir={workdir / 'profiled'}"]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = to_objects(compose("config", overrides=inference_overrides(run, given)))
+    dataset = prepare_dataset(cfg.dataset)
+    plan = plan_inference(cfg, "predict", run, dataset)
+    prepare_work_dir(cfg, plan, dataset)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    figures = infer_on_rank(cfg, plan)
+    profiler.disable()
+    total = sum(figures["layer_s"].values()) + figures["write_s"]
+    print(f"\n1 rank, chunk {chunk:,}: layers and writing {total:.2f} s\n")
+    print("| function | seconds (own) | share |\n|---|---|---|")
+    stats = pstats.Stats(profiler).stats
+    rows = sorted(
+        ((v[2], f"{k[2]} ({Path(k[0]).name}:{k[1]})") for k, v in stats.items()), reverse=True
+    )
+    for seconds, name in rows[:12]:
+        print(f"| `{name}` | {seconds:.2f} | {seconds / total:.0%} |")
+
+
 # ------------------------------------------------------------------------- driver
 
 
@@ -168,6 +205,9 @@ def main() -> None:
         "--workdir", type=Path, help="where runs and outputs go (default: a temp dir)"
     )
     parser.add_argument("--no-full", action="store_true", help="skip the full-graph forward pass")
+    parser.add_argument(
+        "--profile", action="store_true", help="only profile predict on 1 rank (needs --run)"
+    )
     parser.add_argument("--measure", choices=("full", "sampled"), help=argparse.SUPPRESS)
     parser.add_argument("--exact", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -181,6 +221,11 @@ def main() -> None:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-inference-"))
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("GNNRUN_DATA_ROOT", str(work / "data"))
+    if args.profile:
+        if args.run is None:
+            sys.exit("--profile needs --run RUN_DIR (a trained run)")
+        profile(args.run, args.dataset, args.chunk, work)
+        return
     run = args.run
     if run is None:
         run = work / "run"

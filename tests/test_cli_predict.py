@@ -110,8 +110,9 @@ def test_an_interrupted_run_resumes_at_the_next_layer(tmp_path, monkeypatch, cap
 
 def test_embed_writes_the_chosen_layer(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    run_dir = _train(tmp_path, capsys, "algorithm=minibatch", "cluster.nprocs=2")
-    assert main(["embed", f"run={run_dir}", "embed.layer=-2"]) == 0, _errors(capsys)
+    run_dir = _train(tmp_path, capsys, "algorithm=single", "cluster.nprocs=1")
+    args = ["embed", f"run={run_dir}", "embed.layer=-2", "cluster.nprocs=2"]
+    assert main(args) == 0, _errors(capsys)
     output = read_output(run_dir / "embed" / "synthetic-tiny-layer0")
     assert output["embedding"].shape == (2000, 256) and output["embedding"].dtype == np.float32
     assert (output["embedding"] >= 0).all()  # after the hidden layer's ReLU
@@ -187,3 +188,33 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
     assert main(["predict", run, "predict.output_dir=again2"]) == 1
     assert f"no checkpoint at {checkpoint}" in _errors(capsys)
     assert not (tmp_path / "again2").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "training",
+    [
+        ("algorithm=minibatch", "model=gcn"),
+        ("algorithm=hec",),
+        ("algorithm=cdr", "model=sage_gcn"),
+        ("algorithm=zero_comm", "model=sage_gcn"),
+        ("algorithm=sar", "model=gat"),
+        ("algorithm=domain_parallel",),
+        ("algorithm=spmm1d", "model=gcn"),
+        ("algorithm=pipeline",),
+    ],
+    ids=lambda t: t[0].split("=")[1],
+)
+def test_every_algorithms_checkpoint_predicts(tmp_path, monkeypatch, capsys, training):
+    """Whatever trained the model, inference runs it on the graph; the algorithms that
+    evaluate exactly (full batch, DistGNN's completed aggregates) agree with it."""
+    monkeypatch.chdir(tmp_path)
+    run_dir = _train(tmp_path, capsys, *training, "cluster.nprocs=2")
+    assert main(["predict", f"run={run_dir}", "cluster.nprocs=2"]) == 0, _errors(capsys)
+    output = read_output(run_dir / "predict" / "synthetic-tiny")
+    assert output["prob"].shape == (2000, 8)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    exact = ("cdr", "zero_comm", "sar", "domain_parallel", "spmm1d")
+    if training[0].removeprefix("algorithm=") in exact:  # evaluated on the whole graph
+        trained = summary["final"]["val_acc"]
+        assert _accuracy(output, "val", "dataset=synthetic-tiny") == pytest.approx(trained)

@@ -24,15 +24,17 @@ What runs:
   an empty directory with a fresh GNNRUN_DATA_ROOT and the real test datasets
   (../shared/datasets, also where a documented GNNRUN_RAW_ROOT points) as
   GNNRUN_RAW_ROOT, when `_is_fast` says so: `--help`, `--version`, `env`,
-  `report`, `--resume-sweep` and Hydra's `--cfg`/`--help` prints; data and
+  `report`, `--resume-sweep`, `predict`/`embed` (of a tiny run) and Hydra's
+  `--cfg`/`--help` prints; data and
   partition commands on a small dataset (synthetic tiny/small, Cora,
   Facebook, Tolokers, a custom .npz) with at most 8 sweep points; train
   commands of one run on synthetic-tiny, Cora or a custom .npz with at most
   20 epochs and 2 ranks. Files the docs assume are made here: the custom
-  graph.npz; for `gnnrun report` and `--resume-sweep`, a finished 1-epoch
-  synthetic-tiny sweep of 2 points (made once per module; its point 0 serves
-  as a run; for `--resume-sweep` its point 1 is marked unfinished), copied to
-  the paths the docs name (RUN_DIR, OTHER_RUN_DIR and SWEEP_DIR stand for
+  graph.npz (32 features, as synthetic-tiny has, so that a model trained there
+  predicts on it); for `gnnrun report`, `predict`, `embed` and `--resume-sweep`,
+  a finished 1-epoch synthetic-tiny sweep of 2 points (made once per module; its
+  point 0 serves as a run, its checkpoints go with it; for `--resume-sweep` its
+  point 1 is marked unfinished), copied to the paths the docs name (RUN_DIR, OTHER_RUN_DIR and SWEEP_DIR stand for
   paths of their own);
 - slow (`make test-slow`), for real: every other command (larger graphs, more
   epochs or ranks, sweeps);
@@ -76,6 +78,8 @@ DOCS = [p for p in [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))
 BIN = Path(sys.executable).parent  # the virtual environment's bin, where `gnnrun` is installed
 HYDRA_COMMANDS = ("train", "partition", "data")
 COMMAND_WORDS = {"train", "partition", "data", "info", "prepare", "report", "env"}
+COMMAND_WORDS |= {"predict", "embed"}
+INFERENCE_COMMANDS = ("predict", "embed")
 
 # The fast rule's sizes (see `_is_fast`).
 SMALL_DATASETS = {"synthetic-tiny", "synthetic-small", "cora", "facebook", "tolokers", "custom"}
@@ -419,28 +423,41 @@ def finished_runs(tmp_path_factory) -> dict[str, Path]:
     argv += ["train.seed=0,1", "hydra.sweep.dir=sweep"]
     rc, _, err = _gnnrun(argv, work, {}, FAST_TIMEOUT_S)
     assert rc == 0, f"making a sweep for the report commands: gnnrun {' '.join(argv)}\n{err}"
-    return {"run": work / "sweep" / "0", "sweep": work / "sweep"}
+    return {"run": work / "sweep" / "0", "sweep": work / "sweep", "data": work.parent / "data"}
 
 
 def _write_graph(path: Path) -> None:
-    """A custom graph in the documented .npz format: 300 vertices, 3 classes, 16 features."""
+    """A custom graph in the documented .npz format: 300 vertices, 3 classes, 32 features."""
     rng = np.random.default_rng(0)
     label = np.arange(300) % 3
     edges = rng.integers(0, 300, size=(1500, 2))
-    feat = (np.eye(3)[label] @ rng.normal(size=(3, 16)) + rng.normal(size=(300, 16))).astype(
+    feat = (np.eye(3)[label] @ rng.normal(size=(3, 32)) + rng.normal(size=(300, 32))).astype(
         np.float32
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, edges=edges, feat=feat, label=label)
 
 
+def _placed(argument: str) -> str:
+    """The argument with a placeholder (`RUN_DIR`, or `run=RUN_DIR`) replaced."""
+    key, _, value = argument.partition("=")
+    if key == "run":
+        return f"run={RUN_PLACEHOLDERS.get(value, value)}"
+    return RUN_PLACEHOLDERS.get(argument, argument)
+
+
 def _place_inputs(command: DocCommand, cwd: Path, request) -> list[str]:
     """Make the files the command assumes; return its arguments with placeholders replaced."""
-    argv = [RUN_PLACEHOLDERS.get(a, a) for a in command.argv]
+    argv = [_placed(a) for a in command.argv]
     for argument in argv:
         key, _, value = argument.partition("=")
         if key == "dataset.path" and not Path(value).is_absolute():
             _write_graph(cwd / value)
+    if command.command in INFERENCE_COMMANDS:
+        runs = request.getfixturevalue("finished_runs")
+        run = [a.split("=", 1)[1] for a in argv if a.startswith("run=")]
+        shutil.copytree(runs["run"], cwd / run[-1])
+        shutil.copytree(runs["data"] / "checkpoints", cwd.parent / "data" / "checkpoints")
     if command.command == "report" or "--resume-sweep" in argv:
         runs = request.getfixturevalue("finished_runs")
         for directory in [a for a in argv[1:] if a.startswith("outputs/")]:

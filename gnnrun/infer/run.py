@@ -1,16 +1,17 @@
 """One rank's layer-wise inference, and the launching process's work before and after it.
 
-Before (`plan_inference`, in the launching process): the checkpoint is loaded
-and checked against the dataset, the output and work directories are chosen,
-and an interrupted run's finished layers are found. Each rank (`infer_on_rank`)
-then computes the layers still missing and writes its shard. After
-(`finish_inference`): the manifest, the rename that makes the output visible,
-and the summary.
+Before, in the launching process: `plan_inference` loads the checkpoint and
+checks it against the dataset and chooses the output and work directories;
+`prepare_work_dir` then finds the layers an interrupted run already computed.
+Each rank (`infer_on_rank`) computes the layers still missing and writes its
+shard. After (`finish_inference`): the manifest, the rename that makes the
+output visible, and the summary.
 
 The work directory `<output>.partial/` holds, per rank r:
 
     identity.json          what the layers were computed from (a run resumes only onto its own)
     h<i>.rank<r>.npy       layer i-1's output for r's own vertices, written atomically
+    rows.rank<r>.npy       scratch: the own rows of the layer being computed, transformed
     halo.rank<r>.npy       scratch: the halo rows of the layer being computed
     progress.npy           the ranks' progress, for rank 0's bars
     out/                   the shards, renamed to the output directory when all are written
@@ -58,7 +59,6 @@ from gnnrun.train.checkpoint import CHECKPOINT, load_checkpoint
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.resume import REFUSED, compare_settings, settings_of
 
-KINDS = ("predict", "embed")
 # Tests set it to "LAYER:RANK": that rank kills itself once its output of LAYER (1-based)
 # is written, as a crash between two layers would.
 KILL_AFTER_LAYER_ENV = "GNNRUN_FAULT_KILL_AFTER_LAYER"
@@ -105,7 +105,13 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
         )
     _check_settings(cfg, state, directory)
     _check_written_by(run_dir, state, directory)
-    in_dim, num_classes = GNN.dims_of(state["model"], cfg.model.layers)
+    try:
+        in_dim, num_classes = GNN.dims_of(state["model"], cfg.model.layers)
+    except (KeyError, AttributeError, IndexError):
+        raise GnnrunError(
+            f"{directory / CHECKPOINT} holds no {cfg.model.layers}-layer model.name="
+            f"{cfg.model.name} model: was it written by another run?"
+        ) from None
     if dataset.feat_dim != in_dim:
         raise GnnrunError(
             f"the model in {directory / CHECKPOINT} takes {in_dim} input features, but dataset "
@@ -130,7 +136,7 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
             "predict.parquet=true needs pyarrow, which is not installed: pip install "
             "'gnnrun[parquet]' (or set predict.parquet=auto to write .npy shards only)"
         )
-    plan = InferencePlan(
+    return InferencePlan(
         kind=kind,
         layers=layers,
         start_layer=0,
@@ -144,8 +150,6 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
         chunk_vertices=cfg.predict.chunk_vertices,
         parquet=parquet == "true" or (parquet == "auto" and parquet_available()),
     )
-    plan.start_layer = _prepare_work_dir(plan, _identity(cfg, plan, dataset), cfg.cluster.nprocs)
-    return plan
 
 
 def default_output_dir(run_dir: Path, kind: str, cfg, layers: int) -> Path:
@@ -225,10 +229,12 @@ def _identity(cfg, plan: InferencePlan, dataset: GraphDataset) -> dict[str, Any]
     }
 
 
-def _prepare_work_dir(plan: InferencePlan, identity: dict[str, Any], ranks: int) -> int:
-    """Create the work directory, or keep an interrupted run's; return its finished layers."""
+def prepare_work_dir(cfg, plan: InferencePlan, dataset: GraphDataset) -> None:
+    """Create the work directory, or keep an interrupted run's, whose finished layers
+    become `plan.start_layer`."""
     from gnnrun.progress import console
 
+    identity, ranks = _identity(cfg, plan, dataset), cfg.cluster.nprocs
     work = Path(plan.work_dir)
     finished = 0
     if work.is_dir():
@@ -248,17 +254,14 @@ def _prepare_work_dir(plan: InferencePlan, identity: dict[str, Any], ranks: int)
         if finished == 0:
             shutil.rmtree(work)
     if finished:
-        console.print(
-            f"resuming at layer {finished + 1}: layers 1-{finished} were computed by an "
-            f"interrupted run ({work})",
-            markup=False,
-            soft_wrap=True,
-        )
+        where = f"layers 1-{finished} were computed by an interrupted run ({work})"
+        then = f"resuming at layer {finished + 1}" if finished < plan.layers else "writing it"
+        console.print(f"{then}: {where}", markup=False, soft_wrap=True)
     shutil.rmtree(work / SHARDS, ignore_errors=True)  # an earlier attempt's partial shards
     (work / SHARDS).mkdir(parents=True)
     write_json_atomic(work / IDENTITY, identity)
     create_board(work, ranks)
-    return finished
+    plan.start_layer = finished
 
 
 # ----------------------------------------------------------------- on each rank
