@@ -80,12 +80,29 @@ def cmd_embed(args: list[str]) -> int:
     return _infer("embed", args)
 
 
+INFERENCE_HELP = """\
+usage: gnnrun {kind} run=RUN_DIR [overrides]
+
+RUN_DIR is a `gnnrun train` run's directory. Its config is composed again,
+then the overrides: cluster.nprocs (ranks), dataset=... (another graph with
+the same features), and
+  predict.chunk_vertices   vertices a rank computes at a time (65536)
+  predict.output_dir       default RUN_DIR/predict/<dataset> (embed: RUN_DIR/embed/...)
+  predict.parquet          auto | true | false: Parquet shards beside the .npy ones
+  embed.layer              the layer `gnnrun embed` writes (-2: the last hidden one)
+"""
+
+
 def _infer(kind: str, args: list[str]) -> int:
     """`gnnrun predict|embed run=RUN_DIR [overrides]`: the run's config, then the overrides."""
+    if {"-h", "--help"} & set(args):
+        out.print(INFERENCE_HELP.format(kind=kind), markup=False, highlight=False, soft_wrap=True)
+        return 0
     runs = [a.split("=", 1)[1] for a in args if a.startswith("run=")]
     if not runs or not runs[-1]:
         raise GnnrunError(
-            f"usage: gnnrun {kind} run=RUN_DIR [overrides] (RUN_DIR: a `gnnrun train` run's directory)"
+            f"usage: gnnrun {kind} run=RUN_DIR [overrides] (RUN_DIR: a `gnnrun train` run's "
+            f"directory; `gnnrun {kind} --help` lists the settings)"
         )
     run_dir = Path(runs[-1])
     given = [a for a in args if not a.startswith("run=")]

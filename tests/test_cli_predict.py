@@ -159,6 +159,8 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
     for args, message in cases:
         assert main(args) != 0, args
         assert message in _errors(capsys), args
+    assert main(["embed", "--help"]) == 0
+    assert "embed.layer" in capsys.readouterr().out
 
     assert main(["predict", run, "cluster.nprocs=1"]) == 0
     capsys.readouterr()
