@@ -171,8 +171,9 @@ def profile(run: Path, dataset_name: str, chunk: int, workdir: Path) -> None:
     register_schemas()
     given = [f"dataset={dataset_name}", "cluster.nprocs=1", f"predict.chunk_vertices={chunk}"]
     given += ["predict.parquet=false", f"predict.output_dir={workdir / 'profiled'}"]
+    overrides = inference_overrides(run, given)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = to_objects(compose("config", overrides=inference_overrides(run, given)))
+        cfg = to_objects(compose("config", overrides=overrides))
     dataset = prepare_dataset(cfg.dataset)
     plan = plan_inference(cfg, "predict", run, dataset)
     prepare_work_dir(cfg, plan, dataset)
