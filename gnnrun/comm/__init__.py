@@ -168,6 +168,11 @@ class Communicator:
                 dist.all_reduce(values, group=self.group)
         return values
 
+    def barrier(self) -> None:
+        if self.distributed:
+            with self.blocked():
+                dist.barrier(group=self.group)
+
     def max_int(self, value: int) -> int:
         if not self.distributed:
             return value

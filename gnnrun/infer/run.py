@@ -271,65 +271,27 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     """Compute the missing layers for this rank's own vertices, write its shard, and (for
     predict) the metrics over every rank. Returns this rank's figures."""
     comm = Communicator()
-    rank, work = comm.rank, Path(plan.work_dir)
     dataset = load_prepared(cfg.dataset)
-    if comm.distributed:
-        book = open_partition(
-            Path(cfg.partitioner.output_dir),
-            dataset_checksum=dataset.checksum,
-            world_size=comm.world_size,
-            kind="edge_cut",
-        )
-        graph, node_local = OwnedGraph.from_part(book.load_part(rank)), book.node_local()
-    else:
-        graph, node_local = OwnedGraph.from_dataset(dataset), None
-    halo = HaloPlan(graph, node_local, comm, plan.chunk_vertices)
-    model = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
-    widths = layer_widths(cfg.model, plan.in_dim, plan.num_classes)
-    in_degrees, out_degrees = _graph_degrees(graph, halo)
-    board = ProgressBoard(work, rank)
-    memory, anonymous = PeakMemory(), [anonymous_mb() or 0.0]
-    seconds: dict[int, float] = {}
+    rank = RankLayers(cfg, plan, dataset, comm)
     display = (
-        InferenceDisplay(work, comm.world_size, plan.layers)
-        if rank == 0
+        InferenceDisplay(Path(plan.work_dir), comm.world_size, plan.layers)
+        if comm.rank == 0
         else contextlib.nullcontext()
     )
-    cpu = torch.device("cpu")
-    with display, torch.no_grad(), autocast(cfg.train.precision, cpu):
+    seconds: dict[str, float] = {}
+    with display, torch.no_grad(), autocast(cfg.train.precision, torch.device("cpu")):
         for layer in range(plan.start_layer, plan.layers):
             start = time.perf_counter()
-            own_in = _rows(
-                graph.feat if layer == 0 else np.load(layer_file(work, layer, rank), "c")
-            )
-            steps = graph.chunks(plan.chunk_vertices)
-            progress = _Progress(board, layer, len(steps) * (1 + model.transforms(layer)))
-            if model.transforms(layer):
-                scratch = work / f"rows.rank{rank}.npy"
-                own_rows = _transformed(model, layer, own_in, steps, scratch, progress)
-            else:
-                own_rows = own_in
-            halo_rows = _scratch_rows(
-                work / f"halo.rank{rank}.npy", graph.num_halo, own_rows.shape[1]
-            )
-            halo.pull(own_rows, halo_rows, "halo_rows")
-            shape = (graph.num_own, widths[layer + 1])
-            with atomic_rows(layer_file(work, layer + 1, rank), shape, np.float32) as append:
-                for a, b in steps:
-                    block = graph.chunk_block(a, b, in_degrees, out_degrees)
-                    x = _gather(own_rows, halo_rows, block.src_ids, a, b)
-                    append(model.propagate(layer, block, x).numpy())
-                    anonymous.append(anonymous_mb() or 0.0)
-                    progress.step()
-            del own_in, own_rows, halo_rows
-            seconds[layer] = time.perf_counter() - start
-            if rank == 0:
-                display.layer_done(layer, seconds[layer], graph.num_own)
-            _maybe_fail(layer + 1, rank)
-    for scratch in ("rows", "halo"):
-        (work / f"{scratch}.rank{rank}.npy").unlink(missing_ok=True)
+            rank.compute(layer)
+            comm.barrier()  # every rank has written the layer: an interruption leaves it whole
+            seconds[str(layer + 1)] = time.perf_counter() - start
+            if comm.rank == 0:
+                display.layer_done(layer, seconds[str(layer + 1)], rank.graph.num_own)
+            _maybe_fail(layer + 1, comm.rank)
+    rank.remove_scratch()
 
-    final = np.load(layer_file(work, plan.layers, rank), mmap_mode="r")
+    graph, work = rank.graph, Path(plan.work_dir)
+    final = np.load(layer_file(work, plan.layers, comm.rank), mmap_mode="r")
     task = task_for(plan.num_classes)
     ids = dataset.source_ids(np.asarray(graph.nodes[: graph.num_own]))
     columns = (
@@ -339,23 +301,79 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     )
     start = time.perf_counter()
     arrays, tables = write_shard(
-        work / SHARDS, rank, ids, final, columns, plan.chunk_vertices, plan.parquet
+        work / SHARDS, comm.rank, ids, final, columns, plan.chunk_vertices, plan.parquet
     )
     write_s = time.perf_counter() - start
     metrics = _metrics(graph, final, task, comm) if plan.kind == "predict" else {}
     return {
-        "rank": rank,
+        "rank": comm.rank,
         "rows": graph.num_own,
         "halo": graph.num_halo,
         "files": arrays,
         "parquet": tables,
-        "layer_s": {str(k + 1): v for k, v in seconds.items()},
+        "layer_s": seconds,
         "write_s": write_s,
         "bytes_sent": comm.bytes.total(),
-        "peak_rss_mb": memory.run_peak_mb(),
-        "peak_anonymous_mb": max(anonymous),
+        "peak_rss_mb": rank.memory.run_peak_mb(),
+        "peak_anonymous_mb": max(rank.anonymous_mb),
         "metrics": metrics,
     }
+
+
+class RankLayers:
+    """A rank's share of the graph, its halo plan and the model: computes one layer at a
+    time for the rank's own vertices, from the previous layer's file to the next one's."""
+
+    def __init__(self, cfg, plan: InferencePlan, dataset: GraphDataset, comm: Communicator):
+        self.plan, self.rank, self.work = plan, comm.rank, Path(plan.work_dir)
+        if comm.distributed:
+            book = open_partition(
+                Path(cfg.partitioner.output_dir),
+                dataset_checksum=dataset.checksum,
+                world_size=comm.world_size,
+                kind="edge_cut",
+            )
+            self.graph = OwnedGraph.from_part(book.load_part(comm.rank))
+            node_local = book.node_local()
+        else:
+            self.graph, node_local = OwnedGraph.from_dataset(dataset), None
+        self.halo = HaloPlan(self.graph, node_local, comm, plan.chunk_vertices)
+        self.model = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
+        self.widths = layer_widths(cfg.model, plan.in_dim, plan.num_classes)
+        self.in_degrees, self.out_degrees = _graph_degrees(self.graph, self.halo)
+        self.board = ProgressBoard(self.work, comm.rank)
+        self.memory, self.anonymous_mb = PeakMemory(), [anonymous_mb() or 0.0]
+
+    def _scratch(self, name: str) -> Path:
+        return self.work / f"{name}.rank{self.rank}.npy"
+
+    def compute(self, layer: int) -> None:
+        """Layer `layer` for every own vertex, chunk by chunk, into its file (atomically)."""
+        graph, model = self.graph, self.model
+        previous = (
+            graph.feat if layer == 0 else np.load(layer_file(self.work, layer, self.rank), "c")
+        )
+        own_in = _rows(previous)
+        steps = graph.chunks(self.plan.chunk_vertices)
+        progress = _Progress(self.board, layer, len(steps) * (1 + model.transforms(layer)))
+        if model.transforms(layer):
+            own_rows = _transformed(model, layer, own_in, steps, self._scratch("rows"), progress)
+        else:
+            own_rows = own_in
+        halo_rows = _scratch_rows(self._scratch("halo"), graph.num_halo, own_rows.shape[1])
+        self.halo.pull(own_rows, halo_rows, "halo_rows")
+        shape = (graph.num_own, self.widths[layer + 1])
+        with atomic_rows(layer_file(self.work, layer + 1, self.rank), shape, np.float32) as append:
+            for a, b in steps:
+                block = graph.chunk_block(a, b, self.in_degrees, self.out_degrees)
+                x = _gather(own_rows, halo_rows, block.src_ids, a, b)
+                append(model.propagate(layer, block, x).numpy())
+                self.anonymous_mb.append(anonymous_mb() or 0.0)
+                progress.step()
+
+    def remove_scratch(self) -> None:
+        for name in ("rows", "halo"):
+            self._scratch(name).unlink(missing_ok=True)
 
 
 def _graph_degrees(graph: OwnedGraph, halo: HaloPlan) -> tuple[torch.Tensor, torch.Tensor]:
