@@ -43,7 +43,9 @@ def _accuracy(output: dict[str, np.ndarray], split: str, *dataset: str) -> float
     "training",
     [
         ("algorithm=single", "algorithm.mode=full", "cluster.nprocs=1"),
-        ("algorithm=cd0", "model=sage_gcn", "cluster.nprocs=2"),  # on a vertex cut's clones
+        pytest.param(  # on a vertex cut's clones; make test-slow
+            ("algorithm=cd0", "model=sage_gcn", "cluster.nprocs=2"), marks=pytest.mark.slow
+        ),
     ],
 )
 def test_predicted_accuracy_equals_the_trainers_exact_evaluation(

@@ -24,8 +24,8 @@ What runs:
   an empty directory with a fresh GNNRUN_DATA_ROOT and the real test datasets
   (../shared/datasets, also where a documented GNNRUN_RAW_ROOT points) as
   GNNRUN_RAW_ROOT, when `_is_fast` says so: `--help`, `--version`, `env`,
-  `report`, `--resume-sweep`, `predict`/`embed` (of a tiny run) and Hydra's
-  `--cfg`/`--help` prints; data and
+  `report`, `--resume-sweep`, the README's `predict` (of a tiny run) and
+  Hydra's `--cfg`/`--help` prints; data and
   partition commands on a small dataset (synthetic tiny/small, Cora,
   Facebook, Tolokers, a custom .npz) with at most 8 sweep points; train
   commands of one run on synthetic-tiny, Cora or a custom .npz with at most
@@ -303,6 +303,8 @@ def _composes_only(command: DocCommand, first: dict[str, str]) -> str | None:
 
 def _is_fast(command: DocCommand) -> bool:
     """The explicit rule: what runs for real in the default suite (the rest is slow)."""
+    if command.command in INFERENCE_COMMANDS:  # the README's run fast, docs/inference.md's slow
+        return command.where.startswith("README.md")
     if not command.is_config_command:  # --help, env, report, --resume-sweep (of a tiny sweep)
         return True
     if {"--cfg", "-c", "--help", "-h", "--info", "-i"} & set(command.argv):

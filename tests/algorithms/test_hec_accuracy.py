@@ -53,6 +53,7 @@ def mean_test_accuracy(configure, tmp_path, dataset, nprocs, epochs, seeds, *ove
     return means
 
 
+@pytest.mark.slow  # the exactness of hec's pushes and loads is in tests/algorithms/test_hec.py
 def test_hec_learns_like_minibatch_on_synthetic(configure, tmp_path):
     # Bytes are not compared here: on 2,000 vertices every halo fits in one push
     # (push_limit 2000), so hec pushes more than minibatch pulls; the slow tests

@@ -23,7 +23,9 @@ CAPACITIES = {
 }
 
 
-@pytest.mark.parametrize("nprocs", [1, 2, 4])
+@pytest.mark.parametrize(
+    "nprocs", [1, 2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 4 ranks: make test-slow
 def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure, nprocs):
     minibatch = configure(*COMMON, "algorithm=minibatch", f"cluster.nprocs={nprocs}")
     pipelines = {

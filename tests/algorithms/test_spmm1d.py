@@ -62,7 +62,9 @@ def _expected_bytes(dims: list[int], received_rows: int, planned: bool) -> int:
     return received_rows * 4 * total
 
 
-@pytest.mark.parametrize("nprocs", [1, 2, 4])
+@pytest.mark.parametrize(
+    "nprocs", [1, 2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 4 ranks: make test-slow
 def test_spmm1d_equals_single_full_batch(configure, tmp_path, nprocs):
     runs = [  # (model, overrides of algorithm and partition)
         ("gcn16", ()),

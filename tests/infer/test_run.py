@@ -46,17 +46,14 @@ def test_predictions_equal_the_full_graph_forward_pass(trained, ranks, model, ch
     assert sum(r["rows"] for r in summary["per_rank"]) == logits.shape[0]
 
 
-@pytest.mark.parametrize(("layer", "index"), [(0, 0), (-1, 1)])
-def test_embeddings_equal_the_chosen_layer_of_the_forward_pass(trained, layer, index):
-    cfg, run_dir = trained(
-        *TINY, "cluster.nprocs=2", f"embed.layer={layer}", "predict.chunk_vertices=300"
-    )
+def test_embeddings_equal_the_chosen_layer_of_the_forward_pass(trained):
+    cfg, run_dir = trained(*TINY, "cluster.nprocs=2", "embed.layer=0", "predict.chunk_vertices=300")
     summary = run_inference(cfg, "embed", run_dir)
-    expected = full_graph_layers(cfg)[index].numpy()
+    expected = full_graph_layers(cfg)[0].numpy()  # the hidden layer, after its ReLU
     written = read_output(summary["output_dir"])
     np.testing.assert_allclose(written["embedding"], expected, rtol=1e-5, atol=1e-5)
-    assert summary["layer"] == index
-    assert summary["output_dir"].endswith(f"embed/synthetic-tiny-layer{index}")
+    assert summary["layer"] == 0
+    assert summary["output_dir"].endswith("embed/synthetic-tiny-layer0")
 
 
 def test_a_directed_graph_uses_the_graphs_out_degrees(trained, tmp_path):

@@ -95,7 +95,9 @@ def resumed_trajectories(common: list[str], tmp_path, refused: tuple[str, ...] =
         # Pushes in flight at the checkpoint, and the caches, must be restored.
         ["algorithm=hec", "algorithm.delay_minibatches=2", "model=sage", "model.batch_size=32"],
         # Minibatches built ahead for the epochs after the stop must not shift the resumed run's.
-        ["algorithm=pipeline", "model=sage", "model.batch_size=64"],
+        pytest.param(
+            ["algorithm=pipeline", "model=sage", "model.batch_size=64"], marks=pytest.mark.slow
+        ),
     ],
     ids=["minibatch", "hec", "pipeline"],
 )
@@ -106,6 +108,7 @@ def test_distributed_resume_continues_the_same_trajectory(tmp_path, monkeypatch,
     assert resumed == straight
 
 
+@pytest.mark.slow  # hec's resume, with state in flight, runs by default
 def test_cdr_resume_refuses_other_settings_and_continues_the_same_trajectory(
     tmp_path, monkeypatch, capsys
 ):
