@@ -142,8 +142,10 @@ def _as_trained(run: list[str], given: list[str]) -> list[str]:
     keys = {a.split("=", 1)[0].lstrip("+~") for a in given}
     extra = []
     if "train.checkpoint_dir" not in keys:
-        directory = Path(OmegaConf.select(trained, "train.checkpoint_dir")).absolute()
-        extra.append(f"train.checkpoint_dir={directory}")
+        directory = str(Path(OmegaConf.select(trained, "train.checkpoint_dir")).absolute())
+        # Quoted for Hydra's override grammar (a path may hold spaces, brackets, commas).
+        quoted = directory.replace("\\", "\\\\").replace("'", "\\'")
+        extra.append(f"train.checkpoint_dir='{quoted}'")
     name = OmegaConf.select(trained, "partitioner.name")
     if "partitioner" not in keys and PARTITIONERS.get(name).kind != "edge_cut":
         extra.append("partitioner=metis")
