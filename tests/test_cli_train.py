@@ -125,7 +125,9 @@ def wait_for(condition, timeout_s: float, process: subprocess.Popen) -> bool:
     [
         ("group", signal.SIGINT, 130, "interrupted", "minibatch"),  # Ctrl-C in a terminal
         # The pipeline's stage threads stop with the trainer.
-        ("group", signal.SIGINT, 130, "interrupted", "pipeline"),
+        pytest.param(
+            "group", signal.SIGINT, 130, "interrupted", "pipeline", marks=pytest.mark.slow
+        ),
         pytest.param(  # kill -INT <gnnrun pid>: the ranks hear of it from the agent only
             "launcher", signal.SIGINT, 130, "interrupted", "minibatch", marks=pytest.mark.slow
         ),

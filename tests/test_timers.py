@@ -30,7 +30,10 @@ def test_communication_moves_out_of_its_phase_into_comm():
 
 @pytest.mark.parametrize(
     ("algorithm", "extra"),
-    [("minibatch", []), ("cdr", ["model=sage_gcn", "algorithm.delay_epochs=1"])],
+    [
+        ("minibatch", []),
+        pytest.param("cdr", ["model=sage_gcn", "algorithm.delay_epochs=1"], marks=pytest.mark.slow),
+    ],
 )
 def test_phases_sum_to_the_epoch_on_real_ranks(tmp_path, monkeypatch, capsys, algorithm, extra):
     monkeypatch.chdir(tmp_path)

@@ -92,7 +92,7 @@ def infer_rank(cfg, rank: int, plan) -> dict[str, Any]:
     return figures
 
 
-def train_rank(cfg, run_dir: str | Path, rank: int) -> dict[str, Any] | None:
+def train_rank(cfg, rank: int, run_dir: str | Path) -> dict[str, Any] | None:
     """Train in the process group this rank has joined; rank 0 shows progress and
     returns the summary. Every rank leaves together (a barrier)."""
     from gnnrun.train.trainer import train

@@ -310,4 +310,4 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
         dist.broadcast_object_list(status, src=0, group=gate)
         if status[0] != READY:
             raise GnnrunError(f"rank 0 could not prepare the run: {status[0]}")
-        return train_rank(cfg, run_dir, rdzv.rank)
+        return train_rank(cfg, rdzv.rank, run_dir)

@@ -10,13 +10,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from gnnrun.launch.rank import infer_rank, process_group, rank_cpus, train_rank
 
-
-def _train(cfg, rank: int, run_dir: str):
-    return train_rank(cfg, run_dir, rank)
-
-
 # `job` -> what a rank runs: fn(cfg, rank, *args).
-RANK_JOBS = {"train": _train, "infer": infer_rank}
+RANK_JOBS = {"train": train_rank, "infer": infer_rank}
 
 
 @record  # writes the exception to the error file the launcher reads, for its message

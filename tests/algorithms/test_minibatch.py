@@ -13,7 +13,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import rank_checks  # noqa: E402
 
 
-@pytest.mark.parametrize("nprocs", [2, 4])
+@pytest.mark.parametrize(
+    "nprocs", [2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 4 ranks: make test-slow
 def test_owners_sample_exactly_and_gradients_are_identical_after_all_reduce(configure, nprocs):
     """What one process samples, the owners sample; every rank ends an epoch with the same
     weights (one launch for both: starting ranks costs more than the checks)."""

@@ -40,7 +40,9 @@ def on_ranks():
     return results
 
 
-@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize(
+    "world", [1, 2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 4 ranks: make test-slow
 def test_sharded_layers_equal_the_whole_graph(on_ranks, world):
     """Outputs (training and no-grad evaluation), input gradients and summed parameter
     gradients of two layers of every kind, for every strategy, on 1, 2 and 4 ranks."""

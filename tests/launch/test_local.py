@@ -32,7 +32,9 @@ def child_processes() -> list[int]:
     return children
 
 
-@pytest.mark.parametrize("nprocs", [2, 4])
+@pytest.mark.parametrize(
+    "nprocs", [2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 4 ranks: make test-slow
 def test_ranks_start_and_communicate(nprocs):
     handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
     assert run_on_ranks(rank_fns.sum_of_ranks, nprocs) == [nprocs * (nprocs - 1) // 2] * nprocs
