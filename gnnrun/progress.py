@@ -16,6 +16,7 @@ from rich.progress import (
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 T = TypeVar("T")
@@ -52,6 +53,15 @@ def stage(description: str) -> Iterator[None]:
     console.print(
         f"[green]✓[/] {escape(description)} [dim]({time.perf_counter() - start:.1f} s)[/]"
     )
+
+
+def bars(description: str = "{task.description}", remaining: bool = False) -> Progress:
+    """A live display of progress bars on stderr (count, elapsed and, with `remaining`, the
+    time left) that disappears when stopped; rows printed through its console go above."""
+    columns = [TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    if remaining:
+        columns.append(TimeRemainingColumn())
+    return Progress(*columns, **_LIVE)
 
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:

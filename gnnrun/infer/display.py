@@ -11,9 +11,8 @@ import threading
 from pathlib import Path
 
 import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gnnrun.progress import console
+from gnnrun.progress import bars
 
 BOARD = "progress.npy"
 
@@ -38,16 +37,7 @@ class InferenceDisplay:
     def __init__(self, work_dir: Path, ranks: int, layers: int, poll_s: float = 0.25) -> None:
         self.board = np.load(Path(work_dir) / BOARD, mmap_mode="r")
         self.layers, self.poll_s = layers, poll_s
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            redirect_stdout=False,
-            redirect_stderr=False,
-        )
+        self.progress = bars()
         self.tasks = [self.progress.add_task(f"rank {r}", total=None) for r in range(ranks)]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)

@@ -9,16 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-
-from gnnrun.progress import console
+from gnnrun.progress import bars
 
 PHASE_COLUMNS = ("mbc", "fwd", "bwd", "comm", "ared")
 
@@ -28,17 +19,7 @@ class TrainingDisplay:
 
     def __init__(self, cfg) -> None:
         self.epochs = cfg.train.epochs
-        self.progress = Progress(
-            TextColumn("{task.description:>6}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-            redirect_stdout=False,
-            redirect_stderr=False,
-        )
+        self.progress = bars("{task.description:>6}", remaining=True)
         self.epoch_task = self.progress.add_task("epoch", total=self.epochs)
         self.step_task = self.progress.add_task("step", total=None)
 
