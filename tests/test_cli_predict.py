@@ -104,7 +104,7 @@ def test_an_interrupted_run_resumes_at_the_next_layer(tmp_path, monkeypatch, cap
     assert main(predict) == 0
     assert "resuming at layer 2: layers 1-1 were computed by an interrupted run" in _errors(capsys)
     manifest = json.loads((output / "manifest.json").read_text())
-    assert manifest["resumed_at_layer"] == 2 and not work.exists()
+    assert manifest["layers_reused"] == 1 and not work.exists()
     assert main([*predict, "predict.output_dir=uninterrupted"]) == 0
     resumed, whole = read_output(output), read_output(tmp_path / "uninterrupted")
     assert all(np.array_equal(resumed[k], whole[k]) for k in ("ids", "class", "prob"))

@@ -494,7 +494,7 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
         "vertices": vertices,
         "ranks": len(ranks),
         "chunk_vertices": plan.chunk_vertices,
-        "resumed_at_layer": plan.start_layer + 1 if plan.start_layer else None,
+        "layers_reused": plan.start_layer,  # computed by an interrupted run
         "metrics": ranks[0]["metrics"],
         "seconds": seconds,
         "vertices_per_s": vertices / seconds if seconds > 0 else None,

@@ -147,8 +147,8 @@ def inference_table(summary: dict) -> Table:
     for key, value in summary["metrics"].items():
         table.add_row(key, f"{value:.4f}")
     table.add_row("vertices", f"{summary['vertices']:,}")
-    if summary["resumed_at_layer"] is not None:
-        table.add_row("resumed at layer", f"{summary['resumed_at_layer']}")
+    if summary["layers_reused"]:
+        table.add_row("layers reused (interrupted run)", f"1-{summary['layers_reused']}")
     table.add_row("time (slowest rank)", f"{summary['seconds']:.2f} s")
     if summary["vertices_per_s"] is not None:
         table.add_row("vertices per second", f"{summary['vertices_per_s']:,.0f}")
