@@ -141,7 +141,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     """Layer-wise inference (gnnrun.infer) on cluster.nprocs local ranks from the checkpoint
     of the run in `run_dir`; returns the summary that the output's manifest holds too."""
     from gnnrun.data import prepare_dataset
-    from gnnrun.infer.output import refuse_finished
+    from gnnrun.infer.output import refuse_occupied
     from gnnrun.infer.run import (
         finish_inference,
         infer_on_rank,
@@ -169,7 +169,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
         )
     plan = plan_inference(config, kind, run_dir, dataset)
     with writer_lock(Path(plan.output_dir)):  # a second command on the same output waits
-        refuse_finished(Path(plan.output_dir))
+        refuse_occupied(Path(plan.output_dir))
         prepare_work_dir(config, plan, dataset)
         if config.cluster.nprocs == 1:
             figures = [infer_on_rank(config, plan)]

@@ -168,6 +168,11 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
     capsys.readouterr()
     assert main(["predict", run, "cluster.nprocs=1"]) == 1
     assert "already holds a finished output: move it away" in _errors(capsys)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    assert main(["predict", run, "cluster.nprocs=1", "predict.output_dir=taken"]) == 1
+    assert "taken exists and is not an empty directory" in _errors(capsys)
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
 
     later = ["train", "dataset=synthetic-tiny", "algorithm=single", "algorithm.mode=full"]
     assert main([*later, "train.epochs=2", f"hydra.run.dir={tmp_path / 'later'}"]) == 0

@@ -179,9 +179,17 @@ def read_output_manifest(path: Path) -> dict[str, Any]:
     )
 
 
-def refuse_finished(path: Path) -> None:
-    if (Path(path) / MANIFEST).is_file():
+def refuse_occupied(path: Path) -> None:
+    """Refuse an output directory that exists with anything in it (a finished output
+    above all): the output is renamed into place, never written over or into."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
         raise GnnrunError(
             f"{path} already holds a finished output: move it away, or set "
             "predict.output_dir to another directory"
+        )
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise GnnrunError(
+            f"{path} exists and is not an empty directory: set predict.output_dir to a new "
+            "or empty directory"
         )

@@ -47,7 +47,7 @@ from gnnrun.infer.output import (
     columns_of,
     parquet_available,
     prediction_columns,
-    refuse_finished,
+    refuse_occupied,
     write_shard,
 )
 from gnnrun.io import atomic_rows, read_json, write_json, write_json_atomic
@@ -129,7 +129,7 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
             )
         layers = chosen % layers + 1
     output = Path(cfg.predict.output_dir or default_output_dir(run_dir, kind, cfg, layers))
-    refuse_finished(output)
+    refuse_occupied(output)
     parquet = str(cfg.predict.parquet).lower()
     if parquet == "true" and not parquet_available():
         raise GnnrunError(
@@ -514,7 +514,7 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
     }
     write_json(work / SHARDS / MANIFEST, manifest)
     output.parent.mkdir(parents=True, exist_ok=True)
-    refuse_finished(output)
+    refuse_occupied(output)
     if output.exists():  # an empty directory the user made for it
         output.rmdir()
     os.rename(work / SHARDS, output)
