@@ -25,7 +25,7 @@ class HaloPlan:
         self, graph: OwnedGraph, node_local: np.ndarray, comm: Communicator, rows_per_round: int
     ) -> None:
         """`node_local`: every dataset id's local id in its owner's part (the partition's map)."""
-        self.comm, self.num_own, self.rows_per_round = comm, graph.num_own, rows_per_round
+        self.comm, self.rows_per_round = comm, rows_per_round
         owners = np.asarray(graph.halo_owner)
         # Halo positions (0-based within the halo) of the vertices each rank owns.
         self.receive = [
