@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnrun.data.hetero import HeteroSchema, edge_problems
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
     atomic_directory,
@@ -91,6 +92,11 @@ class GraphDataset:
     checksum: str | None = None  # set once written or loaded
     path: Path | None = None
     input_ids: np.ndarray | None = None
+    # A heterogeneous graph (gnnrun.data.hetero): its types, each edge's relation, and
+    # the features of each type (None for a featureless one); `feat` then has no columns.
+    hetero: HeteroSchema | None = None
+    edge_type: np.ndarray | None = None
+    typed_feat: list[np.ndarray | None] | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -111,7 +117,13 @@ class GraphDataset:
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays the prepared format stores: the required ones, and the optional ones set."""
         names = ARRAY_NAMES + tuple(n for n in OPTIONAL_ARRAY_NAMES if getattr(self, n) is not None)
-        return {name: getattr(self, name) for name in names}
+        arrays = {name: getattr(self, name) for name in names}
+        if self.hetero is not None:
+            arrays["edge_type"] = self.edge_type
+            for t, feat in enumerate(self.typed_feat or []):
+                if feat is not None:
+                    arrays[typed_feat_name(t)] = feat
+        return arrays
 
     def source_ids(self, ids: np.ndarray) -> np.ndarray:
         """The source's ids of the dataset's vertices `ids` (the same ids when not renumbered)."""
@@ -147,8 +159,41 @@ class GraphDataset:
             or not np.array_equal(np.bincount(self.input_ids, minlength=n), np.ones(n, np.int64))
         ):
             problems.append("input_ids is not a permutation of [0, num_nodes)")
+        if self.hetero is not None:
+            problems += self._hetero_problems()
         if problems:
             raise GnnrunError(f"dataset {self.name!r} is invalid: " + "; ".join(problems))
+
+    def _hetero_problems(self) -> list[str]:
+        schema = self.hetero
+        assert schema is not None
+        problems = schema.problems()
+        if problems:
+            return problems
+        if int(schema.offsets[-1]) != self.num_nodes:
+            return [
+                f"the types' {int(schema.offsets[-1])} vertices are not the {self.num_nodes} of the CSR"
+            ]
+        if self.edge_type is None:
+            return ["edge_type is missing"]
+        problems += edge_problems(schema, self.indptr, self.indices, np.asarray(self.edge_type))
+        typed = self.typed_feat or [None] * schema.num_types
+        for t, (name, count, dim) in enumerate(
+            zip(schema.node_types, schema.type_counts, schema.feat_dims, strict=True)
+        ):
+            feat = typed[t] if t < len(typed) else None
+            expected = (count, dim) if dim else None
+            shape = None if feat is None else tuple(feat.shape)
+            if shape != expected:
+                problems.append(f"type {name!r} has features of shape {shape}, expected {expected}")
+        if self.feat.shape[1] != 0:
+            problems.append(
+                "feat of a heterogeneous dataset has no columns (features are per type)"
+            )
+        labelled = np.flatnonzero(np.asarray(self.label) >= 0)
+        if labelled.size and np.any(schema.type_of(labelled) != schema.target_type):
+            problems.append(f"vertices outside the target type {schema.target!r} are labelled")
+        return problems
 
     def statistics(self) -> dict[str, Any]:
         deg = self.in_degrees()
@@ -167,6 +212,27 @@ class GraphDataset:
             "max_degree": int(deg.max()) if deg.size else 0,
             "isolated_nodes": int(np.count_nonzero(deg == 0)),
             "vertex_order": self.info.get("reorder", {}).get("method", "source"),
+            **({"heterogeneous": self._hetero_statistics()} if self.hetero is not None else {}),
+        }
+
+    def _hetero_statistics(self) -> dict[str, Any]:
+        schema = self.hetero
+        assert schema is not None and self.edge_type is not None
+        edges = np.bincount(
+            np.asarray(self.edge_type, dtype=np.int64), minlength=schema.num_relations
+        )
+        return {
+            "target": schema.target,
+            "node_types": {
+                name: {"vertices": count, "feat_dim": dim}
+                for name, count, dim in zip(
+                    schema.node_types, schema.type_counts, schema.feat_dims, strict=True
+                )
+            },
+            "relations": {
+                f"{s} -{r}-> {d}": int(count)
+                for (s, r, d), count in zip(schema.relations, edges, strict=True)
+            },
         }
 
     def save(self, path: Path) -> str:
@@ -192,6 +258,7 @@ class GraphDataset:
             "directed": self.directed,
             "task": self.task,
             "info": self.info,
+            **({"hetero": self.hetero.to_json()} if self.hetero is not None else {}),
             "files": files,
             "checksum": checksum,
         }
@@ -221,6 +288,17 @@ class GraphDataset:
         if problem:
             raise GnnrunError(f"{path / 'meta.json'} is damaged ({problem}): {fix}")
         names = ARRAY_NAMES + tuple(n for n in OPTIONAL_ARRAY_NAMES if n in meta["files"])
+        hetero = HeteroSchema.from_json(meta["hetero"]) if "hetero" in meta else None
+        if hetero is not None:
+            names += ("edge_type",) + tuple(
+                typed_feat_name(t) for t, dim in enumerate(hetero.feat_dims) if dim
+            )
+        absent = [n for n in names if n not in meta["files"]]
+        if absent:
+            raise GnnrunError(
+                f"{path / 'meta.json'} is damaged (it lacks the record of "
+                f"{', '.join(a + '.npy' for a in absent)}): {fix}"
+            )
         records = {f"{n}.npy": meta["files"][n] for n in names}
         fields = {key: meta[key] for key in META_FIELDS}
         if not verify:
@@ -231,7 +309,16 @@ class GraphDataset:
             )
             for name in names
         }
-        return cls(path=path, **fields, **arrays)
+        if hetero is not None:
+            arrays["typed_feat"] = [
+                arrays.pop(typed_feat_name(t), None) for t in range(hetero.num_types)
+            ]
+        return cls(path=path, hetero=hetero, **fields, **arrays)
+
+
+def typed_feat_name(node_type: int) -> str:
+    """The array of a heterogeneous dataset's (or part's) features of one vertex type."""
+    return f"feat_t{node_type}"
 
 
 def _prepare_again(name: str, path: Path) -> str:

@@ -48,14 +48,22 @@ def build_dataset(cfg: DatasetConfig) -> GraphDataset:
     source = DATASET_SOURCES.get(cfg.source)
     dataset = source.build(cfg)
     if cfg.row_normalize:
-        feat = np.asarray(dataset.feat, dtype=np.float32)
-        sums = feat.sum(axis=1, keepdims=True)
-        dataset.feat = feat / np.where(sums == 0, 1, sums)
+        dataset.feat = _row_normalized(dataset.feat)
+        if dataset.typed_feat is not None:
+            dataset.typed_feat = [
+                f if f is None else _row_normalized(f) for f in dataset.typed_feat
+            ]
     dataset = renumber(dataset, cfg.reorder)
     dataset.info["config"] = dataset_identity(cfg)
     dataset.info["inputs"] = [_input_record(path) for path in source.inputs(cfg)]
     dataset.validate()
     return dataset
+
+
+def _row_normalized(feat: np.ndarray) -> np.ndarray:
+    feat = np.asarray(feat, dtype=np.float32)
+    sums = feat.sum(axis=1, keepdims=True)
+    return feat / np.where(sums == 0, 1, sums)
 
 
 def prepare_dataset(cfg: DatasetConfig, force: bool = False) -> GraphDataset:

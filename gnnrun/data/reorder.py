@@ -39,6 +39,7 @@ import numpy as np
 
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import index_dtype
+from gnnrun.errors import GnnrunError
 from gnnrun.registry import Registry
 
 VertexOrder = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -158,6 +159,13 @@ def median_edge_span(indptr: np.ndarray, indices: np.ndarray) -> float:
 def renumber(dataset: GraphDataset, method: str) -> GraphDataset:
     """`dataset` in the vertex order `method`, with `input_ids` mapping back to the source's
     ids and the order's figures in `info["reorder"]`; `dataset` itself for `none`."""
+    if method == "none":
+        return dataset
+    if dataset.hetero is not None:
+        raise GnnrunError(
+            f"dataset.reorder={method}: {dataset.name} is heterogeneous, and its vertex types "
+            "keep consecutive id ranges; leave dataset.reorder out (none)"
+        )
     start = time.perf_counter()
     order = vertex_order(dataset.indptr, dataset.indices, method)
     if order is None:

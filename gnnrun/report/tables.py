@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -35,11 +36,14 @@ _COLUMNS = {
 }
 
 
-def dataset_table(dataset: GraphDataset) -> Table:
+def dataset_table(dataset: GraphDataset) -> Table | Group:
+    """The dataset's statistics; a heterogeneous one's types and relations below them."""
+    statistics = dataset.statistics()
+    hetero = statistics.pop("heterogeneous", None)
     table = Table(title=f"dataset {dataset.name}", show_header=False)
     table.add_column("statistic", style="bold")
     table.add_column("value", justify="right")
-    for key, value in dataset.statistics().items():
+    for key, value in statistics.items():
         table.add_row(
             key,
             f"{value:,.2f}"
@@ -50,7 +54,20 @@ def dataset_table(dataset: GraphDataset) -> Table:
         )
     table.add_row("checksum", (dataset.checksum or "")[:16])
     table.add_row("path", Text(str(dataset.path)))
-    return table
+    if hetero is None:
+        return table
+    types = Table(title=f"vertex types (labelled: {hetero['target']})")
+    for column in ("type", "vertices", "features"):
+        types.add_column(column, justify="left" if column == "type" else "right")
+    for name, figures in hetero["node_types"].items():
+        width = figures["feat_dim"]
+        types.add_row(Text(name), f"{figures['vertices']:,}", str(width) if width else "embedding")
+    relations = Table(title="relations")
+    relations.add_column("source -relation-> destination")
+    relations.add_column("edges", justify="right")
+    for name, edges in hetero["relations"].items():
+        relations.add_row(Text(name), f"{edges:,}")
+    return Group(table, types, relations)
 
 
 def partition_table(book: PartitionBook) -> Table:
