@@ -54,7 +54,12 @@ def train(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from gnnrun.algorithms import ALGORITHMS, check_runnable, check_training_vertices
+    from gnnrun.algorithms import (
+        ALGORITHMS,
+        check_dataset,
+        check_runnable,
+        check_training_vertices,
+    )
     from gnnrun.config import to_objects
     from gnnrun.data import prepare_dataset
     from gnnrun.launch import sweep
@@ -94,6 +99,7 @@ def train(cfg: DictConfig) -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
         check_runnable(config)
         dataset = prepare_dataset(config.dataset)
+        check_dataset(config, dataset)
         book = None
         if kind is not None:
             ensure_partition(dataset, config.partitioner)
@@ -159,6 +165,11 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
             "ranks), or run it inside an allocation (salloc) with cluster=local"
         )
     dataset = prepare_dataset(config.dataset)
+    if dataset.hetero is not None:
+        raise GnnrunError(
+            f"gnnrun {kind} does not run on heterogeneous graphs yet ({dataset.name}); "
+            "the training run's final evaluation gives its accuracy"
+        )
     if config.cluster.nprocs > 1:
         ensure_partition(dataset, config.partitioner)
         open_partition(

@@ -9,10 +9,17 @@ evaluation metrics, checkpoints, timers and metrics files.
 """
 
 from gnnrun.algorithms.base import Algorithm, open_own_part
-from gnnrun.algorithms.checks import check_runnable, check_training_vertices
+from gnnrun.algorithms.checks import check_dataset, check_runnable, check_training_vertices
 from gnnrun.algorithms.registry import ALGORITHMS
 
 # Importing an algorithm's module registers it.
 from gnnrun.algorithms import distgnn, hec, minibatch, pipeline, sar, single, spmm1d  # noqa: E402, F401  isort: skip
 
-__all__ = ["ALGORITHMS", "Algorithm", "check_runnable", "check_training_vertices", "open_own_part"]
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "check_dataset",
+    "check_runnable",
+    "check_training_vertices",
+    "open_own_part",
+]

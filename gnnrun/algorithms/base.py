@@ -15,6 +15,7 @@ from gnnrun.comm import Communicator
 from gnnrun.config import check
 from gnnrun.data import load_prepared
 from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.hetero import HeteroSchema
 from gnnrun.partition.book import PartitionBook, open_partition
 from gnnrun.timers import PhaseTimer
 
@@ -44,6 +45,9 @@ class Algorithm:
     # tensor it keeps or exchanges comes out of gnnrun's ops, which return float32.
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     device: torch.device = torch.device("cpu")
+    # Whether it trains heterogeneous graphs (gnnrun.data.hetero); the others are refused.
+    heterogeneous: ClassVar[bool] = False
+    schema: HeteroSchema | None = None  # the types of the graph it trains, if heterogeneous
 
     in_dim: int
     num_classes: int

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
+
 import torch
 
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
+from gnnrun.models.hetero import TypedInputEncoder
 from gnnrun.ops.precision import bf16_matmul_supported
 from gnnrun.partition import check_partition_kind
 from gnnrun.partition.book import PartitionBook
@@ -49,6 +52,41 @@ def _check_precision(cfg, precisions: tuple[str, ...]) -> None:
             "on this one bfloat16 products are emulated and slower than float32: use "
             "train.precision=fp32"
         )
+
+
+def check_dataset(cfg, dataset: GraphDataset) -> None:
+    """Refuse a heterogeneous dataset where the algorithm trains homogeneous graphs only,
+    and heterogeneous model settings that do not fit the dataset."""
+    model = cfg.model
+    schema = dataset.hetero
+    if schema is None:
+        if model.relation_fanouts:
+            raise GnnrunError(
+                f"model.relation_fanouts is set but {dataset.name} is homogeneous (one relation): "
+                "give the fanouts in model.fanouts"
+            )
+        return
+    algorithm = ALGORITHMS.get(cfg.algorithm.name)
+    if not algorithm.heterogeneous:
+        able = ", ".join(n for n in ALGORITHMS.names() if ALGORITHMS.get(n).heterogeneous)
+        raise GnnrunError(
+            f"algorithm={cfg.algorithm.name} trains homogeneous graphs only, and {dataset.name} "
+            f"is heterogeneous ({schema.num_types} vertex types, {schema.num_relations} "
+            f"relations): choose algorithm= one of {able}"
+        )
+    names = schema.relation_names()
+    for name in model.relation_fanouts:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise GnnrunError(
+                f"model.relation_fanouts names {name!r}, which is not a relation of "
+                f"{dataset.name}{hint}; its relations are {', '.join(names)}"
+            )
+    try:
+        TypedInputEncoder.width_for(schema, model.hidden, model.input_projection)
+    except ValueError as exc:
+        raise GnnrunError(f"{dataset.name}: {exc}") from None
 
 
 def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:

@@ -108,9 +108,11 @@ class LocalPartSource(GraphSource):
     def __init__(self, exact: PartitionGraphSource, rank: int) -> None:
         self.exact, self.rank = exact, rank
 
-    def sample(self, nodes, fanout, key, hop):
+    def sample_rows(self, rows, fanouts, key, hop):
         exact = self.exact
-        offsets, neighbours = sample_neighbors(exact.indptr, exact.indices, nodes, fanout, key, hop)
+        offsets, neighbours = sample_neighbors(
+            exact.indptr, exact.indices, rows, fanouts[0], key, hop
+        )
         return offsets, exact.nodes[neighbours]
 
     def features(self, nodes):
@@ -150,6 +152,8 @@ class Push:
 class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     # The cache keeps and pushes layer outputs; its bf16 form is not built yet.
     precisions = ("fp32",)
+    # The cache's halo rows would need the typed input encoded per layer 0.
+    heterogeneous = False
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)

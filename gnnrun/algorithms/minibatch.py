@@ -10,7 +10,14 @@ import torch
 
 from gnnrun.algorithms.base import Algorithm, open_own_part
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource, make_minibatch
+from gnnrun.algorithms.sources import (
+    Fanout,
+    GraphSource,
+    PartitionGraphSource,
+    hop_fanouts,
+    make_minibatch,
+)
+from gnnrun.models.hetero import TypedInput
 from gnnrun.ops.block import Block
 
 EVAL_STREAM = 0x5EED_E7A1  # keeps evaluation sampling apart from training sampling
@@ -28,7 +35,7 @@ def step_key(seed: int, epoch: int, step: int) -> int:
 @dataclass
 class Minibatch:
     blocks: list[Block]  # one per layer, input layer first
-    x: torch.Tensor  # the first block's source features
+    x: torch.Tensor | TypedInput  # the first block's source features
     labels: torch.Tensor  # of the seeds, the last block's destinations
 
 
@@ -40,6 +47,7 @@ class SampledTraining(Algorithm):
     """
 
     precisions = ("fp32", "bf16")
+    heterogeneous = True
     source: GraphSource
     train_ids: torch.Tensor
     eval_ids: dict[str, torch.Tensor]
@@ -54,6 +62,11 @@ class SampledTraining(Algorithm):
     def forward(self, model, blocks, x, epoch: int, step: int, steps: int) -> torch.Tensor:
         """The model on one training minibatch; runs on every rank at every step."""
         return model(blocks, x)
+
+    @property
+    def fanouts(self) -> list[Fanout]:
+        """Each hop's fanout (seeds first); per relation on a heterogeneous graph."""
+        return hop_fanouts(self.cfg.model, self.schema)
 
     def _steps(self, count: int) -> int:
         # Every rank runs the same number of steps: the collectives inside
@@ -94,7 +107,7 @@ class SampledTraining(Algorithm):
     def batch(self, step: int) -> Minibatch:
         seeds = self.step_seeds(self.order, step)
         key = step_key(self.cfg.train.seed, self.epoch, step)
-        blocks, x = make_minibatch(self.training_source(), seeds, self.cfg.model.fanouts, key)
+        blocks, x = make_minibatch(self.training_source(), seeds, self.fanouts, key)
         return Minibatch(blocks, x, self.labels_of(seeds))
 
     def loss(self, model, batch: Minibatch, step: int) -> torch.Tensor | None:
@@ -113,7 +126,7 @@ class SampledTraining(Algorithm):
             for step in range(self._steps(ids.numel())):
                 seeds = ids[step * batch : (step + 1) * batch]
                 key = step_key(EVAL_STREAM, 0, step)
-                blocks, x = make_minibatch(self.source, seeds, self.cfg.model.fanouts, key)
+                blocks, x = make_minibatch(self.source, seeds, self.fanouts, key)
                 if seeds.numel():  # ranks with fewer vertices still join the collectives
                     logits.append(model(blocks, x))
                     labels.append(self.labels_of(seeds))
@@ -139,7 +152,8 @@ class DistributedMinibatch(SampledTraining):
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
         dataset, book = open_own_part(cfg, comm, self.partition_kind)
-        self.source = PartitionGraphSource(book, comm)
+        self.schema = dataset.hetero if self.heterogeneous else None
+        self.source = PartitionGraphSource(book, comm, self.schema)
         self.part = part = book.load_part(comm.rank)
         nodes = self.source.nodes
 

@@ -134,7 +134,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         def sample(item: _Item) -> _Item:
             self._hook("sample", item)
             key = step_key(self.cfg.train.seed, item.epoch, item.step)
-            item.blocks = sample_minibatch(sample_source, item.seeds, self.cfg.model.fanouts, key)
+            item.blocks = sample_minibatch(sample_source, item.seeds, self.fanouts, key)
             _add(item.sent, sample_comm.bytes.reset())
             return item
 

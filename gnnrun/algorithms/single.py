@@ -22,6 +22,7 @@ class Single(SampledTraining):
         if comm.world_size != 1:
             raise ValueError("algorithm=single runs in one process (cluster.nprocs=1)")
         dataset = load_prepared(cfg.dataset)
+        self.schema = dataset.hetero
         self.in_dim, self.num_classes, self.task = (
             dataset.feat_dim,
             dataset.num_classes,
@@ -39,6 +40,11 @@ class Single(SampledTraining):
                 dataset.indptr, dataset.indices, symmetric=not dataset.directed
             )
             self.x = torch.from_numpy(np.array(dataset.feat, dtype=np.float32))
+            if self.schema is not None:
+                self.graph.etypes = torch.from_numpy(dataset.edge_type.astype(np.int64))
+                every = torch.arange(dataset.num_nodes)
+                self.graph.node_types = torch.from_numpy(self.schema.type_of(every.numpy()))
+                self.x = LocalGraphSource(dataset).features(every)
         else:
             self.source = LocalGraphSource(dataset)
 

@@ -7,6 +7,12 @@ owns the vertex (DistDGL semantics): the owner samples its vertices'
 neighbourhoods and returns their features. Sampling randomness is keyed by
 (step key, hop, global vertex id), so for the same seeds both sources build
 exactly the same blocks: the test oracle for the distributed path.
+
+On a heterogeneous graph (gnnrun.data.hetero) each vertex's in-edges are sampled
+per relation, each with its own fanout, from the rows `v * R + r` of a
+per-relation CSR: the sampling key of a row is its row id, the same in every
+process. A minibatch's blocks then carry each edge's relation and its input
+features come per vertex type (`TypedInput`).
 """
 
 from __future__ import annotations
@@ -17,45 +23,91 @@ import numpy as np
 import torch
 
 from gnnrun.comm import Communicator
-from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.dataset import GraphDataset, typed_feat_name
+from gnnrun.data.hetero import HeteroSchema, relation_indptr
+from gnnrun.models.hetero import TypedInput
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import to_tensor
 from gnnrun.ops.rows import take_rows
-from gnnrun.ops.sampling import compact, sample_neighbors
+from gnnrun.ops.sampling import compact, sample_relations
 from gnnrun.partition.book import PartitionBook
+
+# A hop's fanout: one for every relation, or one per relation.
+Fanout = int | list[int]
 
 
 class GraphSource:
-    def sample(
-        self, nodes: torch.Tensor, fanout: int, key: int, hop: int
+    """Answers a minibatch's requests: sampled neighbourhoods and input features."""
+
+    schema: HeteroSchema | None = None  # a heterogeneous graph's types
+
+    @property
+    def num_relations(self) -> int:
+        return 1 if self.schema is None else self.schema.num_relations
+
+    def sample_rows(
+        self, rows: torch.Tensor, fanouts: list[int], key: int, hop: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """For global ids `nodes`: (offsets [len+1], sampled neighbour global ids)."""
+        """For rows `v * R + r` of global vertices v (just v when R = 1): (offsets
+        [len+1], sampled neighbour global ids), relation r's rows with fanouts[r]."""
         raise NotImplementedError
 
-    def features(self, nodes: torch.Tensor) -> torch.Tensor:
+    def sample(
+        self, nodes: torch.Tensor, fanout: Fanout, key: int, hop: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """For global ids `nodes`: (offsets [len+1], sampled neighbour global ids, each
+        sampled edge's relation; None for a homogeneous graph). A vertex's neighbours
+        are listed by relation."""
+        num_relations = self.num_relations
+        fanouts = [fanout] * num_relations if isinstance(fanout, int) else list(fanout)
+        if num_relations == 1:
+            return (*self.sample_rows(nodes, fanouts, key, hop), None)
+        rows = (nodes[:, None] * num_relations + torch.arange(num_relations)).reshape(-1)
+        row_offsets, neighbours = self.sample_rows(rows, fanouts, key, hop)
+        etypes = torch.repeat_interleave(rows % num_relations, row_offsets[1:] - row_offsets[:-1])
+        return row_offsets[::num_relations].contiguous(), neighbours, etypes
+
+    def features(self, nodes: torch.Tensor) -> torch.Tensor | TypedInput:
+        """The input rows of global vertices `nodes` (per type, for a heterogeneous graph)."""
         raise NotImplementedError
+
+
+def hop_fanouts(model, schema: HeteroSchema | None) -> list[Fanout]:
+    """`model.fanouts` per hop; on a heterogeneous graph a list per hop with each
+    relation's fanout (`model.relation_fanouts` by relation name, else `model.fanouts`).
+    The names are checked before ranks start (gnnrun.algorithms.checks)."""
+    if schema is None:
+        return list(model.fanouts)
+    names = schema.relation_names()
+    return [
+        [int(model.relation_fanouts.get(name, model.fanouts)[hop]) for name in names]
+        for hop in range(len(model.fanouts))
+    ]
 
 
 def make_minibatch(
-    source: GraphSource, seeds: torch.Tensor, fanouts: list[int], key: int
-) -> tuple[list[Block], torch.Tensor]:
+    source: GraphSource, seeds: torch.Tensor, fanouts: list[Fanout], key: int
+) -> tuple[list[Block], torch.Tensor | TypedInput]:
     """Sampled blocks (input layer first) for `seeds` (global ids) and the input features."""
     blocks = sample_minibatch(source, seeds, fanouts, key)
     return blocks, source.features(blocks[0].src_ids)
 
 
 def sample_minibatch(
-    source: GraphSource, seeds: torch.Tensor, fanouts: list[int], key: int
+    source: GraphSource, seeds: torch.Tensor, fanouts: list[Fanout], key: int
 ) -> list[Block]:
     """The sampled blocks of `seeds` (global ids), input layer first; their input vertices
     are `blocks[0].src_ids`. `fanouts` go from the seeds outwards: fanouts[0] neighbours
-    per seed."""
+    per seed (per relation, where it lists one per relation)."""
     blocks: list[Block] = []
     frontier = seeds
     for hop, fanout in enumerate(fanouts):
-        offsets, neighbours = source.sample(frontier, fanout, key, hop)
+        offsets, neighbours, etypes = source.sample(frontier, fanout, key, hop)
         indptr, indices, src_ids = compact(frontier, offsets, neighbours)
-        blocks.insert(0, Block(indptr, indices, int(src_ids.numel()), src_ids))
+        block = Block(indptr, indices, int(src_ids.numel()), src_ids, etypes=etypes)
+        if source.schema is not None:
+            block.node_types = torch.from_numpy(source.schema.type_of(src_ids.numpy()))
+        blocks.insert(0, block)
         frontier = src_ids
     return blocks
 
@@ -64,15 +116,40 @@ class LocalGraphSource(GraphSource):
     """The whole dataset, in this process."""
 
     def __init__(self, dataset: GraphDataset) -> None:
-        self.indptr = to_tensor(dataset.indptr, np.int64)
+        self.schema = dataset.hetero
         self.indices = to_tensor(dataset.indices)
         self.feat = dataset.feat
+        if self.schema is None:
+            self.indptr = to_tensor(dataset.indptr, np.int64)
+        else:
+            self.indptr = torch.from_numpy(
+                relation_indptr(dataset.indptr, dataset.edge_type, self.schema.num_relations)
+            )
+            self.typed_feat = dataset.typed_feat
 
-    def sample(self, nodes, fanout, key, hop):
-        return sample_neighbors(self.indptr, self.indices, nodes, fanout, key, hop)
+    def sample_rows(self, rows, fanouts, key, hop):
+        return sample_relations(self.indptr, self.indices, rows, fanouts, key, hop)
 
     def features(self, nodes):
-        return torch.from_numpy(take_rows(self.feat, nodes.numpy()))
+        if self.schema is None:
+            return torch.from_numpy(take_rows(self.feat, nodes.numpy()))
+        return typed_input(self.schema, nodes, self._typed_rows)
+
+    def _typed_rows(self, node_type: int, typed_ids: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(take_rows(self.typed_feat[node_type], typed_ids.numpy()))
+
+
+def typed_input(schema: HeteroSchema, nodes: torch.Tensor, rows_of) -> TypedInput:
+    """The TypedInput of global vertices `nodes`; `rows_of(t, typed_ids)` gives the feature
+    rows of type t's vertices (every featured type is asked, in type order, even for no
+    vertices: a distributed source exchanges per type)."""
+    types, typed_ids = schema.to_typed(nodes.numpy())
+    types, typed_ids = torch.from_numpy(types), torch.from_numpy(typed_ids)
+    feat = {}
+    for t, dim in enumerate(schema.feat_dims):
+        if dim:
+            feat[t] = rows_of(t, typed_ids[types == t])
+    return TypedInput(types, typed_ids, feat)
 
 
 class PartitionGraphSource(GraphSource):
@@ -84,23 +161,39 @@ class PartitionGraphSource(GraphSource):
     keep each row in global order).
     """
 
-    def __init__(self, book: PartitionBook, comm: Communicator) -> None:
+    def __init__(
+        self, book: PartitionBook, comm: Communicator, schema: HeteroSchema | None = None
+    ) -> None:
         part = book.load_part(comm.rank)
-        self.comm = comm
+        self.comm, self.schema = comm, schema
         self.owner = torch.from_numpy(np.array(book.node_owner(), dtype=np.int64))
         self.local = torch.from_numpy(np.array(book.node_local(), dtype=np.int64))
         self.nodes = torch.from_numpy(np.array(part["nodes"], dtype=np.int64))
-        n = self.owner.numel()
+        n, rows_per_vertex = self.owner.numel(), self.num_relations
         solid = self.nodes[: part.num_solid]
-        degrees = torch.zeros(n, dtype=torch.int64)
-        degrees[solid] = torch.from_numpy(np.diff(np.asarray(part["indptr"])))
-        self.indptr = torch.zeros(n + 1, dtype=torch.int64)
-        torch.cumsum(degrees, 0, out=self.indptr[1:])
         # Rows of the part in global-id order are its solid rows in local order
         # (solid local ids increase with global id), so the indices carry over.
+        part_indptr = np.asarray(part["indptr"])
+        if schema is not None:  # rows v * R + r: the part's edges are listed by relation
+            part_indptr = relation_indptr(
+                part_indptr, np.asarray(part["edge_type"]), rows_per_vertex
+            )
+        degrees = torch.zeros(n, rows_per_vertex, dtype=torch.int64)
+        degrees[solid] = torch.from_numpy(np.diff(part_indptr)).view(-1, rows_per_vertex)
+        self.indptr = torch.zeros(n * rows_per_vertex + 1, dtype=torch.int64)
+        torch.cumsum(degrees.view(-1), 0, out=self.indptr[1:])
         self.indices = to_tensor(part["indices"])
         self.feat = part["feat"]
         self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
+        if schema is not None:
+            # Solid vertices are in global-id order, so each type's are consecutive: the
+            # part's rows of type t start at the local id of its first vertex of type t.
+            starts = np.searchsorted(solid.numpy(), schema.offsets[:-1])
+            self.typed_feat = {
+                t: (part[typed_feat_name(t)], int(starts[t]))
+                for t, dim in enumerate(schema.feat_dims)
+                if dim
+            }
 
     def talking_over(self, comm: Communicator) -> PartitionGraphSource:
         """This part (its arrays shared, not copied), sending its requests through `comm`."""
@@ -108,18 +201,21 @@ class PartitionGraphSource(GraphSource):
         source.comm = comm
         return source
 
-    def _route(self, nodes: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        owner = self.owner[nodes]
+    def _route(
+        self, nodes: torch.Tensor, owner: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         order = torch.argsort(owner, stable=True)
         counts = torch.bincount(owner, minlength=self.comm.world_size).tolist()
         return order, list(nodes[order].split(counts))
 
-    def sample(self, nodes, fanout, key, hop):
-        order, requests = self._route(nodes)
+    def sample_rows(self, rows, fanouts, key, hop):
+        order, requests = self._route(rows, self.owner[rows // self.num_relations])
         received = self.comm.exchange(requests, "sample_requests")
         replies_counts, replies_neighbours = [], []
         for ids in received:
-            offsets, neighbours = sample_neighbors(self.indptr, self.indices, ids, fanout, key, hop)
+            offsets, neighbours = sample_relations(
+                self.indptr, self.indices, ids, fanouts, key, hop
+            )
             replies_counts.append(offsets[1:] - offsets[:-1])
             replies_neighbours.append(self.nodes[neighbours])
         counts = torch.cat(self.comm.exchange(replies_counts, "sample_replies"))
@@ -129,7 +225,7 @@ class PartitionGraphSource(GraphSource):
         torch.cumsum(counts, 0, out=starts[1:])
         original_counts = torch.empty_like(counts)
         original_counts[order] = counts
-        offsets = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
+        offsets = torch.zeros(rows.numel() + 1, dtype=torch.int64)
         torch.cumsum(original_counts, 0, out=offsets[1:])
         gather = torch.empty(int(offsets[-1]), dtype=torch.int64)
         if gather.numel():
@@ -143,20 +239,34 @@ class PartitionGraphSource(GraphSource):
         return offsets, gather
 
     def features(self, nodes):
+        if self.schema is None:
+            return self._fetch(nodes, self.feat, 0)
+        offsets = self.schema.offsets
+        return typed_input(
+            self.schema,
+            nodes,
+            lambda t, typed_ids: self._fetch(typed_ids + int(offsets[t]), *self.typed_feat[t]),
+        )
+
+    def _fetch(self, nodes: torch.Tensor, table: np.ndarray, first_row: int) -> torch.Tensor:
+        """Rows of global vertices `nodes` from their owners' `table`, whose row of the
+        owner's local id l is l - first_row."""
         # This rank's own rows are gathered straight into place while the others are
         # on their way: through the exchange they would be copied three more times.
-        mine = self.owner[nodes] == self.comm.rank
+        owner = self.owner[nodes]
+        mine = owner == self.comm.rank
         remote = torch.nonzero(~mine).squeeze(1)
-        order, requests = self._route(nodes[remote])
+        order, requests = self._route(nodes[remote], owner[remote])
         received = self.comm.exchange(requests, "feature_requests")
         replies = [
-            torch.from_numpy(take_rows(self.feat, self.local[ids].numpy())) for ids in received
+            torch.from_numpy(take_rows(table, (self.local[ids] - first_row).numpy()))
+            for ids in received
         ]
         pending = self.comm.exchange_start(replies, "features")
         own = torch.nonzero(mine).squeeze(1)
-        out = torch.empty((nodes.numel(), *self.feat.shape[1:]), dtype=replies[0].dtype)
+        out = torch.empty((nodes.numel(), *table.shape[1:]), dtype=replies[0].dtype)
         out.index_copy_(
-            0, own, torch.from_numpy(take_rows(self.feat, self.local[nodes[own]].numpy()))
+            0, own, torch.from_numpy(take_rows(table, (self.local[nodes[own]] - first_row).numpy()))
         )
         out.index_copy_(0, remote[order], torch.cat(pending.wait()))
         return out

@@ -9,6 +9,6 @@ from gnnrun.models.gnn import ACTIVATIONS, GNN, Dropout, build_model, layer_widt
 from gnnrun.models.registry import LAYERS
 
 # Importing a model's module registers its layer.
-from gnnrun.models import gat, gcn, sage  # noqa: E402, F401  isort: skip
+from gnnrun.models import gat, gcn, rgcn, sage  # noqa: E402, F401  isort: skip
 
 __all__ = ["ACTIVATIONS", "GNN", "LAYERS", "Dropout", "build_model", "layer_widths"]

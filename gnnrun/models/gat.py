@@ -85,5 +85,7 @@ def with_self_loops(block: Block) -> Block:
 
 
 @LAYERS.register("gat", GatConfig)
-def gat_layer(in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool) -> torch.nn.Module:
+def gat_layer(
+    in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool, schema=None
+) -> torch.nn.Module:
     return GATConv(in_dim, out_dim, cfg.heads, concat=not is_last)

@@ -45,5 +45,7 @@ class GCNConv(torch.nn.Module):
 
 
 @LAYERS.register("gcn")
-def gcn_layer(in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool) -> torch.nn.Module:
+def gcn_layer(
+    in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool, schema=None
+) -> torch.nn.Module:
     return GCNConv(in_dim, out_dim)

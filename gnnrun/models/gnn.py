@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import torch
 
+from gnnrun.data.hetero import HeteroSchema
+from gnnrun.models.hetero import TypedInput, TypedInputEncoder
 from gnnrun.models.registry import ACTIVATIONS, LAYERS, ModelConfig
 from gnnrun.ops.block import Block
 from gnnrun.ops.dropout import dropout, relu_dropout
@@ -27,14 +29,22 @@ class Dropout(torch.nn.Module):
 
 
 class GNN(torch.nn.Module):
-    """A stack of message-passing layers: input dropout, then activation and dropout between them."""
+    """A stack of message-passing layers: input dropout, then activation and dropout between
+    them. On a heterogeneous graph (`schema`) a TypedInputEncoder turns the typed input into
+    the first layer's rows (gnnrun.models.hetero); `in_dim` is then unused."""
 
-    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int) -> None:
+    def __init__(
+        self, cfg: ModelConfig, in_dim: int, num_classes: int, schema: HeteroSchema | None = None
+    ) -> None:
         super().__init__()
         build = LAYERS.get(cfg.name)
+        self.encoder = None
+        if schema is not None:
+            in_dim = TypedInputEncoder.width_for(schema, cfg.hidden, cfg.input_projection)
+            self.encoder = TypedInputEncoder(schema, in_dim, cfg.input_projection)
         dims = layer_widths(cfg, in_dim, num_classes)
         self.layers = torch.nn.ModuleList(
-            build(dims[i], dims[i + 1], cfg, i == cfg.layers - 1) for i in range(cfg.layers)
+            build(dims[i], dims[i + 1], cfg, i == cfg.layers - 1, schema) for i in range(cfg.layers)
         )
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(
@@ -45,7 +55,10 @@ class GNN(torch.nn.Module):
         self.dropout = Dropout(cfg.dropout)
 
     def forward(
-        self, blocks: list[Block], x: torch.Tensor, layer_input: LayerInput | None = None
+        self,
+        blocks: list[Block],
+        x: torch.Tensor | TypedInput,
+        layer_input: LayerInput | None = None,
     ) -> torch.Tensor:
         """`layer_input(i, block, h)`, when given, sees what layer i is about to consume
         (after dropout) and may replace it: the block and the source rows (DistGNN-MB's
@@ -54,6 +67,8 @@ class GNN(torch.nn.Module):
             raise ValueError(
                 f"{len(self.layers)} layers need {len(self.layers)} blocks, got {len(blocks)}"
             )
+        if self.encoder is not None:
+            x = self.encoder(x)
         h = self.input_dropout(x)
         for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
             if layer_input is not None:
@@ -107,5 +122,7 @@ def layer_widths(cfg: ModelConfig, in_dim: int, num_classes: int) -> list[int]:
     return [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
 
 
-def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> GNN:
-    return GNN(cfg, in_dim, num_classes)
+def build_model(
+    cfg: ModelConfig, in_dim: int, num_classes: int, schema: HeteroSchema | None = None
+) -> GNN:
+    return GNN(cfg, in_dim, num_classes, schema)

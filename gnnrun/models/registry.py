@@ -1,6 +1,8 @@
-"""`model.name` -> the builder of one layer: (in_dim, out_dim, cfg, is_last) -> a module
-with forward(block, x_src) -> x_dst; and the settings every model shares (`ModelConfig`;
-a model with settings of its own registers a subclass).
+"""`model.name` -> the builder of one layer: (in_dim, out_dim, cfg, is_last, schema) -> a
+module with forward(block, x_src) -> x_dst; and the settings every model shares
+(`ModelConfig`; a model with settings of its own registers a subclass). `schema` is the
+heterogeneous graph's types (gnnrun.data.hetero; None for a homogeneous graph): relational
+layers (gnnrun.models.rgcn) read it, the others ignore the relations.
 
 A layer whose first step maps each vertex's row by itself (a linear map before the
 aggregation) says so with `project_first = True` and splits its forward pass in two:
@@ -38,6 +40,11 @@ class ModelConfig:
     heads: int = 1  # gat (gnnrun.models.gat)
     fanouts: list[int] = field(default_factory=lambda: [10, 25])  # seeds first (PyG order)
     batch_size: int = 1000
+    # Heterogeneous graphs (gnnrun.models.hetero, gnnrun.algorithms.sources): fanouts of
+    # single relations by name (one per layer, as `fanouts`; the others take `fanouts`),
+    # and whether each featured type's features are projected to `hidden` first.
+    relation_fanouts: dict[str, list[int]] = field(default_factory=dict)
+    input_projection: bool = True
 
     def validate(self) -> None:
         check(self.layers >= 1, "model.layers must be at least 1")
@@ -56,6 +63,12 @@ class ModelConfig:
             f"model.activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}",
         )
         check(self.heads >= 1, f"model.heads must be at least 1 (got {self.heads})")
+        for relation, fanouts in self.relation_fanouts.items():
+            check(
+                len(fanouts) == self.layers and all(f >= 0 or f == -1 for f in fanouts),
+                f"model.relation_fanouts.{relation}={list(fanouts)}: give one fanout per layer "
+                "(0 samples none of the relation's edges, -1 all of them)",
+            )
 
 
 LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry(

@@ -77,5 +77,7 @@ class SAGEConv(torch.nn.Module):
 
 
 @LAYERS.register("sage", SageConfig)
-def sage_layer(in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool) -> torch.nn.Module:
+def sage_layer(
+    in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool, schema=None
+) -> torch.nn.Module:
     return SAGEConv(in_dim, out_dim, cfg.aggregator)

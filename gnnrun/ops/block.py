@@ -16,6 +16,11 @@ normalisations use, and a `completion` that adds to each split vertex's
 partial aggregate what its clones in other parts aggregated (DistGNN's DRPA,
 gnnrun/algorithms/drpa.py).
 
+A block of a heterogeneous graph (gnnrun.data.hetero) carries each edge's
+relation (`etypes`, aligned with `indices`); `relation_blocks` splits it into
+one block per relation over the same vertices, which relational layers
+aggregate separately.
+
 An edge-cut part trained full batch without halo rows (SAR) is a Block over
 the rank's own vertices only (num_src == num_dst), whose CSR holds the edges
 between them; its `sharded` aggregation adds the in-edges whose sources live
@@ -26,7 +31,7 @@ aggregation ops hand such a block to it whole.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -76,6 +81,9 @@ class Block:
     # Its in-CSR is also its out-CSR (a whole undirected graph, rows sorted): the
     # backward passes, which run over the transpose, use the CSR itself.
     symmetric: bool = False
+    etypes: torch.Tensor | None = None  # int64 [num_edges]: each edge's relation
+    node_types: torch.Tensor | None = None  # int64 [num_src]: each source's vertex type
+    _relations: list[Block] | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_dst(self) -> int:
@@ -110,9 +118,36 @@ class Block:
         so degree normalisations see the smaller neighbourhoods.
         """
         keep = ~dropped[self.indices]
+        etypes = None if self.etypes is None else self.etypes[keep]
+        return Block(
+            self._kept_indptr(keep), self.indices[keep], self.num_src, self.src_ids, etypes=etypes
+        )
+
+    def _kept_indptr(self, keep: torch.Tensor) -> torch.Tensor:
+        """The indptr of the edges marked in `keep` (bool [num_edges]), rows kept in place."""
         kept_before = torch.zeros(self.num_edges + 1, dtype=torch.int64)
         torch.cumsum(keep, 0, out=kept_before[1:])
-        return Block(kept_before[self.indptr], self.indices[keep], self.num_src, self.src_ids)
+        return kept_before[self.indptr]
+
+    def relation_blocks(self, num_relations: int) -> list[Block]:
+        """One block per relation: the same sources and destinations, the edges of that
+        relation (all of them for relation 0 of a block without relations). Computed once
+        per block: full-batch training runs every layer on the same one."""
+        if self._relations is None or len(self._relations) != num_relations:
+            if self.etypes is None:
+                if num_relations != 1:
+                    raise ValueError(f"a block without relations split into {num_relations}")
+                self._relations = [self]
+            else:
+                self._relations = []
+                for relation in range(num_relations):
+                    keep = self.etypes == relation
+                    self._relations.append(
+                        Block(
+                            self._kept_indptr(keep), self.indices[keep], self.num_src, self.src_ids
+                        )
+                    )
+        return self._relations
 
     @classmethod
     def from_csr(

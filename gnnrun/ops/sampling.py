@@ -211,6 +211,44 @@ def sample_neighbors(
     return offsets, neighbors
 
 
+def sample_relations(
+    indptr: ArrayLike,
+    indices: ArrayLike,
+    rows: ArrayLike,
+    fanouts: Sequence[int],
+    seed: int,
+    layer: int,
+    *,
+    native: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample_neighbors` over the rows `v * R + r` of a per-relation CSR
+    (gnnrun.data.hetero.relation_indptr), relation r's rows with `fanouts[r]`: the
+    same (offsets, neighbors) form over `rows`. A row's draws are keyed by its row id,
+    so each relation of a vertex draws on its own."""
+    rows = _ids(rows)
+    distinct = sorted(set(fanouts))
+    if len(distinct) == 1:
+        return sample_neighbors(indptr, indices, rows, distinct[0], seed, layer, native=native)
+    fanout_of_row = torch.tensor(list(fanouts), dtype=torch.int64)[rows % len(fanouts)]
+    counts = torch.empty(rows.numel(), dtype=torch.int64)
+    groups = []
+    for fanout in distinct:
+        chosen = torch.nonzero(fanout_of_row == fanout).squeeze(1)
+        offsets, neighbors = sample_neighbors(
+            indptr, indices, rows[chosen], fanout, seed, layer, native=native
+        )
+        counts[chosen] = offsets[1:] - offsets[:-1]
+        groups.append((chosen, offsets, neighbors))
+    offsets = torch.zeros(rows.numel() + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=offsets[1:])
+    merged = torch.empty(int(offsets[-1]), dtype=torch.int64)
+    for chosen, group_offsets, neighbors in groups:
+        lengths = group_offsets[1:] - group_offsets[:-1]
+        shift = torch.repeat_interleave(offsets[chosen] - group_offsets[:-1], lengths)
+        merged[shift + torch.arange(neighbors.numel())] = neighbors
+    return offsets, merged
+
+
 def compact(
     dst_nodes: ArrayLike, offsets: ArrayLike, neighbors: ArrayLike, *, native: bool | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

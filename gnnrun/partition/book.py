@@ -20,6 +20,9 @@ owned elsewhere), also in increasing original id.
     halo_owner.npy  [num_halo] owning part of each halo vertex
     feat.npy, label.npy              rows of the solid vertices
     train_idx/val_idx/test_idx.npy   local ids of the part's solid split vertices
+    edge_type.npy   (heterogeneous graphs) the relation of each CSR edge
+    feat_t{i}.npy   (heterogeneous graphs) the features of vertex type i's solid
+                    vertices, which come type after type in local order
 
 Vertex-cut part (`kind = "vertex_cut"`): every edge lives in exactly one part;
 a vertex has a clone in every part holding one of its edges (or, if it has no
@@ -152,13 +155,11 @@ class PartitionBook:
     def load_part(self, part: int) -> Part:
         if not 0 <= part < self.num_parts:
             raise GnnrunError(f"part {part} does not exist: {self.path} has {self.num_parts} parts")
-        folder = part_dir_name(part)
-        files = self.manifest["files"]
-        names = KIND_ARRAYS[self.kind] + OPTIONAL_ARRAYS.get(self.kind, ())
+        prefix = f"{part_dir_name(part)}/"
         arrays = {
-            name: _load_record(self.path, f"{folder}/{name}.npy", files[f"{folder}/{name}.npy"])
-            for name in names
-            if f"{folder}/{name}.npy" in files
+            rel[len(prefix) :].removesuffix(".npy"): _load_record(self.path, rel, record)
+            for rel, record in self.manifest["files"].items()
+            if rel.startswith(prefix)
         }
         return Part(part, self.num_parts, self.kind, arrays, self.manifest)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.dataset import GraphDataset, typed_feat_name
 from gnnrun.data.graph import unique_ids
 from gnnrun.ops.rows import take_rows
 
@@ -71,6 +71,8 @@ class EdgeCutBuilder:
             for split in ("train_idx", "val_idx", "test_idx"):
                 ids = np.asarray(getattr(dataset, split))
                 arrays[split] = np.sort(node_local[ids[node_part[ids] == part]])
+            if dataset.hetero is not None:
+                arrays |= self._typed_arrays(solid)
             figures = {
                 "solid": int(solid.size),
                 "halo": int(halo.size),
@@ -81,6 +83,19 @@ class EdgeCutBuilder:
                 "test": int(arrays["test_idx"].size),
             }
             yield part, arrays, figures
+
+    def _typed_arrays(self, solid: np.ndarray) -> dict[str, np.ndarray]:
+        """A heterogeneous part's relation per edge, and the features of each featured type
+        for its solid vertices (which, in global-id order, come type after type)."""
+        dataset = self.dataset
+        schema = dataset.hetero
+        assert schema is not None and dataset.edge_type is not None
+        arrays = {"edge_type": gather_rows(dataset.indptr, dataset.edge_type, solid)[1]}
+        types, typed_ids = schema.to_typed(solid)
+        for t, feat in enumerate(dataset.typed_feat or []):
+            if feat is not None:
+                arrays[typed_feat_name(t)] = take_rows(feat, typed_ids[types == t])
+        return arrays
 
     def summary(self, figures: list[dict[str, Any]]) -> dict[str, Any]:
         cut = sum(f["cut_edges"] for f in figures)

@@ -37,14 +37,21 @@ class TwoLevelPartitionerConfig(MetisPartitionerConfig):
 
 
 def vertex_weights(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> np.ndarray:
-    """One column per METIS balance constraint: vertices, in-degree, train/val/test membership.
+    """One column per METIS balance constraint: vertices (of each type, on a heterogeneous
+    graph), in-degree, train/val/test membership.
 
     With several columns METIS balances each of them across the parts (DistDGL's
     scheme), so every trainer gets about the same number of training vertices and
-    edges, not just vertices. Empty columns are dropped (METIS rejects them).
+    edges, not just vertices; DistDGLv2 adds a column per vertex type, so that every
+    part holds its share of each type (and of its features). Empty columns are
+    dropped (METIS rejects them).
     """
     n = dataset.num_nodes
-    columns = [np.ones(n, dtype=np.int64)]
+    if dataset.hetero is None:
+        columns = [np.ones(n, dtype=np.int64)]
+    else:
+        types = dataset.hetero.type_of(np.arange(n))
+        columns = [(types == t).astype(np.int64) for t in range(dataset.hetero.num_types)]
     if cfg.balance_edges:
         columns.append(np.diff(dataset.indptr).astype(np.int64))
     if cfg.balance_splits:

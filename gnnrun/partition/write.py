@@ -47,6 +47,14 @@ def _write_partition(dataset: GraphDataset, cfg: PartitionerConfig, path: Path) 
             f"{dataset.name}: choose at most {dataset.num_nodes} parts"
         )
     partitioner = PARTITIONERS.get(cfg.name)
+    if dataset.hetero is not None and partitioner.kind != "edge_cut":
+        edge_cut = ", ".join(
+            n for n in PARTITIONERS.names() if PARTITIONERS.get(n).kind == "edge_cut"
+        )
+        raise GnnrunError(
+            f"partitioner={cfg.name} makes {partitioner.kind} partitions, which do not carry "
+            f"vertex types; {dataset.name} is heterogeneous: choose partitioner= one of {edge_cut}"
+        )
     timings: dict[str, float] = {}
     start = time.perf_counter()
     with stage(

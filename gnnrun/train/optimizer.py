@@ -49,5 +49,51 @@ def adamw(parameters: Parameters, cfg: OptimizerConfig) -> torch.optim.Optimizer
     return torch.optim.AdamW(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def build_optimizer(parameters: Parameters, cfg: OptimizerConfig) -> torch.optim.Optimizer:
-    return OPTIMIZERS.get(cfg.name)(parameters, cfg)
+def build_optimizer(
+    model: torch.nn.Module, cfg: OptimizerConfig
+) -> torch.optim.Optimizer | EmbeddingsApart:
+    """The configured optimiser over the model's parameters; sparse embedding tables
+    (gnnrun.models.hetero) apart, with torch's SparseAdam at the same learning rate."""
+    tables = sparse_tables(model)
+    if not tables:
+        return OPTIMIZERS.get(cfg.name)(model.parameters(), cfg)
+    apart = {id(t) for t in tables}
+    dense = [p for p in model.parameters() if id(p) not in apart]
+    return EmbeddingsApart(
+        OPTIMIZERS.get(cfg.name)(dense, cfg), torch.optim.SparseAdam(tables, lr=cfg.lr)
+    )
+
+
+def sparse_tables(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters whose gradients are sparse: the tables of sparse embeddings."""
+    return [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse]
+
+
+class EmbeddingsApart:
+    """Two optimisers stepped as one: the configured one over the dense parameters, and
+    SparseAdam over the embedding tables, which updates (and keeps moments for) only
+    the rows a step's gradient holds. Adam cannot take sparse gradients, and a dense
+    gradient of a table would cost every step the whole table. Weight decay does not
+    apply to the tables (SparseAdam has none)."""
+
+    def __init__(self, dense: torch.optim.Optimizer, sparse: torch.optim.SparseAdam) -> None:
+        self.dense, self.sparse = dense, sparse
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.dense.param_groups + self.sparse.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.dense.zero_grad(set_to_none)
+        self.sparse.zero_grad(set_to_none=True)  # a zeroed sparse gradient keeps its size
+
+    def step(self) -> None:
+        self.dense.step()
+        self.sparse.step()
+
+    def state_dict(self) -> dict:
+        return {"dense": self.dense.state_dict(), "sparse": self.sparse.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dense.load_state_dict(state["dense"])
+        self.sparse.load_state_dict(state["sparse"])

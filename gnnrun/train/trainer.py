@@ -21,7 +21,7 @@ from gnnrun.timers import PhaseTimer
 from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
-from gnnrun.train.optimizer import build_optimizer
+from gnnrun.train.optimizer import build_optimizer, sparse_tables
 from gnnrun.train.resume import resume, settings_of
 
 
@@ -37,8 +37,10 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     if display is not None:
         algorithm.on_step = display.step_done
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
-    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes).to(algorithm.device)
-    optimizer = build_optimizer(model.parameters(), cfg.optimizer)
+    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes, algorithm.schema).to(
+        algorithm.device
+    )
+    optimizer = build_optimizer(model, cfg.optimizer)
 
     checkpoint_dir = Path(cfg.train.checkpoint_dir)
     start_epoch, history = 0, []
@@ -138,6 +140,9 @@ def train_epoch(
     with timer.phase("sync"):
         steps = algorithm.begin_epoch(epoch)
     reduce = _REDUCE_GRADIENTS.get(algorithm.gradient_reduction)
+    parameters = list(model.parameters())
+    tables = sparse_tables(model)  # in model order: every rank combines them in the same order
+    dense = [p for p in parameters if all(p is not t for t in tables)]
     precision = algorithm.cfg.train.precision
     losses: list[float] = []
     for step in range(steps):
@@ -152,13 +157,42 @@ def train_epoch(
             losses.append(float(loss.detach()))
         if reduce is not None:
             with timer.phase("ared"):
-                reduce(algorithm.comm, [p.grad for p in model.parameters()])
+                for p in parameters:
+                    if p.grad is None:  # unused by this rank's steps so far (a relation's
+                        p.grad = torch.zeros_like(p)  # weights): every rank sends every one
+                reduce(algorithm.comm, [p.grad for p in dense])
+                for table in tables:
+                    table.grad = combine_sparse(algorithm.comm, table, algorithm.gradient_reduction)
         with timer.phase("opt"):
             optimizer.step()
         algorithm.on_step(step + 1, steps)
     with timer.phase("sync"):
         stats = algorithm.end_epoch(losses)
     return {**stats, "steps": steps}
+
+
+def combine_sparse(comm: Communicator, table: torch.nn.Parameter, reduction: str) -> torch.Tensor:
+    """A sparse embedding gradient combined over the ranks: every rank's rows, summed where
+    they meet (divided by the ranks for "mean"), so that every replica of the table takes
+    the same update (a dense all-reduce would send the whole table every step)."""
+    grad = table.grad
+    if grad is None:
+        grad = torch.sparse_coo_tensor(
+            torch.zeros(1, 0, dtype=torch.int64),
+            torch.zeros(0, table.shape[1]),
+            table.shape,
+            check_invariants=True,
+        )
+    grad = grad.coalesce()
+    if comm.world_size == 1:
+        return grad
+    # An all-gather of every rank's rows: an exchange that sends the same to each rank.
+    rows = comm.exchange([grad.indices()[0]] * comm.world_size, "allreduce")
+    values = comm.exchange([grad.values()] * comm.world_size, "allreduce")
+    total = torch.sparse_coo_tensor(
+        torch.cat(rows)[None], torch.cat(values), table.shape, check_invariants=True
+    ).coalesce()
+    return total / comm.world_size if reduction == "mean" else total
 
 
 def _save_algorithm_state(directory: Path, rank: int, epoch: int, state: Any) -> None:
