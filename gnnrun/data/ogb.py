@@ -7,7 +7,13 @@ layout of the official archive (the URL is in ogb's `nodeproppred/master.csv`):
   `raw/node-feat.csv.gz`, `raw/node-label.csv.gz` (csv datasets: arxiv, products);
 - `raw/data.npz`, `raw/node-label.npz` (binary datasets: papers100M);
 - `split/<split>/{train,valid,test}.csv.gz` with `<split>` from master.csv
-  (`time` for arxiv and papers100M, `sales_ranking` for products).
+  (`time` for arxiv and papers100M, `sales_ranking` for products);
+- heterogeneous csv datasets (ogbn-mag): `raw/num-node-dict.csv.gz`,
+  `raw/triplet-type-list.csv.gz`, `raw/relations/<head>___<relation>___<tail>/`
+  `{edge.csv.gz, num-edge-list.csv.gz}` for each relation, and the target
+  type's `raw/node-feat/<target>/node-feat.csv.gz`,
+  `raw/node-label/<target>/node-label.csv.gz` and
+  `split/<split>/<target>/{train,valid,test}.csv.gz`.
 
 The metadata (number of tasks and classes, binary or csv, heterogeneous or not,
 whether the raw edges are undirected) comes from ogb's own master table; the
@@ -17,11 +23,25 @@ when files are missing, and it caches to `processed/` with `torch.load`, which
 fails on torch >= 2.6. gnnrun never reads or writes `processed/`. ogb's import
 also starts a background PyPI version check; it is suppressed here.
 
-Heterogeneous (ogbn-mag) and multi-label (ogbn-proteins) datasets are refused.
-Labels are int64 with NaN (papers100M's unlabelled vertices) mapped to -1.
+Multi-label datasets (ogbn-proteins) are refused. Labels are int64 with NaN
+(papers100M's unlabelled vertices) mapped to -1.
 Datasets whose raw edges list each undirected edge once (products) are always
 stored symmetrised; directed ones (arxiv, papers100M) are symmetrised when
 `dataset.to_undirected`, else stored directed (`directed=True`).
+
+ogbn-mag becomes gnnrun's heterogeneous format (gnnrun.data.hetero). Its
+layout is fixed in `HETERO_LAYOUTS` (so the files to expect are known before
+reading): the vertex types in the order `paper, author, institution,
+field_of_study` (the labelled target first, so papers keep their ids), and its
+four relations `author -writes-> paper`, `paper -cites-> paper`,
+`paper -has_topic-> field_of_study`, `author -affiliated_with-> institution`,
+each followed, after the four, by its reverse `rev_<relation>` so that
+messages flow both ways (as DGL's MAG examples do). Only papers have features
+(128 wide); the other types are featureless and get a learnable embedding.
+Labels are on papers (-1 elsewhere) and the split lists papers. The reverse
+relations give every edge both directions, so the dataset is stored directed
+(`directed=True`) and `dataset.to_undirected` does not apply. The year files
+(`node_year`) and `edge_reltype` are not read.
 """
 
 from __future__ import annotations
@@ -32,9 +52,10 @@ import io
 import sys
 import zipfile
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from omegaconf import MISSING
@@ -42,6 +63,7 @@ from omegaconf import MISSING
 from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, sorted_unique
+from gnnrun.data.hetero import HeteroSchema, Relation, typed_csr
 from gnnrun.data.registry import DatasetConfig, register_source
 from gnnrun.errors import GnnrunError
 
@@ -51,7 +73,9 @@ class OgbDatasetConfig(DatasetConfig):
     source: str = "ogb"
     ogb_name: str = MISSING  # e.g. ogbn-arxiv
     root: str = "${paths.raw_root}/ogb"  # holds <ogb_name with _ for ->/raw, split/...
-    to_undirected: bool = True  # add reverse edges to directed graphs (arxiv, papers100M)
+    # Add reverse edges to directed graphs (arxiv, papers100M); heterogeneous ones
+    # (ogbn-mag) always have a reverse relation for each relation instead.
+    to_undirected: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -73,6 +97,40 @@ CSV_RAW = (
 )
 BINARY_RAW = ("data.npz", "node-label.npz")
 SPLIT_PARTS = ("train", "valid", "test")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class HeteroLayout:
+    """A heterogeneous OGB dataset's types, as gnnrun orders them."""
+
+    target: str  # the labelled type, the only one with features
+    node_types: tuple[str, ...]  # the target first
+    relations: tuple[Relation, ...]  # as the archive names them; their reverses follow
+
+    def all_relations(self) -> list[Relation]:
+        """The relations, then the reverse of each."""
+        return list(self.relations) + [_reverse(relation) for relation in self.relations]
+
+
+def _reverse(relation: Relation) -> Relation:
+    """`destination -rev_<name>-> source`: the relation's edges turned around."""
+    source, name, destination = relation
+    return destination, f"rev_{name}", source
+
+
+HETERO_LAYOUTS = {
+    "ogbn-mag": HeteroLayout(
+        target="paper",
+        node_types=("paper", "author", "institution", "field_of_study"),
+        relations=(
+            ("author", "writes", "paper"),
+            ("paper", "cites", "paper"),
+            ("paper", "has_topic", "field_of_study"),
+            ("author", "affiliated_with", "institution"),
+        ),
+    )
+}
 
 
 def _ogb_dir() -> Path:
@@ -119,25 +177,67 @@ def _read_graph_raw() -> Any:
     return read_graph_raw
 
 
+def _is_hetero(meta: pd.Series) -> bool:
+    return meta["is hetero"] == "True"
+
+
+def _relation_dir(relation: Relation) -> str:
+    return "raw/relations/" + "___".join(relation)
+
+
+def _feat_file(node_type: str) -> str:
+    return f"raw/node-feat/{node_type}/node-feat.csv.gz"
+
+
+def _label_file(node_type: str) -> str:
+    return f"raw/node-label/{node_type}/node-label.csv.gz"
+
+
+def _hetero_raw(layout: HeteroLayout) -> list[str]:
+    relation_files = [
+        f"{_relation_dir(relation)}/{f}"
+        for relation in layout.relations
+        for f in ("edge.csv.gz", "num-edge-list.csv.gz")
+    ]
+    return [
+        "raw/num-node-dict.csv.gz",
+        "raw/triplet-type-list.csv.gz",
+        *relation_files,
+        _feat_file(layout.target),
+        _label_file(layout.target),
+    ]
+
+
+def _split_dir(meta: pd.Series) -> str:
+    """The split folder, relative to the dataset directory (per target type if hetero)."""
+    split = f"split/{meta['split']}"
+    return f"{split}/{HETERO_LAYOUTS[meta.name].target}" if _is_hetero(meta) else split
+
+
 def required_files(meta: pd.Series) -> list[str]:
-    """Paths, relative to the dataset directory, that must exist."""
-    raw = BINARY_RAW if meta["binary"] == "True" else CSV_RAW
-    split = meta["split"]
-    return [f"raw/{f}" for f in raw] + [f"split/{split}/{p}.csv.gz" for p in SPLIT_PARTS]
+    """Paths, relative to the dataset directory, that must exist. `meta` is the
+    dataset's column of the master table (its name is the dataset's)."""
+    if _is_hetero(meta):
+        raw = _hetero_raw(HETERO_LAYOUTS[meta.name])
+    else:
+        raw = [f"raw/{f}" for f in (BINARY_RAW if meta["binary"] == "True" else CSV_RAW)]
+    return raw + [f"{_split_dir(meta)}/{p}.csv.gz" for p in SPLIT_PARTS]
 
 
 def input_files(cfg: OgbDatasetConfig) -> list[Path]:
     """The raw and split files `load` reads for this config."""
+    meta = dataset_meta(cfg.ogb_name)
+    _check_supported(cfg.ogb_name, meta)
     directory = Path(cfg.root) / cfg.ogb_name.replace("-", "_")
-    return [directory / rel for rel in required_files(dataset_meta(cfg.ogb_name))]
+    return [directory / rel for rel in required_files(meta)]
 
 
 def _check_supported(name: str, meta: pd.Series) -> None:
-    if meta["is hetero"] == "True":
+    if _is_hetero(meta) and name not in HETERO_LAYOUTS:
         raise GnnrunError(
-            f"{name} is a heterogeneous graph (several vertex and edge types); gnnrun does not "
-            "support heterogeneous OGB datasets yet: choose a homogeneous one such as ogbn-arxiv, "
-            "ogbn-products or ogbn-papers100M"
+            f"{name} is a heterogeneous graph (several vertex and edge types) whose layout "
+            f"gnnrun does not know; the heterogeneous OGB datasets it reads are "
+            f"{', '.join(HETERO_LAYOUTS)}"
         )
     if int(meta["num tasks"]) != 1 or meta["task type"] != "multiclass classification":
         raise GnnrunError(
@@ -186,8 +286,9 @@ def _labels(raw: np.ndarray, num_nodes: int, num_classes: int, where: Path) -> n
 
 
 # What reading a cut or damaged raw file raises (pandas' ParserError is a ValueError,
-# gzip's BadGzipFile an OSError).
+# gzip's BadGzipFile an OSError; ogb's readers assert that the files agree).
 READ_ERRORS = (
+    AssertionError,
     OSError,
     ValueError,
     KeyError,
@@ -241,27 +342,70 @@ def _read_split(path: Path, num_nodes: int, url: str) -> np.ndarray:
     return sorted_unique(idx)
 
 
-def _read(directory: Path, meta: pd.Series) -> tuple[dict[str, Any], np.ndarray]:
+@contextlib.contextmanager
+def _quietly() -> Iterator[None]:
+    """Swallow what ogb's readers print and their tqdm bars."""
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        yield
+
+
+def _read_labels_csv(path: Path) -> np.ndarray:
     import pandas as pd
 
+    return pd.read_csv(path, compression="gzip", header=None).to_numpy()
+
+
+def _one_graph(graphs: list[dict[str, Any]], raw_dir: Path) -> dict[str, Any]:
+    if len(graphs) != 1:
+        raise GnnrunError(
+            f"{raw_dir} describes {len(graphs)} graphs; a node-property dataset has one"
+        )
+    return graphs[0]
+
+
+def _read(directory: Path, meta: pd.Series) -> tuple[dict[str, Any], np.ndarray]:
     reader = _read_graph_raw()
     raw_dir = directory / "raw"
-    quiet = io.StringIO()  # the readers print and draw tqdm bars
-    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+    with _quietly():
         if meta["binary"] == "True":
             graphs = reader.read_binary_graph_raw(str(raw_dir), add_inverse_edge=False)
             with np.load(raw_dir / "node-label.npz", allow_pickle=False) as npz:
                 labels = npz["node_label"]
         else:
             graphs = reader.read_csv_graph_raw(str(raw_dir), add_inverse_edge=False)
-            labels = pd.read_csv(
-                raw_dir / "node-label.csv.gz", compression="gzip", header=None
-            ).to_numpy()
-    if len(graphs) != 1:
+            labels = _read_labels_csv(raw_dir / "node-label.csv.gz")
+    return _one_graph(graphs, raw_dir), labels
+
+
+def _read_hetero(directory: Path, layout: HeteroLayout) -> tuple[dict[str, Any], np.ndarray]:
+    reader = _read_graph_raw()
+    raw_dir = directory / "raw"
+    with _quietly():
+        graphs = reader.read_csv_heterograph_raw(str(raw_dir), add_inverse_edge=False)
+        labels = _read_labels_csv(directory / _label_file(layout.target))
+    return _one_graph(graphs, raw_dir), labels
+
+
+def _read_or_explain(read: Callable[[], T], directory: Path, meta: pd.Series) -> T:
+    """Run `read`; a read error names the first cut or damaged file, else the directory."""
+    try:
+        return read()
+    except GnnrunError:
+        raise
+    except READ_ERRORS as exc:
+        damaged = _first_damaged([directory / rel for rel in required_files(meta)])
+        if damaged is not None:
+            raise _damaged(*damaged, meta["url"]) from None
         raise GnnrunError(
-            f"{raw_dir} describes {len(graphs)} graphs; a node-property dataset has one"
-        )
-    return graphs[0], labels
+            f"cannot read {meta.name} from {directory} ({type(exc).__name__}: {exc}); the files "
+            f"look damaged: unzip the official archive {meta['url']} again"
+        ) from None
+
+
+def _read_splits(directory: Path, meta: pd.Series, num_nodes: int) -> list[np.ndarray]:
+    split_dir = directory / _split_dir(meta)
+    return [_read_split(split_dir / f"{p}.csv.gz", num_nodes, meta["url"]) for p in SPLIT_PARTS]
 
 
 @register_source("ogb", OgbDatasetConfig, inputs=lambda cfg: input_files(cfg))
@@ -271,20 +415,14 @@ def load(cfg: OgbDatasetConfig) -> GraphDataset:
     _check_supported(name, meta)
     directory = Path(cfg.root) / name.replace("-", "_")
     _check_files(cfg, meta, directory)
+    if _is_hetero(meta):
+        return _load_hetero(cfg, meta, directory)
+    return _load_homogeneous(cfg, meta, directory)
 
-    try:
-        graph, raw_labels = _read(directory, meta)
-    except GnnrunError:
-        raise
-    except READ_ERRORS as exc:
-        damaged = _first_damaged([directory / rel for rel in required_files(meta)])
-        if damaged is not None:
-            raise _damaged(*damaged, meta["url"]) from None
-        raise GnnrunError(
-            f"cannot read {name} from {directory} ({type(exc).__name__}: {exc}); the files look "
-            f"damaged: unzip the official archive {meta['url']} again"
-        ) from None
 
+def _load_homogeneous(cfg: OgbDatasetConfig, meta: pd.Series, directory: Path) -> GraphDataset:
+    name = cfg.ogb_name
+    graph, raw_labels = _read_or_explain(lambda: _read(directory, meta), directory, meta)
     num_nodes = int(graph["num_nodes"])
     num_classes = int(meta["num classes"])
     if graph.get("node_feat") is None:
@@ -309,10 +447,7 @@ def load(cfg: OgbDatasetConfig) -> GraphDataset:
     except ValueError as exc:
         raise GnnrunError(f"{directory / 'raw'}: {exc}; unzip the official archive again") from None
 
-    split_dir = directory / "split" / meta["split"]
-    train_idx, val_idx, test_idx = (
-        _read_split(split_dir / f"{p}.csv.gz", num_nodes, meta["url"]) for p in SPLIT_PARTS
-    )
+    train_idx, val_idx, test_idx = _read_splits(directory, meta, num_nodes)
     return GraphDataset(
         name=cfg.name,
         indptr=indptr,
@@ -333,3 +468,122 @@ def load(cfg: OgbDatasetConfig) -> GraphDataset:
             "unlabelled_nodes": int(np.count_nonzero(label < 0)),
         },
     )
+
+
+def _load_hetero(cfg: OgbDatasetConfig, meta: pd.Series, directory: Path) -> GraphDataset:
+    layout = HETERO_LAYOUTS[cfg.ogb_name]
+    graph, raw_labels = _read_or_explain(lambda: _read_hetero(directory, layout), directory, meta)
+    _check_types(graph, layout, directory)
+    feat = _target_features(graph, layout, directory)
+    schema = HeteroSchema(
+        node_types=list(layout.node_types),
+        type_counts=[int(graph["num_nodes_dict"][t]) for t in layout.node_types],
+        feat_dims=[int(feat.shape[1]) if t == layout.target else 0 for t in layout.node_types],
+        relations=layout.all_relations(),
+        target=layout.target,
+    )
+    indptr, indices, edge_type = typed_csr(schema, _hetero_edges(graph, layout, schema, directory))
+    label = _target_labels(raw_labels, schema, int(meta["num classes"]), directory)
+    targets = schema.type_counts[schema.target_type]
+    train_idx, val_idx, test_idx = (
+        schema.to_homogeneous(layout.target, idx) for idx in _read_splits(directory, meta, targets)
+    )
+    return GraphDataset(
+        name=cfg.name,
+        indptr=indptr,
+        indices=indices,
+        feat=np.zeros((int(schema.offsets[-1]), 0), dtype=np.float32),
+        label=label,
+        train_idx=train_idx,
+        val_idx=val_idx,
+        test_idx=test_idx,
+        num_classes=int(meta["num classes"]),
+        directed=True,
+        task="multiclass",
+        info={
+            "source": "ogb",
+            "ogb_name": cfg.ogb_name,
+            "split": meta["split"],
+            "raw_edges": sum(int(graph["edge_index_dict"][r].shape[1]) for r in layout.relations),
+            "unlabelled_nodes": int(np.count_nonzero(label < 0)),
+        },
+        hetero=schema,
+        edge_type=edge_type,
+        typed_feat=[feat if t == layout.target else None for t in layout.node_types],
+    )
+
+
+def _check_types(graph: dict[str, Any], layout: HeteroLayout, directory: Path) -> None:
+    """The raw files list the layout's vertex types and relations."""
+    types = set(graph["num_nodes_dict"])
+    if types != set(layout.node_types):
+        raise GnnrunError(
+            f"{directory / 'raw' / 'num-node-dict.csv.gz'} lists the vertex types "
+            f"{', '.join(sorted(types))}, not {', '.join(sorted(layout.node_types))}; "
+            "unzip the official archive again"
+        )
+    relations = set(graph["edge_index_dict"])
+    if relations != set(layout.relations):
+        raise GnnrunError(
+            f"{directory / 'raw' / 'triplet-type-list.csv.gz'} lists the relations "
+            f"{sorted(relations)}, not {sorted(layout.relations)}; "
+            "unzip the official archive again"
+        )
+
+
+def _target_features(graph: dict[str, Any], layout: HeteroLayout, directory: Path) -> np.ndarray:
+    path = directory / _feat_file(layout.target)
+    feat = (graph.get("node_feat_dict") or {}).get(layout.target)
+    count = int(graph["num_nodes_dict"][layout.target])
+    if feat is None or feat.ndim != 2 or feat.shape[0] != count:
+        shape = None if feat is None else feat.shape
+        raise GnnrunError(
+            f"{path} has features of shape {shape}, expected ({count}, dim); "
+            "unzip the official archive again"
+        )
+    return np.ascontiguousarray(feat, dtype=np.float32)
+
+
+def _target_labels(
+    raw: np.ndarray, schema: HeteroSchema, num_classes: int, directory: Path
+) -> np.ndarray:
+    """Labels of every vertex: the file's on the target type, -1 elsewhere."""
+    path = directory / _label_file(schema.target)
+    targets = schema.type_counts[schema.target_type]
+    label = np.full(int(schema.offsets[-1]), -1, dtype=np.int64)
+    label[schema.to_homogeneous(schema.target, np.arange(targets))] = _labels(
+        raw, targets, num_classes, path
+    )
+    return label
+
+
+def _hetero_edges(
+    graph: dict[str, Any], layout: HeteroLayout, schema: HeteroSchema, directory: Path
+) -> dict[Relation, tuple[np.ndarray, np.ndarray]]:
+    """(source, destination) ids within their types of each relation and of its reverse."""
+    edges = {}
+    for relation in layout.relations:
+        src, dst = _relation_edges(graph["edge_index_dict"][relation], relation, schema, directory)
+        edges[relation] = (src, dst)
+        edges[_reverse(relation)] = (dst, src)
+    return edges
+
+
+def _relation_edges(
+    edge_index: np.ndarray, relation: Relation, schema: HeteroSchema, directory: Path
+) -> tuple[np.ndarray, np.ndarray]:
+    """A relation's raw edges, checked to join ids of its types."""
+    path = directory / _relation_dir(relation) / "edge.csv.gz"
+    edge_index = np.asarray(edge_index)
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise GnnrunError(
+            f"{path} has edges of shape {edge_index.shape[::-1]}, expected (E, 2); "
+            "unzip the official archive again"
+        )
+    for ids, node_type in ((edge_index[0], relation[0]), (edge_index[1], relation[2])):
+        count = schema.type_counts[schema.type_index(node_type)]
+        if ids.size and (ids.min() < 0 or ids.max() >= count):
+            raise GnnrunError(
+                f"{path} has {node_type} ids outside [0, {count}); unzip the official archive again"
+            )
+    return edge_index[0].astype(np.int64), edge_index[1].astype(np.int64)
