@@ -1,0 +1,75 @@
+"""Heterogeneous graphs in the minibatch algorithms: distributed sampling on real ranks
+against one process, consistent weights after combining sparse embedding gradients,
+and the refusals of the algorithms that train homogeneous graphs only."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gnnrun.algorithms import check_dataset
+from gnnrun.cli import main
+from gnnrun.data import prepare_dataset
+from gnnrun.errors import GnnrunError
+from gnnrun.testing import run_on_ranks
+
+sys.path.insert(0, str(Path(__file__).parent))
+import hetero_checks  # noqa: E402
+
+TINY = "dataset=synthetic-hetero-tiny"
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs):
+    """Per-relation sampling by the owners gives one process's blocks, relations, vertex
+    types and typed features bit for bit; every sampled edge exists with its relation and
+    no relation exceeds its fanout; every rank ends an epoch with the same weights."""
+    common = (TINY, "algorithm=minibatch", f"cluster.nprocs={nprocs}", "model=rgcn")
+    sampled = configure(*common, "model.fanouts=[4,3]", "+model.relation_fanouts.cites=[2,1]")
+    trained = configure(*common, "model.batch_size=256", "model.hidden=16")
+    results = run_on_ranks(hetero_checks.hetero_samples_and_weights, nprocs, sampled, trained)
+    samples, weights = zip(*results, strict=True)
+    assert all(r["edges"] > 0 for r in samples)
+    assert all(len(r["relations"]) == 8 for r in samples), "every relation must be sampled"
+    assert all(r["input_types"] == [0, 1, 2, 3] for r in samples)
+    assert any(r["remote_inputs"] > 0 for r in samples), "the test must involve remote vertices"
+    assert all(w == weights[0] for w in weights[1:])
+
+
+@pytest.mark.parametrize("algorithm", ["hec", "cd0", "sar", "spmm1d"])
+def test_homogeneous_only_algorithms_refuse_before_partitioning(
+    tmp_path, monkeypatch, capsys, algorithm
+):
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", TINY, f"algorithm={algorithm}", "model=gcn", "cluster.nprocs=2"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1
+    assert f"algorithm={algorithm} trains homogeneous graphs only" in err
+    assert "choose algorithm= one of minibatch, pipeline, single" in err
+    assert not (tmp_path / "data" / "partitions").exists()
+
+
+@pytest.mark.parametrize("partitioner", ["libra", "block1d"])
+def test_partitions_without_types_are_refused(tmp_path, monkeypatch, capsys, partitioner):
+    monkeypatch.chdir(tmp_path)
+    code = main(["partition", TINY, f"partitioner={partitioner}", "partitioner.num_parts=2"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and "do not carry vertex types" in err and "metis" in err
+
+
+def test_relation_fanouts_are_checked_against_the_relations(configure):
+    cfg = configure(TINY, "algorithm=single", "model=rgcn", "+model.relation_fanouts.cite=[2,2]")
+    with pytest.raises(GnnrunError, match="'cite'.*did you mean cites"):
+        check_dataset(cfg, prepare_dataset(cfg.dataset))
+    homogeneous = configure(
+        "dataset=synthetic-tiny", "algorithm=single", "+model.relation_fanouts.x=[2,2]"
+    )
+    with pytest.raises(GnnrunError, match="homogeneous"):
+        check_dataset(homogeneous, prepare_dataset(homogeneous.dataset))
+
+
+def test_unprojected_input_needs_one_feature_width(configure):
+    cfg = configure(TINY, "algorithm=single", "model=rgcn", "model.input_projection=false")
+    check_dataset(cfg, prepare_dataset(cfg.dataset))  # one featured type: its own width
