@@ -119,7 +119,10 @@ class HeteroSAGEConv(torch.nn.Module):
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         relations = block.relation_blocks(len(self.convs))
         dst_types = None if block.node_types is None else block.node_types[: block.num_dst]
-        out = x.new_zeros(block.num_dst, self.out_dim, dtype=torch.float32)
+        # Summed in float32 at least (bfloat16 terms under autocast).
+        out = x.new_zeros(
+            block.num_dst, self.out_dim, dtype=torch.promote_types(x.dtype, torch.float32)
+        )
         for conv, relation, dst_type in zip(self.convs, relations, self.relation_dst, strict=True):
             rows = (
                 torch.arange(block.num_dst)

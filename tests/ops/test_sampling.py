@@ -13,6 +13,7 @@ from gnnrun.ops.sampling import (
     sample_blocks,
     sample_neighbors,
     sample_neighbors_reference,
+    sample_relations,
 )
 
 HAVE_NATIVE = native_op("sample_neighbors", "sampler") is not None
@@ -283,3 +284,30 @@ def test_reference_handles_empty_input(graph):
             compact(torch.zeros(0, dtype=torch.int64), offsets, nbrs),
             compact_reference(torch.zeros(0, dtype=torch.int64), offsets, nbrs),
         )
+
+
+@pytest.mark.parametrize("native", BACKENDS)
+def test_per_relation_fanouts_sample_each_relation_as_its_own_rows(graph, native):
+    """Rows v * R + r of a per-relation CSR, relation r with fanouts[r]: each row's sample
+    is what sample_neighbors draws for that row alone with its fanout."""
+    indptr, indices = graph
+    relations, fanouts = 3, [2, -1, 5]
+    rows = torch.arange(indptr.numel() - 1)  # read as rows of (v, r) = divmod(row, 3)
+    offsets, merged = sample_relations(
+        indptr, indices, rows, fanouts, seed=9, layer=1, native=native
+    )
+    for r in range(relations):
+        chosen = rows[rows % relations == r]
+        alone_offsets, alone = sample_neighbors(
+            indptr, indices, chosen, fanouts[r], 9, 1, native=native
+        )
+        for i, row in enumerate(chosen.tolist()):
+            got = merged[offsets[row] : offsets[row + 1]]
+            assert torch.equal(got, alone[alone_offsets[i] : alone_offsets[i + 1]])
+    same = sample_relations(indptr, indices, rows, [4, 4, 4], seed=9, layer=1, native=native)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            same, sample_neighbors(indptr, indices, rows, 4, 9, 1, native=native), strict=True
+        )
+    )

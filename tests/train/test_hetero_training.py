@@ -1,0 +1,175 @@
+"""Training heterogeneous graphs end to end: what RGCN learns that an MLP and a type-blind
+model cannot, a one-type graph trained exactly as the homogeneous one, a resumed run, and
+`pipeline` against `minibatch` on 2 real ranks."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnrun.data import load_prepared
+from gnnrun.testing import run_on_ranks
+from gnnrun.train.trainer import train
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "algorithms"))
+import rank_train  # noqa: E402
+from conftest import prepared  # noqa: E402
+
+TINY = "dataset=synthetic-hetero-tiny"
+
+
+def records(run_dir: Path, rank: int = 0) -> list[dict]:
+    lines = (run_dir / f"metrics.rank{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def trajectory(run_dir: Path, rank: int = 0) -> list[tuple]:
+    """Per epoch: the training loss and the evaluated accuracies (what must match)."""
+    return [(r["loss"], r.get("val_acc"), r.get("test_acc")) for r in records(run_dir, rank)]
+
+
+def train_run(tmp_path: Path, name: str, *overrides: str) -> tuple[dict, Path]:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    cfg = prepared(*overrides, f"train.checkpoint_dir={tmp_path}/checkpoints/{name}")
+    return train(cfg, run_dir), run_dir
+
+
+def mlp_test_accuracy(cfg, hidden: int, epochs: int, lr: float) -> float:
+    """A 2-layer MLP on the target type's own features, trained full batch like the GNNs."""
+    dataset = load_prepared(cfg.dataset)
+    target = dataset.hetero.target_type
+    x = torch.from_numpy(np.array(dataset.typed_feat[target]))
+    offset = int(dataset.hetero.offsets[target])
+    y = torch.from_numpy(np.array(dataset.label[offset : offset + x.shape[0]]))
+    train_ids = torch.from_numpy(np.array(dataset.train_idx)) - offset
+    test_ids = torch.from_numpy(np.array(dataset.test_idx)) - offset
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(x.shape[1], hidden),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.5),
+        torch.nn.Linear(hidden, dataset.num_classes),
+    )
+    optimizer = torch.optim.Adam(mlp.parameters(), lr=lr)
+    for _ in range(epochs):
+        mlp.train()
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(mlp(x[train_ids]), y[train_ids]).backward()
+        optimizer.step()
+    mlp.eval()
+    with torch.no_grad():
+        return float((mlp(x[test_ids]).argmax(1) == y[test_ids]).float().mean())
+
+
+def test_rgcn_learns_what_the_relations_say(tmp_path):
+    """On synthetic-hetero-tiny a paper's class shows in its citations (shifted by one class
+    either way) and its fields and authors, barely in its own features: RGCN beats an MLP on
+    the features by a wide margin, and GraphSAGE over the graph with the relations ignored
+    by a clear one. (Measured: RGCN 0.89, type-blind SAGE 0.62, MLP 0.26.)"""
+    common = (TINY, "algorithm=single", "algorithm.mode=full", "model.hidden=32")
+    epochs = ("train.epochs=50", "train.eval_every=50")
+    rgcn, _ = train_run(tmp_path, "rgcn", *common, *epochs, "model=rgcn")
+    blind, _ = train_run(tmp_path, "sage", *common, *epochs, "model=sage")
+    cfg = prepared(*common, "model=rgcn")
+    mlp = mlp_test_accuracy(cfg, hidden=32, epochs=50, lr=cfg.optimizer.lr)
+    rgcn_acc, blind_acc = rgcn["final"]["test_acc"], blind["final"]["test_acc"]
+    assert rgcn_acc > mlp + 0.3, (rgcn_acc, mlp)
+    assert rgcn_acc > blind_acc + 0.1, (rgcn_acc, blind_acc)
+
+
+def test_a_one_type_graph_trains_as_the_homogeneous_graph_bit_for_bit(tmp_path):
+    """The same graph as one vertex type and one relation (both directions given) through
+    the heterogeneous path, hetero SAGE without input projection, against the homogeneous
+    path and SAGE: the same losses and accuracies, bit for bit."""
+    rng = np.random.default_rng(0)
+    n = 400
+    src, dst = rng.integers(0, n, 2400), rng.integers(0, n, 2400)
+    label = rng.integers(0, 4, n)
+    feat = rng.normal(size=(n, 8)).astype(np.float32) + label[:, None]
+    order = rng.permutation(n)
+    split = {"train_idx": order[:200], "val_idx": order[200:300], "test_idx": order[300:]}
+    np.savez(
+        tmp_path / "plain.npz", edge_index=np.stack([src, dst]), feat=feat, label=label, **split
+    )
+    np.savez(
+        tmp_path / "typed.npz",
+        edge_index__v__e__v=np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])]),
+        feat__v=feat,
+        label=label,
+        target=np.array("v"),
+        **split,
+    )
+    model = (
+        "algorithm=single",
+        "algorithm.mode=minibatch",
+        "train.epochs=3",
+        "train.eval_every=1",
+        "model.hidden=16",
+        "model.fanouts=[5,3]",
+        "model.batch_size=64",
+        "model.dropout=0.5",
+        "model.aggregator=mean",
+    )
+    _, plain = train_run(
+        tmp_path, "plain", "dataset=custom", f"dataset.path={tmp_path}/plain.npz",
+        "dataset.name=plain", "model=sage", *model,
+    )  # fmt: skip
+    _, typed = train_run(
+        tmp_path, "typed", "dataset=custom", f"dataset.path={tmp_path}/typed.npz",
+        "dataset.name=typed", "dataset.to_undirected=false", "model=hetero_sage",
+        "model.input_projection=false", *model,
+    )  # fmt: skip
+    assert trajectory(plain) == trajectory(typed)
+    assert len(trajectory(plain)) == 3
+
+
+def test_a_resumed_heterogeneous_run_continues_the_same_trajectory(tmp_path):
+    """The sparse embeddings' optimiser state is in the checkpoint: 2 epochs, then a resume
+    to 4, equal 4 epochs straight."""
+    common = (
+        TINY, "model=rgcn", "algorithm=single", "algorithm.mode=minibatch", "train.epochs=4",
+        "train.eval_every=1", "model.hidden=16", "model.batch_size=512",
+    )  # fmt: skip
+    _, straight = train_run(tmp_path, "straight", *common)
+    _, first = train_run(tmp_path, "split", *common, "train.stop_after=2")
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    train(
+        prepared(
+            *common, "train.resume=true", f"train.checkpoint_dir={tmp_path}/checkpoints/split"
+        ),
+        resumed_dir,
+    )
+    assert trajectory(first) + trajectory(resumed_dir) == trajectory(straight)
+
+
+def test_pipeline_trains_heterogeneous_graphs_as_minibatch_does(tmp_path):
+    """On 2 real ranks with the trainer (sparse embedding gradients combined across ranks):
+    the pipeline's minibatches, built ahead by threads, train exactly as minibatch's."""
+    configs = [
+        prepared(
+            TINY,
+            "model=rgcn",
+            f"algorithm={algorithm}",
+            "cluster.nprocs=2",
+            "train.epochs=2",
+            "train.eval_every=1",
+            "model.hidden=16",
+            "model.batch_size=64",
+            f"train.checkpoint_dir={tmp_path}/checkpoints/{algorithm}",
+        )  # fmt: skip
+        for algorithm in ("minibatch", "pipeline")
+    ]
+    summaries = run_on_ranks(rank_train.train_each_config, 2, configs, str(tmp_path / "runs"))
+    minibatch, pipeline = tmp_path / "runs" / "run0", tmp_path / "runs" / "run1"
+    for rank in (0, 1):
+        assert trajectory(minibatch, rank) == trajectory(pipeline, rank)
+    losses = [loss for loss, _, _ in trajectory(minibatch)]
+    assert losses[-1] < losses[0]
+    assert summaries[0][0]["final"]["test_acc"] > 0.25  # 8 classes: twice chance
