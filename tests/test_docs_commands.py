@@ -83,13 +83,15 @@ INFERENCE_COMMANDS = ("predict", "embed")
 
 # The fast rule's sizes (see `_is_fast`).
 SMALL_DATASETS = {"synthetic-tiny", "synthetic-small", "cora", "facebook", "tolokers", "custom"}
-TRAIN_FAST_DATASETS = {"synthetic-tiny", "cora", "custom"}
+SMALL_DATASETS |= {"synthetic-hetero-tiny", "synthetic-hetero"}
+TRAIN_FAST_DATASETS = {"synthetic-tiny", "synthetic-hetero-tiny", "cora", "custom"}
 FAST_MAX_EPOCHS, FAST_MAX_RANKS, FAST_MAX_POINTS = 20, 2, 8
 FAST_TIMEOUT_S, SLOW_TIMEOUT_S = 300, 4 * 3600
 # Real datasets and the folder of ../shared/datasets they are read from; any other
 # dataset but the generated ones needs raw files the tests do not have.
 SHIPPED = {"cora": "cora", "facebook": "facebook_pagepage", "tolokers": "tolokers"}
 GENERATED = {"synthetic-tiny", "synthetic-small", "synthetic-medium", "synthetic-large", "custom"}
+GENERATED |= {"synthetic-hetero-tiny", "synthetic-hetero", "synthetic-hetero-medium"}
 # Placeholders the docs use for directories, and what stands for them here.
 RUN_PLACEHOLDERS = {
     "RUN_DIR": "outputs/train/run-a",
@@ -369,9 +371,16 @@ def _check_sweep_config_points(command: DocCommand) -> None:
 def test_documented_command_composes(command, _schemas):
     arguments = command.config_arguments
     if command.error is not None:
-        with pytest.raises(GnnrunError) as refusal:
+        try:
             check_overrides(arguments)
-        assert " ".join(f"error: {refusal.value}".split()) == " ".join(command.error.split())
+        except GnnrunError as refusal:
+            assert " ".join(f"error: {refusal}".split()) == " ".join(command.error.split())
+            return
+        # Refused once the dataset is read (say, a heterogeneous one): the real run checks it.
+        assert SKIPPED[command.where] is None, (
+            f"`{command.shown()}` ({command.where}) composes, and its refusal is not checked "
+            f"by a real run here ({SKIPPED[command.where]})"
+        )
         return
     try:
         check_overrides(arguments)
