@@ -96,25 +96,27 @@ FORWARD = (
 class _ClassPicker:
     """Draws vertices of a type, weighted, either of a given class or of any."""
 
-    def __init__(self, rng: np.random.Generator, classes: np.ndarray, weight: np.ndarray) -> None:
+    def __init__(
+        self, rng: np.random.Generator, classes: np.ndarray, weight: np.ndarray, num_classes: int
+    ) -> None:
         self.rng = rng
         self.order = np.argsort(classes, kind="stable")
-        self.cumulative = np.cumsum(weight[self.order])
-        counts = np.bincount(classes, minlength=int(classes.max()) + 1)
-        self.ends = self.cumulative[np.cumsum(counts) - 1]
-        self.starts = np.concatenate([[0.0], self.ends[:-1]])
+        self.cumulative = np.concatenate([[0.0], np.cumsum(weight[self.order])])
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(classes, minlength=num_classes))])
+        self.starts, self.ends = self.cumulative[bounds[:-1]], self.cumulative[bounds[1:]]
 
     def draw(self, wanted: np.ndarray, homophily: float) -> np.ndarray:
         """One vertex per entry of `wanted` (a class): of that class with probability
         `homophily`, else any."""
         low = np.zeros(wanted.size)
         span = np.full(wanted.size, self.cumulative[-1])
-        inside = self.rng.random(wanted.size) < homophily
+        # A class without vertices of this type (fewer vertices than classes) draws from all.
+        inside = (self.rng.random(wanted.size) < homophily) & (self.ends > self.starts)[wanted]
         low[inside] = self.starts[wanted[inside]]
         span[inside] = self.ends[wanted[inside]] - low[inside]
         target = low + self.rng.random(wanted.size) * span
-        position = np.searchsorted(self.cumulative, target, side="right")
-        return self.order[np.minimum(position, self.cumulative.size - 1)]
+        position = np.searchsorted(self.cumulative, target, side="right") - 1
+        return self.order[np.clip(position, 0, self.order.size - 1)]
 
 
 def _power_law(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:
@@ -138,20 +140,16 @@ def generate(cfg: SyntheticHeteroConfig) -> GraphDataset:
         "field": max(1, round(cfg.num_papers * cfg.fields_per_paper)),
     }
     classes = {name: rng.integers(0, c, size=count) for name, count in counts.items()}
-    classes["institution"][: min(c, counts["institution"])] = np.arange(
-        min(c, counts["institution"])
-    )
-    classes["field"][: min(c, counts["field"])] = np.arange(min(c, counts["field"]))
-    pick = {
-        "paper": _ClassPicker(
-            rng, classes["paper"], _power_law(rng, counts["paper"], cfg.power_law_exponent)
-        ),
-        "author": _ClassPicker(
-            rng, classes["author"], _power_law(rng, counts["author"], cfg.power_law_exponent)
-        ),
-        "institution": _ClassPicker(rng, classes["institution"], np.ones(counts["institution"])),
-        "field": _ClassPicker(rng, classes["field"], np.ones(counts["field"])),
+    for few in ("institution", "field"):  # every class has one where there are enough
+        covered = min(c, counts[few])
+        classes[few][:covered] = np.arange(covered)
+    weights = {
+        "paper": _power_law(rng, counts["paper"], cfg.power_law_exponent),
+        "author": _power_law(rng, counts["author"], cfg.power_law_exponent),
+        "institution": np.ones(counts["institution"]),
+        "field": np.ones(counts["field"]),
     }
+    pick = {name: _ClassPicker(rng, classes[name], weights[name], c) for name in NODE_TYPES}
     paper_class = classes["paper"]
     edges = {}
     papers = _links(rng, counts["paper"], cfg.paper_authors)

@@ -9,6 +9,7 @@ import numpy as np
 from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, edges_from_csr
+from gnnrun.partition.balance import rebalance
 from gnnrun.partition.registry import Assignment, PartitionerConfig, register_partitioner
 
 
@@ -43,8 +44,9 @@ def vertex_weights(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> np.nda
     With several columns METIS balances each of them across the parts (DistDGL's
     scheme), so every trainer gets about the same number of training vertices and
     edges, not just vertices; DistDGLv2 adds a column per vertex type, so that every
-    part holds its share of each type (and of its features). Empty columns are
-    dropped (METIS rejects them).
+    part holds its share of each type (and of its features), which METIS meets only
+    roughly: `gnnrun.partition.balance` evens the types out afterwards. Empty columns
+    are dropped (METIS rejects them).
     """
     n = dataset.num_nodes
     if dataset.hetero is None:
@@ -92,12 +94,44 @@ def run_metis(
     return np.frombuffer(result.vertex_part, dtype=np.int64).astype(np.int32), int(result.edge_cuts)
 
 
+def balance_classes(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> np.ndarray | None:
+    """What `rebalance` spreads evenly on a heterogeneous graph: each vertex's type, the
+    target type's train, val and test vertices apart (with `balance_splits`); None for a
+    homogeneous graph, whose constraints METIS meets by itself."""
+    schema = dataset.hetero
+    if schema is None:
+        return None
+    classes = schema.type_of(np.arange(dataset.num_nodes))
+    if cfg.balance_splits:
+        for k, split in enumerate((dataset.train_idx, dataset.val_idx, dataset.test_idx)):
+            classes[np.asarray(split)] = schema.num_types + k
+    return classes
+
+
+def _balanced(
+    parts: np.ndarray,
+    classes: np.ndarray | None,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    num_parts: int,
+    info: dict,
+) -> np.ndarray:
+    """`parts` rebalanced per class where there are classes, the vertices moved in `info`."""
+    if classes is None or num_parts == 1:
+        return parts
+    balanced, moved = rebalance(parts, classes, indptr, indices, num_parts)
+    info["rebalanced_vertices"] = info.get("rebalanced_vertices", 0) + moved
+    return balanced.astype(np.int32)
+
+
 @register_partitioner("metis", "edge_cut", MetisPartitionerConfig)
 def metis_partition(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> Assignment:
     indptr, indices = metis_adjacency(dataset)
     weights = vertex_weights(dataset, cfg)
     parts, cut = run_metis(indptr, indices, weights, cfg.num_parts, cfg.seed)
-    return Assignment(parts, {"metis_edge_cut": cut, "constraints": int(weights.shape[1])})
+    info = {"metis_edge_cut": cut, "constraints": int(weights.shape[1])}
+    classes = balance_classes(dataset, cfg)
+    return Assignment(_balanced(parts, classes, indptr, indices, cfg.num_parts, info), info)
 
 
 @register_partitioner("two_level", "edge_cut", TwoLevelPartitionerConfig)
@@ -109,16 +143,21 @@ def two_level_partition(dataset: GraphDataset, cfg: TwoLevelPartitionerConfig) -
     """
     indptr, indices = metis_adjacency(dataset)
     weights = vertex_weights(dataset, cfg)
+    classes = balance_classes(dataset, cfg)
+    machine_of_part = [p // (cfg.num_parts // cfg.num_machines) for p in range(cfg.num_parts)]
+    info = {"num_machines": cfg.num_machines, "machine_of_part": machine_of_part}
     machines, _ = run_metis(indptr, indices, weights, cfg.num_machines, cfg.seed)
+    machines = _balanced(machines, classes, indptr, indices, cfg.num_machines, info)
     trainers = cfg.num_parts // cfg.num_machines
     parts = np.empty(dataset.num_nodes, dtype=np.int32)
     for machine in range(cfg.num_machines):
         members = np.flatnonzero(machines == machine)
         sub_indptr, sub_indices = _induced_subgraph(indptr, indices, members, dataset.num_nodes)
         local, _ = run_metis(sub_indptr, sub_indices, weights[members], trainers, cfg.seed)
+        mine = None if classes is None else classes[members]
+        local = _balanced(local, mine, sub_indptr, sub_indices, trainers, info)
         parts[members] = machine * trainers + local
-    machine_of_part = [p // trainers for p in range(cfg.num_parts)]
-    return Assignment(parts, {"num_machines": cfg.num_machines, "machine_of_part": machine_of_part})
+    return Assignment(parts, info)
 
 
 def _induced_subgraph(

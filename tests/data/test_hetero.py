@@ -112,3 +112,10 @@ def test_synthetic_hetero_is_deterministic_and_mag_shaped():
     counts = np.bincount(first.edge_type.astype(np.int64), minlength=8)
     assert np.array_equal(counts[:4], counts[4:])  # every relation has its reverse
     assert set(np.flatnonzero(first.label >= 0)) == set(range(400))  # papers only
+
+
+def test_types_with_fewer_vertices_than_classes_are_generated():
+    """100 papers with 16 classes give 8 fields: classes without a field draw from all."""
+    dataset = generate(SyntheticHeteroConfig(name="t", num_papers=100, num_classes=16))
+    dataset.validate()
+    assert dataset.hetero.type_counts[3] == 8 and dataset.num_edges > 0
