@@ -13,9 +13,10 @@ parameters across relations (`model.decomposition`):
   of [in / k, out / k] (in and out must be multiples of k);
 - `none`: a full W_r per relation.
 
-The means are taken per relation (gnnrun.ops.block.Block.relation_blocks) and
-each multiplied into the output in place, so no [num_dst, R * in] stack is
-ever formed. On a homogeneous graph (one relation) RGCN is W_0 h_v + mean W_1.
+The means of all relations come from one aggregation over rows `v * R + r`
+(gnnrun.ops.block.Block.relation_rows), which reads each edge once; the
+[num_dst, R * in] means then meet the stacked [R * in, out] weights in one
+GEMM. On a homogeneous graph (one relation) RGCN is W_0 h_v + mean W_1.
 """
 
 from __future__ import annotations
@@ -98,11 +99,12 @@ class RGCNConv(torch.nn.Module):
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         out = self.self_loop(x[: block.num_dst])
-        weights = self.relation_weights().to(out.dtype)
-        for r, relation in enumerate(block.relation_blocks(self.num_relations)):
-            if relation.num_edges:
-                out = out.addmm(aggregate(relation, x, "mean").to(out.dtype), weights[r])
-        return out
+        # Every relation's mean in one aggregation, over rows v * R + r; then
+        # [num_dst, R * in] @ [R * in, out] sums the relations' products in one GEMM.
+        means = aggregate(block.relation_rows(self.num_relations), x, "mean")
+        means = means.reshape(block.num_dst, self.num_relations * self.in_dim).to(out.dtype)
+        weights = self.relation_weights().reshape(-1, self.out_dim).to(out.dtype)
+        return out.addmm_(means, weights)
 
 
 class HeteroSAGEConv(torch.nn.Module):

@@ -17,9 +17,10 @@ partial aggregate what its clones in other parts aggregated (DistGNN's DRPA,
 gnnrun/algorithms/drpa.py).
 
 A block of a heterogeneous graph (gnnrun.data.hetero) carries each edge's
-relation (`etypes`, aligned with `indices`); `relation_blocks` splits it into
-one block per relation over the same vertices, which relational layers
-aggregate separately.
+relation (`etypes`, aligned with `indices`) and each source's vertex type
+(`node_types`); `relation_blocks` splits it into one block per relation over
+the same vertices, `relation_rows` reads it as one block over rows `v * R + r`,
+for relational layers that aggregate each relation apart.
 
 An edge-cut part trained full batch without halo rows (SAR) is a Block over
 the rank's own vertices only (num_src == num_dst), whose CSR holds the edges
@@ -84,6 +85,7 @@ class Block:
     etypes: torch.Tensor | None = None  # int64 [num_edges]: each edge's relation
     node_types: torch.Tensor | None = None  # int64 [num_src]: each source's vertex type
     _relations: list[Block] | None = field(default=None, repr=False, compare=False)
+    _relation_rows: Block | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_dst(self) -> int:
@@ -128,6 +130,22 @@ class Block:
         kept_before = torch.zeros(self.num_edges + 1, dtype=torch.int64)
         torch.cumsum(keep, 0, out=kept_before[1:])
         return kept_before[self.indptr]
+
+    def relation_rows(self, num_relations: int) -> Block:
+        """This block's edges as a block over rows `v * R + r` (relation r's in-edges of
+        destination v), the same sources: one aggregation gives every relation's mean of
+        every destination, [num_dst * R, ...]. The edges of a row must be listed by
+        relation (as sampling and the typed CSR list them). Computed once per block."""
+        if self._relation_rows is None:
+            etypes = torch.zeros_like(self.indices) if self.etypes is None else self.etypes
+            key = self.dst_of_edges() * num_relations + etypes
+            if key.numel() and not bool(torch.all(key[1:] >= key[:-1])):
+                raise ValueError("a block's rows must list their edges by relation")
+            counts = torch.bincount(key, minlength=self.num_dst * num_relations)
+            indptr = torch.zeros(self.num_dst * num_relations + 1, dtype=torch.int64)
+            torch.cumsum(counts, 0, out=indptr[1:])
+            self._relation_rows = Block(indptr, self.indices, self.num_src, self.src_ids)
+        return self._relation_rows
 
     def relation_blocks(self, num_relations: int) -> list[Block]:
         """One block per relation: the same sources and destinations, the edges of that
