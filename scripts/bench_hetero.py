@@ -20,7 +20,7 @@ labels, split, widths, batch size, learning rate, epochs and threads in one proc
 from gnnrun's initial weight scales: its median epoch against 1-rank `minibatch` of the
 same run. The graph goes to DGL as an .npz (scripts/hetero_npz.py).
 
-    .venv/bin/python scripts/bench_hetero.py --dgl-python .dgl-venv/bin/python   # about 25 minutes here
+    .venv/bin/python scripts/bench_hetero.py --dgl-python .dgl-venv/bin/python   # about 15 minutes here
     .venv/bin/python scripts/bench_hetero.py --dataset synthetic-hetero --epochs 2   # a smoke test
     .venv/bin/python scripts/bench_hetero.py --json hetero.json
 """

@@ -9,6 +9,7 @@ import torch
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
+from gnnrun.models import layer_widths
 from gnnrun.models.hetero import TypedInputEncoder
 from gnnrun.ops.precision import bf16_matmul_supported
 from gnnrun.partition import check_partition_kind
@@ -55,10 +56,18 @@ def _check_precision(cfg, precisions: tuple[str, ...]) -> None:
 
 
 def check_dataset(cfg, dataset: GraphDataset) -> None:
-    """Refuse a heterogeneous dataset where the algorithm trains homogeneous graphs only,
-    and heterogeneous model settings that do not fit the dataset."""
+    """Refuse what the dataset rules out: a heterogeneous dataset where the algorithm
+    trains homogeneous graphs only, model settings that do not fit its types, relations
+    or widths."""
     model = cfg.model
     schema = dataset.hetero
+    in_dim = dataset.feat_dim
+    if schema is not None:
+        try:
+            in_dim = TypedInputEncoder.width_for(schema, model.hidden, model.input_projection)
+        except ValueError as exc:
+            raise GnnrunError(f"{dataset.name}: {exc}") from None
+    model.check_widths(layer_widths(model, in_dim, dataset.num_classes))
     if schema is None:
         if model.relation_fanouts:
             raise GnnrunError(
@@ -83,10 +92,6 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
                 f"model.relation_fanouts names {name!r}, which is not a relation of "
                 f"{dataset.name}{hint}; its relations are {', '.join(names)}"
             )
-    try:
-        TypedInputEncoder.width_for(schema, model.hidden, model.input_projection)
-    except ValueError as exc:
-        raise GnnrunError(f"{dataset.name}: {exc}") from None
 
 
 def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:

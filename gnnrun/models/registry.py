@@ -70,6 +70,10 @@ class ModelConfig:
                 "(0 samples none of the relation's edges, -1 all of them)",
             )
 
+    def check_widths(self, widths: list[int]) -> None:
+        """Refuse layer widths (the input, then every layer's output) the model cannot
+        take, once the dataset says what they are; a model with such limits overrides it."""
+
 
 LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry(
     "model", group="model", base_schema=ModelConfig

@@ -50,6 +50,15 @@ class RGCNConfig(ModelConfig):
         check(self.num_bases >= 1, "model.num_bases must be at least 1")
         check(self.num_blocks >= 1, "model.num_blocks must be at least 1")
 
+    def check_widths(self, widths: list[int]) -> None:
+        if self.decomposition == "block_diagonal":
+            check(
+                all(w % self.num_blocks == 0 for w in widths),
+                f"model.num_blocks={self.num_blocks} must divide every layer's width "
+                f"({' -> '.join(map(str, widths))}, the last the classes): choose a divisor "
+                "of them all, or model.decomposition=basis",
+            )
+
 
 class RGCNConv(torch.nn.Module):
     """One RGCN layer (module docstring)."""

@@ -21,7 +21,9 @@ import hetero_checks  # noqa: E402
 TINY = "dataset=synthetic-hetero-tiny"
 
 
-@pytest.mark.parametrize("nprocs", [2, 4])
+@pytest.mark.parametrize(
+    "nprocs", [2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 4 ranks: make test-slow
 def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs):
     """Per-relation sampling by the owners gives one process's blocks, relations, vertex
     types and typed features bit for bit; every sampled edge exists with its relation and
@@ -73,3 +75,14 @@ def test_relation_fanouts_are_checked_against_the_relations(configure):
 def test_unprojected_input_needs_one_feature_width(configure):
     cfg = configure(TINY, "algorithm=single", "model=rgcn", "model.input_projection=false")
     check_dataset(cfg, prepare_dataset(cfg.dataset))  # one featured type: its own width
+
+
+def test_block_diagonal_blocks_must_divide_every_width(configure):
+    cfg = configure(
+        TINY, "algorithm=single", "model=rgcn", "model.decomposition=block_diagonal",
+        "model.num_blocks=3",
+    )  # fmt: skip
+    with pytest.raises(GnnrunError, match=r"num_blocks=3 must divide.*64 -> 64 -> 8"):
+        check_dataset(cfg, prepare_dataset(cfg.dataset))
+    fits = configure(TINY, "algorithm=single", "model=rgcn", "model.decomposition=block_diagonal")
+    check_dataset(fits, prepare_dataset(fits.dataset))  # 4 blocks divide 64 and 8
