@@ -108,7 +108,10 @@ def _assert_loads_are_the_latest_in_time(
 
 @pytest.mark.parametrize(
     "setting, lifespan, capacity",
-    [("algorithm.lifespan=1", 1, None), ("algorithm.cache_size=20", None, 20)],
+    [
+        ("algorithm.lifespan=1", 1, None),
+        pytest.param("algorithm.cache_size=20", None, 20, marks=pytest.mark.slow),
+    ],
     ids=["lifespan", "capacity"],
 )
 def test_lifespan_and_capacity_bound_what_a_rank_loads(configure, setting, lifespan, capacity):

@@ -24,8 +24,8 @@ CAPACITIES = {
 
 
 @pytest.mark.parametrize(
-    "nprocs", [1, 2, pytest.param(4, marks=pytest.mark.slow)]
-)  # 4 ranks: make test-slow
+    "nprocs", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 1 and 4 ranks: make test-slow
 def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure, nprocs):
     minibatch = configure(*COMMON, "algorithm=minibatch", f"cluster.nprocs={nprocs}")
     pipelines = {
@@ -48,6 +48,7 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
                     assert figures["max_held"] <= capacity, (rank, name, stage, figures)
 
 
+@pytest.mark.slow  # make test-slow
 def test_slow_stages_show_where_the_time_goes(configure):
     """A slow sampler makes the trainer wait, not compute longer; a slow trainer fills every
     buffer to its capacity and has the next epoch's first minibatch ready before it ends."""
