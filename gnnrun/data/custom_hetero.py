@@ -45,9 +45,9 @@ from pathlib import Path
 import numpy as np
 
 from gnnrun.data.custom_files import SPLIT_IDX, SPLIT_MASK, int_array, split_from_file
-from gnnrun.data.dataset import GraphDataset, task_for, too_many_classes
+from gnnrun.data.dataset import GraphDataset, too_many_classes
 from gnnrun.data.graph import stratified_split
-from gnnrun.data.hetero import HeteroSchema, Relation, typed_csr
+from gnnrun.data.hetero import HeteroSchema, Relation, add_reverses
 from gnnrun.errors import GnnrunError
 
 EDGE_PREFIX = "edge_index__"
@@ -340,10 +340,6 @@ def _check_edge_ids(
                 )
 
 
-def _reverse_name(relation: str) -> str:
-    return relation[len("rev_") :] if relation.startswith("rev_") else f"rev_{relation}"
-
-
 def load_heterogeneous(cfg, path: Path, arrays: dict[str, np.ndarray]) -> GraphDataset:
     """The heterogeneous graph of `arrays`, read from `path`, as the custom dataset's config
     `cfg` (gnnrun.data.custom) says: its name, `to_undirected`, `split` and `seed`."""
@@ -368,11 +364,7 @@ def load_heterogeneous(cfg, path: Path, arrays: dict[str, np.ndarray]) -> GraphD
     relations = sorted(given)
     edges = {relation: (ids[0], ids[1]) for relation, ids in given.items()}
     if cfg.to_undirected:
-        for s, r, d in sorted(given):
-            reverse = (d, _reverse_name(r), s)
-            if reverse not in edges:
-                relations.append(reverse)
-                edges[reverse] = (edges[(s, r, d)][1], edges[(s, r, d)][0])
+        relations = add_reverses(relations, edges)
     schema = HeteroSchema(
         node_types=node_types,
         type_counts=[counts[t][0] for t in node_types],
@@ -382,7 +374,6 @@ def load_heterogeneous(cfg, path: Path, arrays: dict[str, np.ndarray]) -> GraphD
     )
     if problems := schema.problems():  # the checks above should leave none
         raise _hetero_fail(path, "; ".join(problems))
-    indptr, indices, edge_type = typed_csr(schema, edges)
 
     n_target = counts[target][0]
     split = split_from_file(
@@ -392,29 +383,8 @@ def load_heterogeneous(cfg, path: Path, arrays: dict[str, np.ndarray]) -> GraphD
     if split is None:
         fractions = (cfg.split.train, cfg.split.val, cfg.split.test)
         split = stratified_split(label, fractions, cfg.seed)
-    offset = int(schema.offsets[schema.target_type])
-    n = int(schema.offsets[-1])
-    full_label = np.full(n, -1, dtype=np.int64)
-    full_label[offset : offset + n_target] = label
+    info = {"source": "custom", "graph_encoding": "heterogeneous", "split_from_file": from_file}
     num_classes = int(label.max()) + 1
-    return GraphDataset(
-        name=cfg.name,
-        indptr=indptr,
-        indices=indices,
-        feat=np.zeros((n, 0), dtype=np.float32),
-        label=full_label,
-        train_idx=split[0] + offset,
-        val_idx=split[1] + offset,
-        test_idx=split[2] + offset,
-        num_classes=num_classes,
-        # Each relation is directed; a reverse is a relation of its own.
-        directed=True,
-        task=task_for(num_classes),
-        info={"source": "custom", "graph_encoding": "heterogeneous", "split_from_file": from_file},
-        hetero=schema,
-        edge_type=edge_type,
-        typed_feat=[
-            np.ascontiguousarray(feats[t], dtype=np.float32) if t in feats else None
-            for t in node_types
-        ],
+    return GraphDataset.heterogeneous(
+        cfg.name, schema, edges, feats, label, split, num_classes, info
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnrun.data.hetero import HeteroSchema, edge_problems
+from gnnrun.data.hetero import HeteroSchema, Relation, edge_problems, typed_csr
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
     atomic_directory,
@@ -97,6 +97,47 @@ class GraphDataset:
     hetero: HeteroSchema | None = None
     edge_type: np.ndarray | None = None
     typed_feat: list[np.ndarray | None] | None = None
+
+    @classmethod
+    def heterogeneous(
+        cls,
+        name: str,
+        schema: HeteroSchema,
+        edges: dict[Relation, tuple[np.ndarray, np.ndarray]],
+        typed_feat: dict[str, np.ndarray],
+        label: np.ndarray,
+        splits: tuple[np.ndarray, np.ndarray, np.ndarray],
+        num_classes: int,
+        info: dict[str, Any],
+    ) -> GraphDataset:
+        """A heterogeneous dataset from its typed parts, all in ids within their types
+        (gnnrun.data.hetero): each relation's (source, destination) edges, each featured
+        type's features by type name, and the target type's labels and train / val / test."""
+        indptr, indices, edge_type = typed_csr(schema, edges)
+        n = int(schema.offsets[-1])
+        full_label = np.full(n, -1, dtype=np.int64)
+        full_label[schema.to_homogeneous(schema.target, np.arange(label.size))] = label
+        train_idx, val_idx, test_idx = (schema.to_homogeneous(schema.target, s) for s in splits)
+        return cls(
+            name=name,
+            indptr=indptr,
+            indices=indices,
+            feat=np.zeros((n, 0), dtype=np.float32),
+            label=full_label,
+            train_idx=train_idx,
+            val_idx=val_idx,
+            test_idx=test_idx,
+            num_classes=num_classes,
+            directed=True,  # each relation is directed; a reverse is a relation of its own
+            task=task_for(num_classes),
+            info=info,
+            hetero=schema,
+            edge_type=edge_type,
+            typed_feat=[
+                np.ascontiguousarray(typed_feat[t], dtype=np.float32) if t in typed_feat else None
+                for t in schema.node_types
+            ],
+        )
 
     @property
     def num_nodes(self) -> int:

@@ -129,6 +129,29 @@ class HeteroSchema:
         )
 
 
+def reverse(relation: Relation) -> Relation:
+    """`destination -rev_<name>-> source`, the relation's edges turned around (and the
+    reverse of `rev_<name>` is `<name>`), as DGL's examples name reverse relations."""
+    source, name, destination = relation
+    turned = name[len("rev_") :] if name.startswith("rev_") else f"rev_{name}"
+    return destination, turned, source
+
+
+def add_reverses(
+    relations: list[Relation], edges: dict[Relation, tuple[np.ndarray, np.ndarray]]
+) -> list[Relation]:
+    """`relations`, then the reverse of each whose reverse is not among them, whose edges
+    (each relation's turned around) go into `edges`: so that messages flow both ways. A
+    relation from a type to itself gets its reverse as another relation."""
+    given = set(relations)
+    added = [reverse(r) for r in relations if reverse(r) not in given]
+    for relation in relations:
+        if reverse(relation) in added:
+            src, dst = edges[relation]
+            edges[reverse(relation)] = (dst, src)
+    return list(relations) + added
+
+
 def relation_dtype(num_relations: int) -> np.dtype:
     """The narrowest dtype of a per-edge relation id: one byte per edge for up to 127."""
     return np.dtype(np.int8) if num_relations <= 127 else np.dtype(np.int32)

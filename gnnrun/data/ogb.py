@@ -63,7 +63,7 @@ from omegaconf import MISSING
 from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, sorted_unique
-from gnnrun.data.hetero import HeteroSchema, Relation, typed_csr
+from gnnrun.data.hetero import HeteroSchema, Relation, reverse
 from gnnrun.data.registry import DatasetConfig, register_source
 from gnnrun.errors import GnnrunError
 
@@ -107,16 +107,6 @@ class HeteroLayout:
     target: str  # the labelled type, the only one with features
     node_types: tuple[str, ...]  # the target first
     relations: tuple[Relation, ...]  # as the archive names them; their reverses follow
-
-    def all_relations(self) -> list[Relation]:
-        """The relations, then the reverse of each."""
-        return list(self.relations) + [_reverse(relation) for relation in self.relations]
-
-
-def _reverse(relation: Relation) -> Relation:
-    """`destination -rev_<name>-> source`: the relation's edges turned around."""
-    source, name, destination = relation
-    return destination, f"rev_{name}", source
 
 
 HETERO_LAYOUTS = {
@@ -479,38 +469,24 @@ def _load_hetero(cfg: OgbDatasetConfig, meta: pd.Series, directory: Path) -> Gra
         node_types=list(layout.node_types),
         type_counts=[int(graph["num_nodes_dict"][t]) for t in layout.node_types],
         feat_dims=[int(feat.shape[1]) if t == layout.target else 0 for t in layout.node_types],
-        relations=layout.all_relations(),
+        relations=list(layout.relations) + [reverse(r) for r in layout.relations],
         target=layout.target,
     )
-    indptr, indices, edge_type = typed_csr(schema, _hetero_edges(graph, layout, schema, directory))
-    label = _target_labels(raw_labels, schema, int(meta["num classes"]), directory)
+    edges = _hetero_edges(graph, layout, schema, directory)
     targets = schema.type_counts[schema.target_type]
-    train_idx, val_idx, test_idx = (
-        schema.to_homogeneous(layout.target, idx) for idx in _read_splits(directory, meta, targets)
-    )
-    return GraphDataset(
-        name=cfg.name,
-        indptr=indptr,
-        indices=indices,
-        feat=np.zeros((int(schema.offsets[-1]), 0), dtype=np.float32),
-        label=label,
-        train_idx=train_idx,
-        val_idx=val_idx,
-        test_idx=test_idx,
-        num_classes=int(meta["num classes"]),
-        directed=True,
-        task="multiclass",
-        info={
-            "source": "ogb",
-            "ogb_name": cfg.ogb_name,
-            "split": meta["split"],
-            "raw_edges": sum(int(graph["edge_index_dict"][r].shape[1]) for r in layout.relations),
-            "unlabelled_nodes": int(np.count_nonzero(label < 0)),
-        },
-        hetero=schema,
-        edge_type=edge_type,
-        typed_feat=[feat if t == layout.target else None for t in layout.node_types],
-    )
+    label = _target_labels(raw_labels, schema, int(meta["num classes"]), directory)
+    info = {
+        "source": "ogb",
+        "ogb_name": cfg.ogb_name,
+        "split": meta["split"],
+        "raw_edges": sum(int(graph["edge_index_dict"][r].shape[1]) for r in layout.relations),
+        "unlabelled_nodes": int(schema.offsets[-1]) - int(np.count_nonzero(label >= 0)),
+    }
+    splits = tuple(_read_splits(directory, meta, targets))
+    return GraphDataset.heterogeneous(
+        cfg.name, schema, edges, {layout.target: feat}, label, splits,
+        int(meta["num classes"]), info,
+    )  # fmt: skip
 
 
 def _check_types(graph: dict[str, Any], layout: HeteroLayout, directory: Path) -> None:
@@ -547,14 +523,9 @@ def _target_features(graph: dict[str, Any], layout: HeteroLayout, directory: Pat
 def _target_labels(
     raw: np.ndarray, schema: HeteroSchema, num_classes: int, directory: Path
 ) -> np.ndarray:
-    """Labels of every vertex: the file's on the target type, -1 elsewhere."""
+    """The target type's labels (-1: unlabelled), checked."""
     path = directory / _label_file(schema.target)
-    targets = schema.type_counts[schema.target_type]
-    label = np.full(int(schema.offsets[-1]), -1, dtype=np.int64)
-    label[schema.to_homogeneous(schema.target, np.arange(targets))] = _labels(
-        raw, targets, num_classes, path
-    )
-    return label
+    return _labels(raw, schema.type_counts[schema.target_type], num_classes, path)
 
 
 def _hetero_edges(
@@ -565,7 +536,7 @@ def _hetero_edges(
     for relation in layout.relations:
         src, dst = _relation_edges(graph["edge_index_dict"][relation], relation, schema, directory)
         edges[relation] = (src, dst)
-        edges[_reverse(relation)] = (dst, src)
+        edges[reverse(relation)] = (dst, src)
     return edges
 
 

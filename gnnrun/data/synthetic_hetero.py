@@ -32,7 +32,7 @@ import numpy as np
 
 from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.data.hetero import HeteroSchema, typed_csr
+from gnnrun.data.hetero import HeteroSchema, add_reverses
 from gnnrun.data.registry import DatasetConfig, SplitFractions, register_source
 from gnnrun.data.synthetic import _noisy_centroid_features
 
@@ -164,10 +164,7 @@ def generate(cfg: SyntheticHeteroConfig) -> GraphDataset:
         authors,
         pick["institution"].draw(classes["author"], cfg.institution_homophily),
     )
-    relations = list(FORWARD) + [(d, f"rev_{r}", s) for s, r, d in FORWARD]
-    for s, r, d in FORWARD:
-        src, dst = edges[(s, r, d)]
-        edges[(d, f"rev_{r}", s)] = (dst, src)
+    relations = add_reverses(list(FORWARD), edges)
 
     feat = _noisy_centroid_features(rng, paper_class, c, cfg.feat_dim, cfg.feature_noise)
     schema = HeteroSchema(
@@ -177,28 +174,12 @@ def generate(cfg: SyntheticHeteroConfig) -> GraphDataset:
         relations=relations,
         target="paper",
     )
-    indptr, indices, edge_type = typed_csr(schema, edges)
-    n = int(schema.offsets[-1])
-    label = np.full(n, -1, dtype=np.int64)
-    label[: counts["paper"]] = paper_class  # papers are the first type: ids 0..P-1
     perm = rng.permutation(counts["paper"])
     a = int(cfg.split.train * counts["paper"])
     b = a + int(cfg.split.val * counts["paper"])
     e = min(counts["paper"], b + int(cfg.split.test * counts["paper"]))
-    splits = [np.sort(perm[lo:hi]).astype(np.int64) for lo, hi in ((0, a), (a, b), (b, e))]
-    return GraphDataset(
-        name=cfg.name,
-        indptr=indptr,
-        indices=indices,
-        feat=np.zeros((n, 0), dtype=np.float32),
-        label=label,
-        train_idx=splits[0],
-        val_idx=splits[1],
-        test_idx=splits[2],
-        num_classes=c,
-        directed=True,
-        info={"source": "synthetic_hetero"},
-        hetero=schema,
-        edge_type=edge_type,
-        typed_feat=[feat, None, None, None],
-    )
+    splits = tuple(np.sort(perm[lo:hi]).astype(np.int64) for lo, hi in ((0, a), (a, b), (b, e)))
+    return GraphDataset.heterogeneous(
+        cfg.name, schema, edges, {"paper": feat}, paper_class, splits, c,
+        {"source": "synthetic_hetero"},
+    )  # fmt: skip
