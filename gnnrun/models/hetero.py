@@ -12,8 +12,9 @@ one row per vertex, all of the same width, for the layers:
 - a featureless type's vertex gets a learned embedding row (as RGCN on MAG
   uses). Embeddings are `torch.nn.Embedding(sparse=True)`: a step's gradient
   holds only the rows its minibatch read, and the optimiser updates only those
-  (gnnrun.train.optimizer; across ranks, gnnrun.train.trainer sums the sparse
-  gradients). Every rank holds the whole table.
+  (gnnrun.train.optimizer). Every rank holds the whole table; each step,
+  gnnrun.train.trainer sends every rank's gradient rows to the others and combines
+  them, so that the copies stay equal.
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ class TypedInput:
     types: torch.Tensor  # int64 [n]: each vertex's type index
     typed_ids: torch.Tensor  # int64 [n]: its id within its type
     feat: dict[int, torch.Tensor]  # featured type -> rows of its vertices, in order
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.types.numel())
 
 
 class TypedInputEncoder(torch.nn.Module):

@@ -22,7 +22,7 @@ from gnnrun.ops.block import Block
 from gnnrun.partition.book import open_partition
 from gnnrun.timers import PhaseTimer
 from gnnrun.train.optimizer import build_optimizer
-from gnnrun.train.trainer import train_epoch
+from gnnrun.train.trainer import train, train_epoch
 
 
 def sampled_edges_exist(dataset: GraphDataset, blocks: list[Block], fanouts: list) -> int:
@@ -98,9 +98,16 @@ def hetero_weights_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
-def hetero_samples_and_weights(rank: int, world: int, sampled, trained) -> tuple:
-    """Both checks in one launch (starting ranks costs more than the checks)."""
-    return (
+def hetero_checks_and_runs(rank: int, world: int, sampled, trained, runs, run_root: str) -> tuple:
+    """Both checks, then `gnnrun.train.trainer.train` once per config of `runs` (run
+    directories run0, run1, ... under `run_root`), in one launch: starting ranks costs
+    more than the checks."""
+    checks = (
         hetero_sampling_matches_single_process(rank, world, sampled, 4242),
         hetero_weights_after_one_epoch(rank, world, trained),
     )
+    for i, cfg in enumerate(runs):
+        run_dir = Path(run_root) / f"run{i}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        train(cfg, run_dir)
+    return checks

@@ -4,6 +4,7 @@ and the refusals of the algorithms that train homogeneous graphs only."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -24,20 +25,49 @@ TINY = "dataset=synthetic-hetero-tiny"
 @pytest.mark.parametrize(
     "nprocs", [2, pytest.param(4, marks=pytest.mark.slow)]
 )  # 4 ranks: make test-slow
-def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs):
+def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs, tmp_path):
     """Per-relation sampling by the owners gives one process's blocks, relations, vertex
     types and typed features bit for bit; every sampled edge exists with its relation and
-    no relation exceeds its fanout; every rank ends an epoch with the same weights."""
+    no relation exceeds its fanout; every rank ends an epoch with the same weights; and
+    `pipeline`, its minibatches built ahead by threads, trains exactly as `minibatch`
+    with the trainer (sparse embedding gradients combined across ranks)."""
     common = (TINY, "algorithm=minibatch", f"cluster.nprocs={nprocs}", "model=rgcn")
     sampled = configure(*common, "model.fanouts=[4,3]", "+model.relation_fanouts.cites=[2,1]")
     trained = configure(*common, "model.batch_size=256", "model.hidden=16")
-    results = run_on_ranks(hetero_checks.hetero_samples_and_weights, nprocs, sampled, trained)
+    runs = [
+        configure(
+            TINY,
+            "model=rgcn",
+            f"algorithm={algorithm}",
+            f"cluster.nprocs={nprocs}",
+            "train.epochs=2",
+            "train.eval_every=1",
+            "model.hidden=16",
+            "model.batch_size=64",
+            f"train.checkpoint_dir={tmp_path}/checkpoints/{algorithm}",
+        )  # fmt: skip
+        for algorithm in ("minibatch", "pipeline")
+    ]
+    results = run_on_ranks(
+        hetero_checks.hetero_checks_and_runs, nprocs, sampled, trained, runs, str(tmp_path)
+    )
     samples, weights = zip(*results, strict=True)
     assert all(r["edges"] > 0 for r in samples)
     assert all(len(r["relations"]) == 8 for r in samples), "every relation must be sampled"
     assert all(r["input_types"] == [0, 1, 2, 3] for r in samples)
     assert any(r["remote_inputs"] > 0 for r in samples), "the test must involve remote vertices"
     assert all(w == weights[0] for w in weights[1:])
+    for rank in range(nprocs):
+        minibatch = trajectory(tmp_path / "run0", rank)
+        assert minibatch == trajectory(tmp_path / "run1", rank)
+        assert minibatch[-1][0] < minibatch[0][0]  # the loss falls
+        assert minibatch[-1][2] > 0.25  # test accuracy: 8 classes, twice chance
+
+
+def trajectory(run_dir, rank: int) -> list[tuple]:
+    """Per epoch: the training loss and the evaluated accuracies."""
+    records = (run_dir / f"metrics.rank{rank}.jsonl").read_text().splitlines()
+    return [(r["loss"], r.get("val_acc"), r.get("test_acc")) for r in map(json.loads, records)]
 
 
 @pytest.mark.parametrize("algorithm", ["hec", "cd0", "sar", "spmm1d"])

@@ -1,6 +1,7 @@
 """Training heterogeneous graphs end to end: what RGCN learns that an MLP and a type-blind
 model cannot, a one-type graph trained exactly as the homogeneous one, a resumed run, and
-`pipeline` against `minibatch` on 2 real ranks."""
+sampled blocks with every neighbour against the full batch. (`pipeline` against
+`minibatch` on real ranks: tests/algorithms/test_hetero.py.)"""
 
 from __future__ import annotations
 
@@ -12,12 +13,9 @@ import numpy as np
 import torch
 
 from gnnrun.data import load_prepared
-from gnnrun.testing import run_on_ranks
 from gnnrun.train.trainer import train
 
-sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "algorithms"))
-import rank_train  # noqa: E402
 from conftest import prepared  # noqa: E402
 
 TINY = "dataset=synthetic-hetero-tiny"
@@ -147,32 +145,6 @@ def test_a_resumed_heterogeneous_run_continues_the_same_trajectory(tmp_path):
         resumed_dir,
     )
     assert trajectory(first) + trajectory(resumed_dir) == trajectory(straight)
-
-
-def test_pipeline_trains_heterogeneous_graphs_as_minibatch_does(tmp_path):
-    """On 2 real ranks with the trainer (sparse embedding gradients combined across ranks):
-    the pipeline's minibatches, built ahead by threads, train exactly as minibatch's."""
-    configs = [
-        prepared(
-            TINY,
-            "model=rgcn",
-            f"algorithm={algorithm}",
-            "cluster.nprocs=2",
-            "train.epochs=2",
-            "train.eval_every=1",
-            "model.hidden=16",
-            "model.batch_size=64",
-            f"train.checkpoint_dir={tmp_path}/checkpoints/{algorithm}",
-        )  # fmt: skip
-        for algorithm in ("minibatch", "pipeline")
-    ]
-    summaries = run_on_ranks(rank_train.train_each_config, 2, configs, str(tmp_path / "runs"))
-    minibatch, pipeline = tmp_path / "runs" / "run0", tmp_path / "runs" / "run1"
-    for rank in (0, 1):
-        assert trajectory(minibatch, rank) == trajectory(pipeline, rank)
-    losses = [loss for loss, _, _ in trajectory(minibatch)]
-    assert losses[-1] < losses[0]
-    assert summaries[0][0]["final"]["test_acc"] > 0.25  # 8 classes: twice chance
 
 
 def test_sampling_every_neighbour_gives_the_full_batch_logits():
