@@ -69,7 +69,10 @@ def test_rgcn_learns_what_the_relations_say(tmp_path):
     """On synthetic-hetero-tiny a paper's class shows in its citations (shifted by one class
     either way) and its fields and authors, barely in its own features: RGCN beats an MLP on
     the features by a wide margin, and GraphSAGE over the graph with the relations ignored
-    by a clear one. (Measured: RGCN 0.89, type-blind SAGE 0.62, MLP 0.26.)"""
+    by a clear one. (Measured at these settings, width 32 and 50 epochs: RGCN 0.89,
+    type-blind SAGE 0.62, MLP 0.26. The type-blind model closes much of the gap with
+    more width on this small graph: 0.845 against 0.79 at width 64, 0.895 against 0.85
+    after 100 epochs; on synthetic-hetero, 0.80 against 0.59 at width 64.)"""
     common = (TINY, "algorithm=single", "algorithm.mode=full", "model.hidden=32")
     epochs = ("train.epochs=50", "train.eval_every=50")
     rgcn, _ = train_run(tmp_path, "rgcn", *common, *epochs, "model=rgcn")
