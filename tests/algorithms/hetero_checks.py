@@ -79,6 +79,7 @@ def hetero_sampling_matches_single_process(rank: int, world: int, cfg, key: int)
         "relations": sorted(set(torch.cat([b.etypes for b in blocks_d]).tolist())),
         "remote_inputs": int((owner[blocks_d[0].src_ids] != rank).sum()),
         "input_types": sorted(set(x_d.types.tolist())),
+        "featured_types": sorted(x_d.feat),
     }
 
 
@@ -99,11 +100,11 @@ def hetero_weights_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
 
 
 def hetero_checks_and_runs(rank: int, world: int, sampled, trained, runs, run_root: str) -> tuple:
-    """Both checks, then `gnnrun.train.trainer.train` once per config of `runs` (run
-    directories run0, run1, ... under `run_root`), in one launch: starting ranks costs
-    more than the checks."""
+    """The sampling check on each config of `sampled`, the weights check, then
+    `gnnrun.train.trainer.train` once per config of `runs` (run directories run0, run1, ...
+    under `run_root`), in one launch: starting ranks costs more than the checks."""
     checks = (
-        hetero_sampling_matches_single_process(rank, world, sampled, 4242),
+        [hetero_sampling_matches_single_process(rank, world, cfg, 4242) for cfg in sampled],
         hetero_weights_after_one_epoch(rank, world, trained),
     )
     for i, cfg in enumerate(runs):

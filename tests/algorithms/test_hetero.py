@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gnnrun.algorithms import check_dataset
@@ -32,7 +33,17 @@ def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs, tmp_path)
     `pipeline`, its minibatches built ahead by threads, trains exactly as `minibatch`
     with the trainer (sparse embedding gradients combined across ranks)."""
     common = (TINY, "algorithm=minibatch", f"cluster.nprocs={nprocs}", "model=rgcn")
-    sampled = configure(*common, "model.fanouts=[4,3]", "+model.relation_fanouts.cites=[2,1]")
+    sampled = [
+        configure(*common, "model.fanouts=[4,3]", "+model.relation_fanouts.cites=[2,1]"),
+        # Two featured types of other widths and a featureless one: one exchange per type.
+        configure(
+            "dataset=custom",
+            f"dataset.path={write_two_featured_types(tmp_path)}",
+            "dataset.name=two-featured",
+            *common[1:],
+            "model.fanouts=[3,2]",
+        ),  # fmt: skip
+    ]
     trained = configure(*common, "model.batch_size=256", "model.hidden=16")
     runs = [
         configure(
@@ -52,16 +63,45 @@ def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs, tmp_path)
         hetero_checks.hetero_checks_and_runs, nprocs, sampled, trained, runs, str(tmp_path)
     )
     samples, weights = zip(*results, strict=True)
-    assert all(r["edges"] > 0 for r in samples)
-    assert all(len(r["relations"]) == 8 for r in samples), "every relation must be sampled"
-    assert all(r["input_types"] == [0, 1, 2, 3] for r in samples)
-    assert any(r["remote_inputs"] > 0 for r in samples), "the test must involve remote vertices"
+    synthetic, two_featured = zip(*samples, strict=True)
+    assert all(r["edges"] > 0 for r in synthetic + two_featured)
+    assert all(len(r["relations"]) == 8 for r in synthetic), "every relation must be sampled"
+    assert all(r["input_types"] == [0, 1, 2, 3] for r in synthetic)
+    assert all(len(r["relations"]) == 6 and r["featured_types"] == [0, 1] for r in two_featured)
+    for kind in (synthetic, two_featured):
+        assert any(r["remote_inputs"] > 0 for r in kind), "the test must involve remote vertices"
     assert all(w == weights[0] for w in weights[1:])
     for rank in range(nprocs):
         minibatch = trajectory(tmp_path / "run0", rank)
         assert minibatch == trajectory(tmp_path / "run1", rank)
         assert minibatch[-1][0] < minibatch[0][0]  # the loss falls
         assert minibatch[-1][2] > 0.25  # test accuracy: 8 classes, twice chance
+
+
+def write_two_featured_types(folder) -> str:
+    """A custom heterogeneous graph whose papers (12 features) and authors (5) have
+    features and whose venues have none; 3 relations and their reverses."""
+    rng = np.random.default_rng(0)
+    papers, authors, venues = 300, 200, 10
+    label = rng.integers(0, 4, papers)
+    path = folder / "two_featured.npz"
+    np.savez(
+        path,
+        node_types=np.array(["paper", "author", "venue"]),
+        target=np.array("paper"),
+        feat__paper=rng.normal(size=(papers, 12)) + label[:, None],
+        feat__author=rng.normal(size=(authors, 5)),
+        num_nodes__venue=np.array(venues),
+        label=label,
+        edge_index__author__writes__paper=np.stack(
+            [rng.integers(0, authors, 1200), rng.integers(0, papers, 1200)]
+        ),
+        edge_index__paper__cites__paper=rng.integers(0, papers, (2, 900)),
+        edge_index__paper__published_in__venue=np.stack(
+            [np.arange(papers), rng.integers(0, venues, papers)]
+        ),
+    )
+    return str(path)
 
 
 def trajectory(run_dir, rank: int) -> list[tuple]:
