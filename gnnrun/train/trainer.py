@@ -140,9 +140,8 @@ def train_epoch(
     with timer.phase("sync"):
         steps = algorithm.begin_epoch(epoch)
     reduce = _REDUCE_GRADIENTS.get(algorithm.gradient_reduction)
-    parameters = list(model.parameters())
     tables = sparse_tables(model)  # in model order: every rank combines them in the same order
-    dense = [p for p in parameters if all(p is not t for t in tables)]
+    dense = [p for p in model.parameters() if all(p is not t for t in tables)]
     precision = algorithm.cfg.train.precision
     losses: list[float] = []
     for step in range(steps):
@@ -157,7 +156,7 @@ def train_epoch(
             losses.append(float(loss.detach()))
         if reduce is not None:
             with timer.phase("ared"):
-                for p in parameters:
+                for p in dense:
                     if p.grad is None:  # unused by this rank's steps so far (a relation's
                         p.grad = torch.zeros_like(p)  # weights): every rank sends every one
                 reduce(algorithm.comm, [p.grad for p in dense])

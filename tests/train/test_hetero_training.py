@@ -172,3 +172,26 @@ def test_sampling_every_neighbour_gives_the_full_batch_logits():
             blocks, x = make_minibatch(source, seeds, [[-1] * 8, [-1] * 8], key=5)
             sampled = gnn(blocks, x)
         torch.testing.assert_close(sampled, full, rtol=1e-4, atol=1e-5)
+
+
+def test_a_featureless_type_no_minibatch_reaches_trains_without_gradients(tmp_path):
+    """Islands, linked only among themselves, are never sampled from papers: their
+    embedding table gets no gradient at all, and training goes on."""
+    rng = np.random.default_rng(0)
+    papers, islands = 200, 30
+    label = rng.integers(0, 3, papers)
+    np.savez(
+        tmp_path / "islands.npz",
+        target=np.array("paper"),
+        feat__paper=rng.normal(size=(papers, 6)) + label[:, None],
+        label=label,
+        num_nodes__island=np.array(islands),
+        edge_index__paper__cites__paper=rng.integers(0, papers, (2, 600)),
+        edge_index__island__links__island=rng.integers(0, islands, (2, 60)),
+    )
+    summary, run_dir = train_run(
+        tmp_path, "islands", "dataset=custom", f"dataset.path={tmp_path}/islands.npz",
+        "dataset.name=islands", "model=rgcn", "algorithm=single", "algorithm.mode=minibatch",
+        "train.epochs=2", "model.batch_size=50",
+    )  # fmt: skip
+    assert summary["epochs"] == 2 and len(trajectory(run_dir)) == 2
