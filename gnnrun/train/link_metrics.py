@@ -1,0 +1,59 @@
+"""Link-prediction metrics, with OGB's linkproppred conventions.
+
+Two ways to rank a held-out edge's score:
+
+- against negatives of its own (`ranking_metrics`, OGB's MRR evaluator, as for
+  ogbl-citation2): each positive edge i has a fixed row of negative scores
+  `negatives[i]`; its rank is 1 + the negatives scored above it, ties counted
+  half (the mean of the optimistic rank, ties below, and the pessimistic
+  one, ties above). MRR is the mean of 1 / rank, Hits@K the share of ranks
+  <= K;
+- against one shared set of negatives (`hits_against_shared`, OGB's Hits@K
+  evaluator, as for ogbl-collab): a positive is a hit when its score beats
+  the K-th highest negative score strictly; with fewer than K negatives every
+  positive is a hit.
+
+ROC-AUC over positives and negatives is gnnrun.train.metrics.roc_auc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+HITS_AT = (10, 50, 100)
+
+
+def ranks(positives: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
+    """The rank of each positive score [n] among its own negatives [n, k], ties halved."""
+    if negatives.dim() != 2 or negatives.shape[0] != positives.numel():
+        raise ValueError(
+            f"negatives must be [len(positives), k], got {tuple(negatives.shape)} "
+            f"for {positives.numel()} positives"
+        )
+    column = positives.reshape(-1, 1)
+    above = (negatives > column).sum(dim=1)
+    at_least = (negatives >= column).sum(dim=1)
+    return 0.5 * (above + at_least).to(torch.float64) + 1
+
+
+def ranking_metrics(
+    positives: torch.Tensor, negatives: torch.Tensor, hits_at: Sequence[int] = HITS_AT
+) -> dict[str, float]:
+    """`mrr` and `hits@K` for each K of each positive against its own negatives."""
+    rank = ranks(positives, negatives)
+    if rank.numel() == 0:
+        return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in hits_at}}
+    out = {"mrr": float((1 / rank).mean())}
+    for k in hits_at:
+        out[f"hits@{k}"] = float((rank <= k).to(torch.float64).mean())
+    return out
+
+
+def hits_against_shared(positives: torch.Tensor, negatives: torch.Tensor, k: int) -> float:
+    """Share of positives scored strictly above the k-th highest of the shared negatives."""
+    if negatives.numel() < k:
+        return 1.0
+    kth = torch.topk(negatives.reshape(-1), k).values[-1]
+    return float((positives > kth).to(torch.float64).mean())

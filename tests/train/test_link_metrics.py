@@ -1,0 +1,61 @@
+"""Link-prediction metrics: hand-computed ranks, and OGB's own evaluators on random scores."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from gnnrun.train.link_metrics import hits_against_shared, ranking_metrics, ranks
+
+
+def test_ranks_by_hand_with_ties_halved():
+    positives = torch.tensor([0.9, 0.5, 0.1])
+    negatives = torch.tensor(
+        [
+            [0.1, 0.2, 0.3],  # above all: rank 1
+            [0.5, 0.7, 0.1],  # one above, one tied: 1 + (1 + 2) / 2 = 2.5
+            [0.2, 0.3, 0.4],  # below all: rank 4
+        ]
+    )
+    assert ranks(positives, negatives).tolist() == [1.0, 2.5, 4.0]
+    metrics = ranking_metrics(positives, negatives, hits_at=(1, 3))
+    assert metrics["mrr"] == pytest.approx((1 + 1 / 2.5 + 1 / 4) / 3)
+    assert metrics["hits@1"] == pytest.approx(1 / 3)
+    assert metrics["hits@3"] == pytest.approx(2 / 3)
+
+
+def test_shared_negatives_by_hand():
+    negatives = torch.tensor([0.1, 0.8, 0.4, 0.6])
+    positives = torch.tensor([0.7, 0.6, 0.9, 0.2])
+    assert hits_against_shared(positives, negatives, 2) == 0.5  # above 0.6 strictly: 0.7, 0.9
+    assert hits_against_shared(positives, negatives, 5) == 1.0  # fewer negatives than K
+
+
+def test_mismatched_shapes_are_refused():
+    with pytest.raises(ValueError, match="negatives must be"):
+        ranks(torch.zeros(3), torch.zeros(2, 4))
+
+
+def test_equal_to_ogbs_evaluators_on_random_scores(monkeypatch):
+    # Without the `outdated` package ogb skips its PyPI version check (no network in tests).
+    monkeypatch.setitem(sys.modules, "outdated", None)
+    linkproppred = pytest.importorskip("ogb.linkproppred")
+    generator = torch.Generator().manual_seed(0)
+    # Rounded scores, so that ties occur and their convention is tested too.
+    positives = torch.round(torch.rand(500, generator=generator) * 50) / 50
+    negatives = torch.round(torch.rand(500, 120, generator=generator) * 50) / 50
+    ours = ranking_metrics(positives, negatives, hits_at=(1, 3, 10))
+    theirs = linkproppred.Evaluator("ogbl-citation2").eval(
+        {"y_pred_pos": positives, "y_pred_neg": negatives}
+    )
+    assert ours["mrr"] == pytest.approx(float(theirs["mrr_list"].mean()), rel=1e-6)
+    for k in (1, 3, 10):
+        assert ours[f"hits@{k}"] == pytest.approx(float(theirs[f"hits@{k}_list"].mean()))
+    shared = negatives.reshape(-1)[:3000]
+    for name, k in (("ogbl-collab", 50), ("ogbl-ddi", 20)):
+        evaluator = linkproppred.Evaluator(name)
+        assert k == evaluator.K
+        theirs = evaluator.eval({"y_pred_pos": positives, "y_pred_neg": shared})
+        assert hits_against_shared(positives, shared, k) == pytest.approx(theirs[f"hits@{k}"])
