@@ -2,9 +2,9 @@
 
 METIS balances several constraints at once only roughly. Given the indicator
 columns of a heterogeneous graph's vertex types as constraints (DistDGLv2's
-scheme), each type's share of the busiest part was 1.4-2.2x the even share on
-synthetic-hetero with 3 parts: small types and power-law degrees leave METIS
-no room. `rebalance` repairs an assignment class by class: each over-full
+scheme), it left a class's busiest part at 2.09x the even share on
+synthetic-hetero with 3 parts (the manifest's `metis_class_imbalance`): small
+types and power-law degrees leave it no room. `rebalance` repairs an assignment class by class: each over-full
 part hands its surplus to the under-full parts, moving first the vertices
 with the most neighbours in the destination relative to their own part (the
 least growth of the edge cut), until no part holds more than

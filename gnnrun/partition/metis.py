@@ -116,12 +116,25 @@ def _balanced(
     num_parts: int,
     info: dict,
 ) -> np.ndarray:
-    """`parts` rebalanced per class where there are classes, the vertices moved in `info`."""
+    """`parts` rebalanced per class where there are classes; in `info`, the vertices moved
+    and how uneven METIS left the worst class (its busiest part's share over the even one)."""
     if classes is None or num_parts == 1:
         return parts
     balanced, moved = rebalance(parts, classes, indptr, indices, num_parts)
     info["rebalanced_vertices"] = info.get("rebalanced_vertices", 0) + moved
+    info["metis_class_imbalance"] = max(
+        info.get("metis_class_imbalance", 1.0), worst_class_imbalance(parts, classes, num_parts)
+    )
     return balanced.astype(np.int32)
+
+
+def worst_class_imbalance(parts: np.ndarray, classes: np.ndarray, num_parts: int) -> float:
+    """The largest, over classes, of the busiest part's count over the even share."""
+    worst = 1.0
+    for cls in np.unique(classes):
+        counts = np.bincount(parts[classes == cls], minlength=num_parts)
+        worst = max(worst, float(counts.max() / (counts.sum() / num_parts)))
+    return worst
 
 
 @register_partitioner("metis", "edge_cut", MetisPartitionerConfig)

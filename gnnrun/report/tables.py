@@ -97,7 +97,13 @@ def _caption(kind: str, summary: dict) -> str:
             f"replication factor {summary['replication_factor']:.3f}, "
             f"split vertices {summary['split_vertices']:,} ({summary['split_fraction']:.1%})"
         )
-    return f"{head}; imbalance (max/mean): {balance}"
+    caption = f"{head}; imbalance (max/mean): {balance}"
+    if "rebalanced_vertices" in summary:  # a heterogeneous graph (gnnrun.partition.balance)
+        caption += (
+            f"; METIS left a vertex class at {summary['metis_class_imbalance']:.2f}x its even "
+            f"share, {summary['rebalanced_vertices']:,} vertices moved to even them out"
+        )
+    return caption
 
 
 def _block1d_caption(summary: dict) -> str:

@@ -18,6 +18,7 @@ from gnnrun.partition.metis import (
     metis_adjacency,
     run_metis,
     vertex_weights,
+    worst_class_imbalance,
 )
 
 
@@ -82,18 +83,21 @@ def test_parts_keep_relations_and_typed_features(hetero, cfg, tmp_path):
         per_part = np.bincount(owner[classes == cls], minlength=cfg.num_parts)
         bound = -(-per_part.sum() // cfg.num_parts) + (cfg.name == "two_level")
         assert per_part.max() <= bound, (cls, per_part)
-    assert book.manifest["summary"]["rebalanced_vertices"] > 0
+    summary = book.manifest["summary"]
+    assert summary["rebalanced_vertices"] > 0 and summary["metis_class_imbalance"] > 1
 
 
 def test_rebalancing_evens_out_every_class_and_keeps_the_cut_below_random(hetero):
-    """After METIS, which leaves the types 1.4-2.2x uneven here, each class (type; the
+    """After METIS, which leaves the classes uneven here, each class (type; the
     target's train / val / test) is spread evenly, with fewer cut edges than a random
     assignment has."""
     indptr, indices = metis_adjacency(hetero)
     cfg = MetisPartitionerConfig(num_parts=3)
     classes = balance_classes(hetero, cfg)
     parts, _ = run_metis(indptr, indices, vertex_weights(hetero, cfg), 3, 0)
+    assert worst_class_imbalance(parts, classes, 3) > 1.2  # what the repair is for
     balanced, moved = rebalance(parts, classes, indptr, indices, 3)
+    assert worst_class_imbalance(balanced, classes, 3) < worst_class_imbalance(parts, classes, 3)
     for cls in np.unique(classes):
         counts = np.bincount(balanced[classes == cls], minlength=3)
         assert counts.max() <= -(-counts.sum() // 3)
