@@ -22,7 +22,7 @@ from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data
-GROUPS = ("dataset", "partitioner", "model", "optimizer", "algorithm", "cluster")
+GROUPS = ("dataset", "partitioner", "model", "optimizer", "algorithm", "task", "cluster")
 EXAMPLES = """\
   gnnrun env
   gnnrun data info dataset=cora

@@ -18,18 +18,20 @@ from gnnrun.progress import console, out
 
 def data_info(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_dataset
+    from gnnrun.data import prepare_for_task
     from gnnrun.report.tables import dataset_table
 
-    dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
+    config = to_objects(cfg)
+    dataset = prepare_for_task(config.dataset, config.task, force=force)
     out.print(dataset_table(dataset))
 
 
 def data_prepare(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_dataset
+    from gnnrun.data import prepare_for_task
 
-    dataset = prepare_dataset(to_objects(cfg).dataset, force=force)
+    config = to_objects(cfg)
+    dataset = prepare_for_task(config.dataset, config.task, force=force)
     out.print(
         f"prepared {dataset.name} at {dataset.path} (checksum {dataset.checksum[:12]})",
         markup=False,
@@ -39,12 +41,12 @@ def data_prepare(cfg: DictConfig, force: bool) -> None:
 
 def partition(cfg: DictConfig) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_dataset
+    from gnnrun.data import prepare_for_task
     from gnnrun.partition import partition_dataset
     from gnnrun.report.tables import partition_table
 
     config = to_objects(cfg)
-    dataset = prepare_dataset(config.dataset)
+    dataset = prepare_for_task(config.dataset, config.task)
     book = partition_dataset(dataset, config.partitioner)
     out.print(partition_table(book))
     out.print(f"written to {book.path}", markup=False, soft_wrap=True)
@@ -61,7 +63,7 @@ def train(cfg: DictConfig) -> None:
         check_training_vertices,
     )
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_dataset
+    from gnnrun.data import prepare_for_task
     from gnnrun.launch import sweep
     from gnnrun.launch.local import run_ranks
     from gnnrun.launch.slurm import run_slurm_rank
@@ -98,7 +100,7 @@ def train(cfg: DictConfig) -> None:
     def prepare() -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
         check_runnable(config)
-        dataset = prepare_dataset(config.dataset)
+        dataset = prepare_for_task(config.dataset, config.task)
         check_dataset(config, dataset)
         book = None
         if kind is not None:

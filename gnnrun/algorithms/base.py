@@ -13,7 +13,7 @@ from omegaconf import MISSING
 
 from gnnrun.comm import Communicator
 from gnnrun.config import check
-from gnnrun.data import load_prepared
+from gnnrun.data import load_for_task
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.hetero import HeteroSchema
 from gnnrun.partition.book import PartitionBook, open_partition
@@ -47,6 +47,9 @@ class Algorithm:
     device: torch.device = torch.device("cpu")
     # Whether it trains heterogeneous graphs (gnnrun.data.hetero); the others are refused.
     heterogeneous: ClassVar[bool] = False
+    # The task.name values it trains (config.TaskConfig); link prediction: the sampled
+    # algorithms and full batch in one process (gnnrun.algorithms.link).
+    tasks: ClassVar[tuple[str, ...]] = ("node",)
     schema: HeteroSchema | None = None  # the types of the graph it trains, if heterogeneous
 
     in_dim: int
@@ -95,7 +98,8 @@ class Algorithm:
         return {"loss": float(np.mean(losses)) if losses else 0.0}
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Per split ("val", "test"): (logits, labels) of the vertices this rank evaluates."""
+        """Per split ("val", "test"): (logits, labels) of the vertices this rank evaluates;
+        under task=link, (scores of its held-out edges, of their negatives [edges, k])."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any] | None:
@@ -108,7 +112,7 @@ class Algorithm:
 
 def open_own_part(cfg, comm: Communicator, kind: str) -> tuple[GraphDataset, PartitionBook]:
     """The dataset and the partition this run trains on, checked against both and the ranks."""
-    dataset = load_prepared(cfg.dataset)
+    dataset = load_for_task(cfg.dataset, cfg.task)
     book = open_partition(
         Path(cfg.partitioner.output_dir),
         dataset_checksum=dataset.checksum,

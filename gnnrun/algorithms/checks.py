@@ -19,6 +19,12 @@ from gnnrun.partition.book import PartitionBook
 def check_runnable(cfg) -> None:
     """Refuse, before anything is prepared, partitioned or queued, what cfg's algorithm cannot run."""
     algorithm = ALGORITHMS.get(cfg.algorithm.name)
+    if cfg.task.name not in algorithm.tasks:
+        able = ", ".join(n for n in ALGORITHMS.names() if cfg.task.name in ALGORITHMS.get(n).tasks)
+        raise GnnrunError(
+            f"algorithm={cfg.algorithm.name} does not train task={cfg.task.name}: choose "
+            f"algorithm= one of {able}"
+        )
     algorithm.check_config(cfg)
     _check_device(cfg, algorithm.devices)
     _check_precision(cfg, algorithm.precisions)
@@ -67,7 +73,8 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
             in_dim = TypedInputEncoder.width_for(schema, model.hidden, model.input_projection)
         except ValueError as exc:
             raise GnnrunError(f"{dataset.name}: {exc}") from None
-    model.check_widths(layer_widths(model, in_dim, dataset.num_classes))
+    out_dim = model.hidden if cfg.task.link else dataset.num_classes  # embeddings, or classes
+    model.check_widths(layer_widths(model, in_dim, out_dim))
     if schema is None:
         if model.relation_fanouts:
             raise GnnrunError(
@@ -95,7 +102,16 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
 
 
 def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:
-    """Refuse a dataset without training vertices; warn of ranks that will have none."""
+    """Refuse a dataset without training vertices (edges, for task=link); warn of ranks
+    that will have none."""
+    if cfg.task.link:
+        if dataset.link_train is None or dataset.link_train.shape[1] == 0:
+            raise GnnrunError(
+                f"dataset {dataset.name!r} has no training edges once "
+                f"{cfg.task.val_fraction} + {cfg.task.test_fraction} of them are held out: "
+                "lower task.val_fraction / task.test_fraction, or use a graph with edges"
+            )
+        return
     if dataset.train_idx.size == 0:
         raise GnnrunError(
             f"dataset {dataset.name!r} has no training vertices ({dataset.val_idx.size} "

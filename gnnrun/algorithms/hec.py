@@ -154,6 +154,8 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     precisions = ("fp32",)
     # The cache's halo rows would need the typed input encoded per layer 0.
     heterogeneous = False
+    # Its local sampling would need the step's target edges left out of every part.
+    tasks = ("node",)
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)

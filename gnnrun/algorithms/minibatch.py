@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from gnnrun.algorithms.base import Algorithm, open_own_part
+from gnnrun.algorithms.link import EdgeTargets, LinkObjective
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import (
     Fanout,
@@ -36,24 +38,44 @@ def step_key(seed: int, epoch: int, step: int) -> int:
 class Minibatch:
     blocks: list[Block]  # one per layer, input layer first
     x: torch.Tensor | TypedInput  # the first block's source features
-    labels: torch.Tensor  # of the seeds, the last block's destinations
+    # The labels of the seeds (the last block's destinations), or a link step's pairs.
+    targets: torch.Tensor | EdgeTargets
 
 
 class SampledTraining(Algorithm):
     """The minibatch loop shared by `single` (minibatch mode) and `minibatch`.
 
     Subclasses set `source`, `train_ids`, `eval_ids` (global ids of the
-    vertices this rank trains / evaluates) and `labels_of`.
+    vertices this rank trains / evaluates) and `labels_of`; under task=link,
+    `link` (gnnrun.algorithms.link), whose training edges' ids become `train_ids`.
     """
 
     precisions = ("fp32", "bf16")
     heterogeneous = True
+    tasks = ("node", "link")
     source: GraphSource
     train_ids: torch.Tensor
     eval_ids: dict[str, torch.Tensor]
+    link: LinkObjective | None = None
 
     def labels_of(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def set_link(self, dataset, owner: torch.Tensor | None) -> None:
+        """Train task=link on `dataset`'s edges (those into the vertices this rank owns, by
+        `owner`; all of them in one process): embeddings `model.hidden` wide."""
+        self.link = LinkObjective(self.cfg.task, dataset, self.comm.rank, owner)
+        self.train_ids = self.link.train_ids
+        self.num_classes, self.task = self.cfg.model.hidden, "link"
+
+    def step_targets(
+        self, items: torch.Tensor, key: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | EdgeTargets]:
+        """A step's (seeds, pairs to leave out of its blocks, targets) from its training items:
+        vertices and their labels, or target edges (gnnrun.algorithms.link)."""
+        if self.link is not None:
+            return self.link.step(items, key)
+        return items, None, self.labels_of(items)
 
     def training_source(self) -> GraphSource:
         """Where training minibatches come from (evaluation always uses `source`)."""
@@ -95,7 +117,7 @@ class SampledTraining(Algorithm):
             order = order.repeat(math.ceil(wanted / order.numel()))
         return order
 
-    def step_seeds(self, order: torch.Tensor, step: int) -> torch.Tensor:
+    def step_items(self, order: torch.Tensor, step: int) -> torch.Tensor:
         size = self.cfg.model.batch_size
         return order[step * size : (step + 1) * size]
 
@@ -105,21 +127,54 @@ class SampledTraining(Algorithm):
         return steps
 
     def batch(self, step: int) -> Minibatch:
-        seeds = self.step_seeds(self.order, step)
+        items = self.step_items(self.order, step)
         key = step_key(self.cfg.train.seed, self.epoch, step)
-        blocks, x = make_minibatch(self.training_source(), seeds, self.fanouts, key)
-        return Minibatch(blocks, x, self.labels_of(seeds))
+        seeds, exclude, targets = self.step_targets(items, key)
+        blocks, x = make_minibatch(self.training_source(), seeds, self.fanouts, key, exclude)
+        return Minibatch(blocks, x, targets)
 
     def loss(self, model, batch: Minibatch, step: int) -> torch.Tensor | None:
-        logits = self.forward(model, batch.blocks, batch.x, self.epoch, step, self.steps)
-        if not batch.labels.numel():
-            return None  # a rank without seeds still joined every collective of the forward
-        return torch.nn.functional.cross_entropy(logits, batch.labels)
+        out = self.forward(model, batch.blocks, batch.x, self.epoch, step, self.steps)
+        return self.loss_of(model, out, batch.targets)
+
+    def loss_of(self, model, out: torch.Tensor, targets) -> torch.Tensor | None:
+        """The loss of the model's outputs for a step's seeds; None where the rank had none
+        (it still joined every collective of the forward pass)."""
+        if self.link is not None:
+            return self.link.loss(model, out, targets)
+        if not targets.numel():
+            return None
+        return torch.nn.functional.cross_entropy(out, targets)
+
+    def embedded_vertices(self) -> torch.Tensor:
+        """The vertices whose embeddings this rank computes for link evaluation (in the
+        order `rows_of` reads them): every vertex in one process."""
+        raise NotImplementedError
+
+    def rows_of(self, table: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The embeddings of any global vertices, from this rank's `table` of its
+        `embedded_vertices()` (the local rows; the others from their owners)."""
+        return lambda nodes: table[nodes]
+
+    @torch.no_grad()
+    def link_embeddings(self, model) -> torch.Tensor:
+        """The model's output for every vertex of `embedded_vertices()`, in batches sampled
+        with one key, so that a vertex's embedding does not depend on its batch."""
+        ids, size = self.embedded_vertices(), self.cfg.model.batch_size
+        rows = []
+        for step in range(self._steps(ids.numel())):
+            seeds = ids[step * size : (step + 1) * size]
+            blocks, x = make_minibatch(self.source, seeds, self.fanouts, EVAL_STREAM)
+            if seeds.numel():
+                rows.append(model(blocks, x))
+        return torch.cat(rows) if rows else torch.zeros(0, self.num_classes)
 
     @torch.no_grad()
     def evaluate(self, model):
-        batch = self.cfg.model.batch_size
         model.eval()
+        if self.link is not None:
+            return self.link.evaluate(model, self.rows_of(self.link_embeddings(model)))
+        batch = self.cfg.model.batch_size
         out = {}
         for split, ids in self.eval_ids.items():
             logits, labels = [], []
@@ -167,6 +222,15 @@ class DistributedMinibatch(SampledTraining):
             dataset.num_classes,
             dataset.task,
         )
+        if cfg.task.link:
+            self.set_link(dataset, self.source.owner)
 
     def labels_of(self, ids):
         return self.source.labels(ids)
+
+    def embedded_vertices(self) -> torch.Tensor:
+        return self.source.nodes[: self.part.num_solid]
+
+    def rows_of(self, table):
+        rows = table.numpy()
+        return lambda nodes: self.source.fetch_rows(nodes, rows, 0)

@@ -4,10 +4,11 @@ minibatch built ahead of the trainer by threads, in bounded stages.
 Stages (run by gnnrun.algorithms.pipeline_stages, which explains capacities,
 blocking and failures):
 
-    sample  the step's seeds, sampled hop by hop (a remote vertex by its owner)
-            and compacted into blocks
+    sample  the step's seeds (and their labels, or a link step's negatives),
+            sampled hop by hop (a remote vertex by its owner) and compacted
+            into blocks
     fetch   the input vertices' features (local rows, remote rows pulled from
-            their owners) and the seeds' labels
+            their owners)
     device  the copy to the compute device (nothing to copy on a CPU rank)
 
 and the trainer, which takes finished minibatches and runs forward, backward,
@@ -52,6 +53,7 @@ from typing import Any
 import torch
 
 from gnnrun.algorithms.base import AlgorithmConfig
+from gnnrun.algorithms.link import EdgeTargets
 from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key
 from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
@@ -99,10 +101,10 @@ class _Item:
 
     epoch: int
     step: int
-    seeds: torch.Tensor
+    items: torch.Tensor  # the step's training vertices, or edges under task=link
     blocks: list[Block] = field(default_factory=list)
     x: torch.Tensor | None = None
-    labels: torch.Tensor | None = None
+    targets: torch.Tensor | EdgeTargets | None = None
     sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # bytes, by purpose
 
 
@@ -134,14 +136,14 @@ class PipelinedMinibatch(DistributedMinibatch):
         def sample(item: _Item) -> _Item:
             self._hook("sample", item)
             key = step_key(self.cfg.train.seed, item.epoch, item.step)
-            item.blocks = sample_minibatch(sample_source, item.seeds, self.fanouts, key)
+            seeds, exclude, item.targets = self.step_targets(item.items, key)
+            item.blocks = sample_minibatch(sample_source, seeds, self.fanouts, key, exclude)
             _add(item.sent, sample_comm.bytes.reset())
             return item
 
         def fetch(item: _Item) -> _Item:
             self._hook("fetch", item)
             item.x = fetch_source.features(item.blocks[0].src_ids)
-            item.labels = self.labels_of(item.seeds)
             _add(item.sent, fetch_comm.bytes.reset())
             return item
 
@@ -182,7 +184,7 @@ class PipelinedMinibatch(DistributedMinibatch):
             )
         for purpose, sent in item.sent.items():
             self.comm.bytes.add(purpose, sent)
-        return Minibatch(item.blocks, item.x, item.labels)
+        return Minibatch(item.blocks, item.x, item.targets)
 
     def end_epoch(self, losses: list[float]) -> dict[str, Any]:
         stats = super().end_epoch(losses)
@@ -207,7 +209,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         for epoch in range(start, end):
             order = self.epoch_order(epoch, steps)
             for step in range(steps):
-                yield _Item(epoch, step, self.step_seeds(order, step))
+                yield _Item(epoch, step, self.step_items(order, step))
 
     def _hook(self, stage: str, item: _Item) -> None:
         hook = self.stage_hooks.get(stage)

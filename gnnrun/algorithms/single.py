@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnrun.algorithms.minibatch import SampledTraining
+from gnnrun.algorithms.minibatch import SampledTraining, step_key
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import LocalGraphSource
-from gnnrun.data import load_prepared
+from gnnrun.data import load_for_task
 from gnnrun.ops.block import Block
 
 
@@ -21,7 +21,7 @@ class Single(SampledTraining):
         super().__init__(cfg, comm, timer)
         if comm.world_size != 1:
             raise ValueError("algorithm=single runs in one process (cluster.nprocs=1)")
-        dataset = load_prepared(cfg.dataset)
+        dataset = load_for_task(cfg.dataset, cfg.task)
         self.schema = dataset.hetero
         self.in_dim, self.num_classes, self.task = (
             dataset.feat_dim,
@@ -47,15 +47,24 @@ class Single(SampledTraining):
                 self.x = LocalGraphSource(dataset).features(every)
         else:
             self.source = LocalGraphSource(dataset)
+        self.num_nodes = dataset.num_nodes
+        if cfg.task.link:
+            self.set_link(dataset, None)
 
     def labels_of(self, ids):
         return self.label[ids]
+
+    def embedded_vertices(self) -> torch.Tensor:
+        return torch.arange(self.num_nodes)
 
     def full_logits(self, model: torch.nn.Module) -> torch.Tensor:
         return model([self.graph] * len(model.layers), self.x)
 
     def begin_epoch(self, epoch: int) -> int:
-        return 1 if self.full else super().begin_epoch(epoch)
+        if not self.full:
+            return super().begin_epoch(epoch)
+        self.epoch = epoch
+        return 1
 
     def batch(self, step: int):
         return None if self.full else super().batch(step)
@@ -64,6 +73,12 @@ class Single(SampledTraining):
         if not self.full:
             return super().loss(model, batch, step)
         logits = self.full_logits(model)
+        if self.link is not None:
+            # Every training edge is a target and stays in the graph (full-graph link
+            # prediction's convention: leaving them all out would leave no graph).
+            key = step_key(self.cfg.train.seed, self.epoch, 0)
+            seeds, _, targets = self.link.step(self.train_ids, key)
+            return self.link.loss(model, logits[seeds], targets)
         return torch.nn.functional.cross_entropy(logits[self.train_ids], self.label[self.train_ids])
 
     @torch.no_grad()
@@ -72,4 +87,6 @@ class Single(SampledTraining):
             return super().evaluate(model)
         model.eval()
         logits = self.full_logits(model)
+        if self.link is not None:
+            return self.link.evaluate(model, lambda nodes: logits[nodes])
         return {split: (logits[ids], self.label[ids]) for split, ids in self.eval_ids.items()}

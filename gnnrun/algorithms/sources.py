@@ -86,23 +86,40 @@ def hop_fanouts(model, schema: HeteroSchema | None) -> list[Fanout]:
 
 
 def make_minibatch(
-    source: GraphSource, seeds: torch.Tensor, fanouts: list[Fanout], key: int
+    source: GraphSource,
+    seeds: torch.Tensor,
+    fanouts: list[Fanout],
+    key: int,
+    exclude: torch.Tensor | None = None,
 ) -> tuple[list[Block], torch.Tensor | TypedInput]:
     """Sampled blocks (input layer first) for `seeds` (global ids) and the input features."""
-    blocks = sample_minibatch(source, seeds, fanouts, key)
+    blocks = sample_minibatch(source, seeds, fanouts, key, exclude)
     return blocks, source.features(blocks[0].src_ids)
 
 
 def sample_minibatch(
-    source: GraphSource, seeds: torch.Tensor, fanouts: list[Fanout], key: int
+    source: GraphSource,
+    seeds: torch.Tensor,
+    fanouts: list[Fanout],
+    key: int,
+    exclude: torch.Tensor | None = None,
 ) -> list[Block]:
     """The sampled blocks of `seeds` (global ids), input layer first; their input vertices
     are `blocks[0].src_ids`. `fanouts` go from the seeds outwards: fanouts[0] neighbours
-    per seed (per relation, where it lists one per relation)."""
+    per seed (per relation, where it lists one per relation).
+
+    `exclude` [2, E]: vertex pairs whose edges, in either direction, leave every block
+    once sampled (a link-prediction step's target edges; DistDGL drops them from the
+    sampled frontier the same way), so a vertex may keep fewer than its fanout."""
     blocks: list[Block] = []
     frontier = seeds
+    excluded = None if exclude is None or not exclude.numel() else pair_keys(exclude)
     for hop, fanout in enumerate(fanouts):
         offsets, neighbours, etypes = source.sample(frontier, fanout, key, hop)
+        if excluded is not None:
+            offsets, neighbours, etypes = _drop_pairs(
+                frontier, offsets, neighbours, etypes, excluded
+            )
         indptr, indices, src_ids = compact(frontier, offsets, neighbours)
         block = Block(indptr, indices, int(src_ids.numel()), src_ids, etypes=etypes)
         if source.schema is not None:
@@ -110,6 +127,30 @@ def sample_minibatch(
         blocks.insert(0, block)
         frontier = src_ids
     return blocks
+
+
+def pair_keys(pairs: torch.Tensor) -> torch.Tensor:
+    """One int64 per vertex pair [2, E] and per direction, sorted: (a << 32) | b."""
+    a, b = pairs[0].to(torch.int64), pairs[1].to(torch.int64)
+    return torch.unique(torch.cat([(a << 32) | b, (b << 32) | a]))
+
+
+def _drop_pairs(
+    frontier: torch.Tensor,
+    offsets: torch.Tensor,
+    neighbours: torch.Tensor,
+    etypes: torch.Tensor | None,
+    excluded: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The sampled edges neighbour -> frontier vertex whose pair is not in `excluded`."""
+    counts = offsets[1:] - offsets[:-1]
+    destinations = torch.repeat_interleave(frontier, counts)
+    keep = ~torch.isin((neighbours << 32) | destinations, excluded)
+    row = torch.repeat_interleave(torch.arange(frontier.numel()), counts)
+    kept = torch.zeros(frontier.numel(), dtype=torch.int64).index_add_(0, row, keep.long())
+    offsets = torch.zeros_like(offsets)
+    torch.cumsum(kept, 0, out=offsets[1:])
+    return offsets, neighbours[keep], None if etypes is None else etypes[keep]
 
 
 class LocalGraphSource(GraphSource):
@@ -240,15 +281,17 @@ class PartitionGraphSource(GraphSource):
 
     def features(self, nodes):
         if self.schema is None:
-            return self._fetch(nodes, self.feat, 0)
+            return self.fetch_rows(nodes, self.feat, 0)
         offsets = self.schema.offsets
         return typed_input(
             self.schema,
             nodes,
-            lambda t, typed_ids: self._fetch(typed_ids + int(offsets[t]), *self.typed_feat[t]),
+            lambda t, typed_ids: self.fetch_rows(typed_ids + int(offsets[t]), *self.typed_feat[t]),
         )
 
-    def _fetch(self, nodes: torch.Tensor, table: np.ndarray, first_row: int) -> torch.Tensor:
+    def fetch_rows(
+        self, nodes: torch.Tensor, table: np.ndarray, first_row: int
+    ) -> torch.Tensor:
         """Rows of global vertices `nodes` from their owners' `table`, whose row of the
         owner's local id l is l - first_row."""
         # This rank's own rows are gathered straight into place while the others are

@@ -2,7 +2,14 @@
 on-disk format (`dataset`), and preparing it once (`prepare`, which explains how a
 prepared copy stays current)."""
 
-from gnnrun.data.prepare import build_dataset, dataset_identity, load_prepared, prepare_dataset
+from gnnrun.data.prepare import (
+    build_dataset,
+    dataset_identity,
+    load_for_task,
+    load_prepared,
+    prepare_dataset,
+    prepare_for_task,
+)
 from gnnrun.data.registry import DATASET_SOURCES, DatasetSource, register_source
 
 # Importing a source module registers it. Sources import pandas and scipy inside
@@ -15,7 +22,9 @@ __all__ = [
     "DatasetSource",
     "build_dataset",
     "dataset_identity",
+    "load_for_task",
     "load_prepared",
     "prepare_dataset",
+    "prepare_for_task",
     "register_source",
 ]

@@ -30,8 +30,10 @@ from gnnrun.io import (
 
 FORMAT_VERSION = 1
 ARRAY_NAMES = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
-# Written only when the dataset was renumbered (gnnrun.data.reorder).
-OPTIONAL_ARRAY_NAMES = ("input_ids",)
+# input_ids: written only when the dataset was renumbered (gnnrun.data.reorder);
+# link_*: a link-prediction copy's edges (gnnrun.data.edge_split).
+OPTIONAL_ARRAY_NAMES = ("input_ids", "link_train", "link_val", "link_test")
+LINK_SPLITS = ("link_train", "link_val", "link_test")
 TASKS = ("multiclass", "binary")
 # meta.json's fields that `load` reads besides the file records, and their JSON types.
 META_FIELDS: dict[str, type] = {
@@ -97,6 +99,11 @@ class GraphDataset:
     hetero: HeteroSchema | None = None
     edge_type: np.ndarray | None = None
     typed_feat: list[np.ndarray | None] | None = None
+    # Link prediction (gnnrun.data.edge_split): the (source, destination) pairs [2, E] of
+    # the training, validation and test edges; the CSR then holds the training edges only.
+    link_train: np.ndarray | None = None
+    link_val: np.ndarray | None = None
+    link_test: np.ndarray | None = None
 
     @classmethod
     def heterogeneous(
@@ -200,6 +207,14 @@ class GraphDataset:
             or not np.array_equal(np.bincount(self.input_ids, minlength=n), np.ones(n, np.int64))
         ):
             problems.append("input_ids is not a permutation of [0, num_nodes)")
+        for split in LINK_SPLITS:
+            edges = getattr(self, split)
+            if edges is None:
+                continue
+            if edges.ndim != 2 or edges.shape[0] != 2:
+                problems.append(f"{split} has shape {edges.shape}, expected (2, edges)")
+            elif edges.size and (edges.min() < 0 or edges.max() >= n):
+                problems.append(f"{split} has ids outside [0, num_nodes)")
         if self.hetero is not None:
             problems += self._hetero_problems()
         if problems:

@@ -8,6 +8,7 @@ import torch
 
 from gnnrun.data.hetero import HeteroSchema
 from gnnrun.models.hetero import TypedInput, TypedInputEncoder
+from gnnrun.models.link import LinkModel, build_scorer
 from gnnrun.models.registry import ACTIVATIONS, LAYERS, ModelConfig
 from gnnrun.ops.block import Block
 from gnnrun.ops.dropout import dropout, relu_dropout
@@ -123,6 +124,15 @@ def layer_widths(cfg: ModelConfig, in_dim: int, num_classes: int) -> list[int]:
 
 
 def build_model(
-    cfg: ModelConfig, in_dim: int, num_classes: int, schema: HeteroSchema | None = None
-) -> GNN:
-    return GNN(cfg, in_dim, num_classes, schema)
+    cfg: ModelConfig,
+    in_dim: int,
+    num_classes: int,
+    schema: HeteroSchema | None = None,
+    scorer: str | None = None,
+) -> torch.nn.Module:
+    """The GNN; with a `scorer` (task=link), the GNN embedding vertices `num_classes` wide
+    and the scorer of vertex pairs on top (gnnrun.models.link)."""
+    model = GNN(cfg, in_dim, num_classes, schema)
+    if scorer is None:
+        return model
+    return LinkModel(model, build_scorer(scorer, num_classes))

@@ -21,7 +21,7 @@ class PartitionerConfig:
     num_parts: int = II("cluster.nprocs")  # one part per rank unless told otherwise
     seed: int = 0
     output_dir: str = (
-        "${paths.data_root}/partitions/${dataset.name}/${partitioner.name}-${partitioner.num_parts}"
+        "${paths.data_root}/partitions/${task.graph}/${partitioner.name}-${partitioner.num_parts}"
     )
 
     def validate(self) -> None:

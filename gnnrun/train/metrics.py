@@ -1,4 +1,5 @@
-"""Evaluation metrics over all ranks: accuracy, and ROC-AUC for binary tasks."""
+"""Evaluation metrics over all ranks: accuracy, ROC-AUC for binary tasks, and MRR, Hits@K
+and ROC-AUC for link prediction (gnnrun.train.link_metrics)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from gnnrun.comm import Communicator
+from gnnrun.train.link_metrics import ranks
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -30,10 +32,51 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
 
 
-def evaluate_outputs(
-    outputs: dict[str, tuple[torch.Tensor, torch.Tensor]], task: str, comm: Communicator
+def _gathered(comm: Communicator, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Every rank's `tensors`, concatenated in rank order (each rank gets them all)."""
+    if not comm.distributed:
+        return tensors
+    gathered: list = [None] * comm.world_size
+    dist.all_gather_object(gathered, tensors)
+    return tuple(torch.cat(parts) for parts in zip(*gathered, strict=True))
+
+
+def link_metrics(
+    outputs: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    comm: Communicator,
+    hits_at: tuple[int, ...] | list[int],
 ) -> dict[str, float]:
-    """{split}_acc (and {split}_auc for binary tasks) over the vertices of every rank."""
+    """{split}_mrr, {split}_hits@K and {split}_auc over the held-out edges of every rank,
+    each ranked against its own negatives (positive scores [E], negative scores [E, k])."""
+    result = {}
+    for split, (positive, negative) in outputs.items():
+        rank = ranks(positive, negative)
+        sums = torch.tensor(
+            [float((1 / rank).sum()), *(float((rank <= k).sum()) for k in hits_at), rank.numel()],
+            dtype=torch.float64,
+        )
+        comm.all_reduce_sum(sums)
+        count = float(sums[-1])
+        result[f"{split}_mrr"] = float(sums[0]) / count if count else float("nan")
+        for i, k in enumerate(hits_at):
+            result[f"{split}_hits@{k}"] = float(sums[1 + i]) / count if count else float("nan")
+        positive, negative = _gathered(comm, (positive, negative.reshape(-1)))
+        scores = torch.cat([positive, negative])
+        labels = torch.cat([torch.ones_like(positive), torch.zeros_like(negative)])
+        result[f"{split}_auc"] = roc_auc(scores, labels)
+    return result
+
+
+def evaluate_outputs(
+    outputs: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    task: str,
+    comm: Communicator,
+    hits_at: tuple[int, ...] | list[int] = (),
+) -> dict[str, float]:
+    """{split}_acc (and {split}_auc for binary tasks) over the vertices of every rank;
+    link_metrics' figures for task "link"."""
+    if task == "link":
+        return link_metrics(outputs, comm, hits_at)
     result = {}
     for split, (logits, labels) in outputs.items():
         counts = torch.tensor(
@@ -42,11 +85,6 @@ def evaluate_outputs(
         comm.all_reduce_sum(counts)
         result[f"{split}_acc"] = float(counts[0] / counts[1]) if counts[1] else float("nan")
         if task == "binary":
-            scores = torch.softmax(logits, 1)[:, 1]
-            if comm.distributed:
-                gathered: list = [None] * comm.world_size
-                dist.all_gather_object(gathered, (scores, labels))
-                scores = torch.cat([s for s, _ in gathered])
-                labels = torch.cat([y for _, y in gathered])
+            scores, labels = _gathered(comm, (torch.softmax(logits, 1)[:, 1], labels))
             result[f"{split}_auc"] = roc_auc(scores, labels)
     return result

@@ -38,6 +38,8 @@ REFUSED = (
     "algorithm.name",
     "optimizer.name",
     "dataset",
+    "task.name",
+    "task.scorer",
 )
 APPLIED = ("optimizer.lr", "optimizer.weight_decay")
 _PARTITION_LOCATION = "output_dir"
@@ -52,6 +54,11 @@ def settings_of(cfg) -> dict[str, Any]:
         f"partitioner.{k}": v
         for k, v in dataclasses.asdict(cfg.partitioner).items()
         if k != _PARTITION_LOCATION
+    }
+    flat |= {
+        f"task.{k}": v
+        for k, v in dataclasses.asdict(cfg.task).items()
+        if k not in ("graph", "prepared_dir")  # where, not what
     }
     flat["dataset"] = dataset_identity(cfg.dataset)
     flat["cluster.nprocs"] = cfg.cluster.nprocs

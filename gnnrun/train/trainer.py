@@ -37,9 +37,13 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     if display is not None:
         algorithm.on_step = display.step_done
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
-    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes, algorithm.schema).to(
-        algorithm.device
-    )
+    model = build_model(
+        cfg.model,
+        algorithm.in_dim,
+        algorithm.num_classes,
+        algorithm.schema,
+        scorer=cfg.task.scorer if cfg.task.link else None,
+    ).to(algorithm.device)
     optimizer = build_optimizer(model, cfg.optimizer)
 
     checkpoint_dir = Path(cfg.train.checkpoint_dir)
@@ -86,7 +90,14 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                 record["train_rss_growth_mb"] = train_growth_mb
             if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
                 with timer.phase("eval"), autocast(cfg.train.precision, algorithm.device):
-                    record.update(evaluate_outputs(algorithm.evaluate(model), algorithm.task, comm))
+                    record.update(
+                        evaluate_outputs(
+                            algorithm.evaluate(model),
+                            algorithm.task,
+                            comm,
+                            hits_at=getattr(cfg.task, "hits_at", ()),
+                        )
+                    )
                 record["eval_bytes"] = comm.bytes.reset()
             record["time"] = timer.reset()
             record["peak_rss_mb"] = memory.run_peak_mb()
@@ -206,10 +217,25 @@ def _save_algorithm_state(directory: Path, rank: int, epoch: int, state: Any) ->
         (directory / algorithm_checkpoint(rank, old)).unlink(missing_ok=True)
 
 
+def is_metric(key: str) -> bool:
+    """Whether a record's key is an evaluation figure the summary keeps."""
+    return key.endswith(("_acc", "_auc", "_mrr")) or "_hits@" in key
+
+
+def headline_metric(history: list[dict[str, Any]]) -> str:
+    """The validation figure that picks the best epoch and the time to target: accuracy,
+    MRR for link prediction, ROC-AUC where there is neither."""
+    for metric in ("val_acc", "val_mrr", "val_auc"):
+        if any(metric in r for r in history):
+            return metric
+    return "val_acc"
+
+
 def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
     """Final and best accuracies, median epoch time and its split, bytes per epoch (rank 0)."""
-    evaluated = [r for r in history if "val_acc" in r]
-    best = max(evaluated, key=lambda r: r["val_acc"], default={})
+    metric = headline_metric(history)
+    evaluated = [r for r in history if metric in r]
+    best = max(evaluated, key=lambda r: r[metric], default={})
     last = evaluated[-1] if evaluated else {}
     phases = (
         {k: float(np.median([r["time"].get(k, 0.0) for r in history])) for k in history[-1]["time"]}
@@ -220,13 +246,14 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         "dataset": cfg.dataset.name,
         "model": cfg.model.name,
         "algorithm": cfg.algorithm.name,
+        "task": cfg.task.name,
         "ranks": ranks,
         "epochs": len(history),
         "complete": len(history) == cfg.train.epochs,
-        "final": {k: v for k, v in last.items() if k.endswith(("_acc", "_auc"))},
+        "final": {k: v for k, v in last.items() if is_metric(k)},
         "best": {
             "epoch": best.get("epoch"),
-            **{k: v for k, v in best.items() if k.endswith(("_acc", "_auc"))},
+            **{k: v for k, v in best.items() if is_metric(k)},
         },
         "epoch_s_median": float(np.median([r["epoch_s"] for r in history])) if history else None,
         "time_median": phases,
@@ -260,10 +287,11 @@ TARGET_TOLERANCE = 0.01
 
 
 def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any] | None:
-    """The first evaluation whose validation accuracy (AUC for binary tasks) is within 1%
-    of `target`, or of the run's best when there is none: how many epochs it took and the
-    training seconds until then (evaluations excluded). None before any evaluation."""
-    metric = "val_acc" if any("val_acc" in r for r in history) else "val_auc"
+    """The first evaluation whose headline validation figure (accuracy; MRR for link
+    prediction; AUC for binary tasks) is within 1% of `target`, or of the run's best when
+    there is none: how many epochs it took and the training seconds until then
+    (evaluations excluded). None before any evaluation."""
+    metric = headline_metric(history)
     evaluated = [r for r in history if metric in r]
     if not evaluated:
         return None

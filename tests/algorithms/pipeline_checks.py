@@ -26,7 +26,7 @@ def trajectory(cfg, epochs: int, hooks=None, compute_delay_s: float = 0.0) -> di
             (
                 [(b.indptr, b.indices, b.src_ids) for b in batch.blocks],
                 batch.x,
-                batch.labels,
+                batch.targets,
             )
         )
         if compute_delay_s:

@@ -1,0 +1,56 @@
+"""Link prediction's model: a GNN that embeds vertices and a scorer of vertex pairs.
+
+The encoder is any model of the registry, its output `hidden` wide (the vertex
+embedding). The scorer gives a pair (u, v) a logit from the two embeddings:
+
+- `dot`: <h_u, h_v>;
+- `mlp`: a two-layer perceptron on h_u * h_v (OGB's link-prediction examples'
+  predictor; the product keeps the score symmetric in u and v).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class DotScorer(torch.nn.Module):
+    def forward(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+        return (h_u * h_v).sum(dim=-1)
+
+
+class MLPScorer(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.hidden = torch.nn.Linear(width, width)
+        self.out = torch.nn.Linear(width, 1)
+
+    def forward(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.hidden(h_u * h_v))).squeeze(-1)
+
+
+def build_scorer(name: str, width: int) -> torch.nn.Module:
+    if name == "dot":
+        return DotScorer()
+    if name == "mlp":
+        return MLPScorer(width)
+    raise ValueError(f"unknown scorer {name!r}: choose dot or mlp")
+
+
+class LinkModel(torch.nn.Module):
+    """`encoder`'s vertex embeddings (forward, as the encoder's) and `score` of vertex pairs."""
+
+    def __init__(self, encoder: torch.nn.Module, scorer: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.scorer = scorer
+
+    @property
+    def layers(self) -> torch.nn.ModuleList:
+        return self.encoder.layers
+
+    def forward(self, blocks, x, layer_input=None) -> torch.Tensor:
+        return self.encoder(blocks, x, layer_input)
+
+    def score(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+        """One logit per pair: row i of h_u with row i of h_v."""
+        return self.scorer(h_u, h_v)
