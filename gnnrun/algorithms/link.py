@@ -119,17 +119,15 @@ class LinkObjective:
             h = rows_of(needed)
             u, v = position[: pairs.numel()].view(2, -1)
             w = position[pairs.numel() :].view(-1, k)
-            positive = _score(model, h, u, v)
-            negative = _score(model, h, u.repeat_interleave(k), w.reshape(-1)).view(-1, k)
-            out[split] = (positive, negative)
+            out[split] = (_score(model, h, u, v[:, None]).view(-1), _score(model, h, u, w))
         return out
 
 
-def _score(model, h: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return torch.cat(
-        [
-            model.score(h[u[i : i + SCORE_CHUNK]], h[v[i : i + SCORE_CHUNK]]).float()
-            for i in range(0, u.numel(), SCORE_CHUNK)
-        ]
-        or [torch.zeros(0)]
-    )
+def _score(model, h: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """[E, k] scores of the pairs (u[i], w[i, j]) of embedding rows `h`, in chunks."""
+    chunk = max(1, SCORE_CHUNK // w.shape[1])
+    scores = [
+        model.score(h[u[i : i + chunk]][:, None, :], h[w[i : i + chunk]]).float()
+        for i in range(0, u.numel(), chunk)
+    ]
+    return torch.cat(scores) if scores else torch.zeros(0, w.shape[1])

@@ -15,6 +15,9 @@ import torch
 
 class DotScorer(torch.nn.Module):
     def forward(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+        if h_u.dim() == 3 and h_u.shape[1] == 1 and h_v.dim() == 3:
+            # One source against k vertices each: a batched product reads h_v once.
+            return torch.bmm(h_v, h_u.transpose(1, 2)).squeeze(-1)
         return (h_u * h_v).sum(dim=-1)
 
 
@@ -52,5 +55,6 @@ class LinkModel(torch.nn.Module):
         return self.encoder(blocks, x, layer_input)
 
     def score(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
-        """One logit per pair: row i of h_u with row i of h_v."""
+        """One logit per pair: row i of h_u with row i of h_v ([n, d] each), or each of
+        h_v's k rows with h_u's one ([n, 1, d] and [n, k, d] give [n, k])."""
         return self.scorer(h_u, h_v)

@@ -32,6 +32,19 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
 
 
+def pairwise_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
+    """ROC-AUC of positive against negative scores, ties counted half: `roc_auc` of the two
+    together, by one sort of the negatives (link prediction has k times more of them)."""
+    if not positive.numel() or not negative.numel():
+        return float("nan")
+    ordered = torch.sort(negative.reshape(-1).to(torch.float64)).values
+    positive = positive.to(torch.float64)
+    below = torch.searchsorted(ordered, positive, side="left")
+    not_above = torch.searchsorted(ordered, positive, side="right")
+    wins = (below + not_above).sum().item() / 2
+    return wins / (positive.numel() * ordered.numel())
+
+
 def _gathered(comm: Communicator, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     """Every rank's `tensors`, concatenated in rank order (each rank gets them all)."""
     if not comm.distributed:
@@ -60,10 +73,7 @@ def link_metrics(
         result[f"{split}_mrr"] = float(sums[0]) / count if count else float("nan")
         for i, k in enumerate(hits_at):
             result[f"{split}_hits@{k}"] = float(sums[1 + i]) / count if count else float("nan")
-        positive, negative = _gathered(comm, (positive, negative.reshape(-1)))
-        scores = torch.cat([positive, negative])
-        labels = torch.cat([torch.ones_like(positive), torch.zeros_like(negative)])
-        result[f"{split}_auc"] = roc_auc(scores, labels)
+        result[f"{split}_auc"] = pairwise_auc(*_gathered(comm, (positive, negative.reshape(-1))))
     return result
 
 

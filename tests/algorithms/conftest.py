@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from gnnrun.cli import CONFIG_DIR
 from gnnrun.config import to_objects
-from gnnrun.data import prepare_dataset
+from gnnrun.data import prepare_for_task
 from gnnrun.partition import find_partition, partition_dataset
 from gnnrun.schemas import register_schemas
 
@@ -21,7 +21,7 @@ def make_config(*overrides: str):
 def prepared(*overrides: str):
     """The config, with its dataset prepared and (for partitioned algorithms) partitioned."""
     cfg = make_config(*overrides)
-    dataset = prepare_dataset(cfg.dataset)
+    dataset = prepare_for_task(cfg.dataset, cfg.task)
     if cfg.algorithm.name != "single" and find_partition(dataset, cfg.partitioner) is None:
         partition_dataset(dataset, cfg.partitioner)
     return cfg

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnrun.data.edge_split import split_edges
+import torch
+
+from gnnrun.data.edge_split import held_out_negatives, split_edges
 from gnnrun.data.graph import csr_from_edges, edges_from_csr
 from gnnrun.data.synthetic import SyntheticDatasetConfig, generate
 
@@ -26,7 +28,7 @@ def pairs(edges: np.ndarray, n: int) -> np.ndarray:
 def test_an_undirected_split_keeps_pairs_whole_and_out_of_the_graph(undirected):
     indptr, indices = undirected
     n = indptr.size - 1
-    split = split_edges(indptr, indices, False, 0.1, 0.2, seed=3, num_negatives=7)
+    split = split_edges(indptr, indices, False, 0.1, 0.2, seed=3, )
     train, val, test = (pairs(e, n) for e in (split.train, split.val, split.test))
     everything = pairs(np.stack(edges_from_csr(indptr, indices)), n)
     assert np.array_equal(np.sort(np.concatenate([train, val, test])), np.unique(everything))
@@ -37,19 +39,14 @@ def test_an_undirected_split_keeps_pairs_whole_and_out_of_the_graph(undirected):
     graph = pairs(np.stack(edges_from_csr(split.indptr, split.indices)), n)
     assert set(graph) == set(train)  # both directions of every training pair, nothing held out
     assert graph.size == 2 * train.size
-    assert split.val_negatives.shape == (val.size, 7) and split.test_negatives.shape == (
-        test.size,
-        7,
-    )
-    assert split.test_negatives.min() >= 0 and split.test_negatives.max() < n
 
 
 def test_the_same_seed_gives_the_same_split_and_another_another(undirected):
     indptr, indices = undirected
-    first = split_edges(indptr, indices, False, 0.1, 0.1, seed=1, num_negatives=5)
-    again = split_edges(indptr, indices, False, 0.1, 0.1, seed=1, num_negatives=5)
-    other = split_edges(indptr, indices, False, 0.1, 0.1, seed=2, num_negatives=5)
-    for name in ("indptr", "indices", "train", "val", "test", "val_negatives", "test_negatives"):
+    first = split_edges(indptr, indices, False, 0.1, 0.1, seed=1)
+    again = split_edges(indptr, indices, False, 0.1, 0.1, seed=1)
+    other = split_edges(indptr, indices, False, 0.1, 0.1, seed=2)
+    for name in ("indptr", "indices", "train", "val", "test"):
         assert np.array_equal(getattr(first, name), getattr(again, name)), name
     assert not np.array_equal(first.test, other.test)
 
@@ -58,7 +55,7 @@ def test_a_directed_split_is_by_edge():
     rng = np.random.default_rng(0)
     src, dst = rng.integers(0, 100, 800), rng.integers(0, 100, 800)
     indptr, indices = csr_from_edges(src, dst, 100, symmetrize=False)
-    split = split_edges(indptr, indices, True, 0.25, 0.25, seed=0, num_negatives=3)
+    split = split_edges(indptr, indices, True, 0.25, 0.25, seed=0)
     keys = [e[1] * 100 + e[0] for e in (split.train, split.val, split.test)]
     graph_src, graph_dst = edges_from_csr(split.indptr, split.indices)
     assert np.array_equal(np.sort(graph_dst * 100 + graph_src), np.sort(keys[0]))
@@ -68,4 +65,40 @@ def test_a_directed_split_is_by_edge():
 
 def test_fractions_that_leave_no_training_edges_are_refused(undirected):
     with pytest.raises(ValueError, match="leave training edges"):
-        split_edges(*undirected, False, 0.5, 0.5, seed=0, num_negatives=1)
+        split_edges(*undirected, False, 0.5, 0.5, seed=0)
+
+
+def test_held_out_negatives_are_fixed_per_edge_and_differ_between_splits_and_seeds(undirected):
+    indptr, indices = undirected
+    n = indptr.size - 1
+    split = split_edges(indptr, indices, False, 0.1, 0.1, seed=0)
+    ids = torch.arange(split.test.shape[1])
+    test = held_out_negatives(split.test, ids, 20, n, split_seed=0, split="test")
+    assert test.shape == (ids.numel(), 20) and test.min() >= 0 and test.max() < n
+    tail = held_out_negatives(split.test[:, 5:], ids[5:], 20, n, split_seed=0, split="test")
+    assert torch.equal(test[5:], tail)  # an edge's negatives do not depend on the others
+    val_ids = torch.arange(split.val.shape[1])
+    val = held_out_negatives(split.val, val_ids, 20, n, split_seed=0, split="val")
+    assert not torch.equal(val[:5], test[:5])
+    reseeded = held_out_negatives(split.test, ids, 20, n, split_seed=1, split="test")
+    assert not torch.equal(reseeded, test)
+
+
+def test_the_link_dataset_is_written_once_and_made_again_for_another_split(tmp_path):
+    from gnnrun.config import LinkTaskConfig
+    from gnnrun.data.edge_split import load_link_dataset, prepare_link_dataset
+    from gnnrun.errors import GnnrunError
+
+    dataset = generate(SyntheticDatasetConfig(name="t", num_nodes=300, avg_degree=6))
+    dataset.save(tmp_path / "t")
+    task = LinkTaskConfig(prepared_dir=str(tmp_path / "t-link"))
+    linked = prepare_link_dataset(dataset, task)
+    assert linked.link_train.shape[0] == 2 and linked.num_edges == 2 * linked.link_train.shape[1]
+    np.testing.assert_array_equal(linked.feat, dataset.feat)
+    again = prepare_link_dataset(dataset, task)
+    assert again.checksum == linked.checksum
+    assert load_link_dataset(dataset, task).checksum == linked.checksum
+    other = LinkTaskConfig(prepared_dir=task.prepared_dir, split_seed=1)
+    with pytest.raises(GnnrunError, match="another split"):
+        load_link_dataset(dataset, other)
+    assert prepare_link_dataset(dataset, other).checksum != linked.checksum

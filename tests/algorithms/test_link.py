@@ -1,0 +1,72 @@
+"""Link prediction in the sampled algorithms: distributed minibatches against one process
+on real ranks, no held-out or target edge in any block, minibatch evaluation with every
+neighbour against full batch, and the algorithms that refuse task=link."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gnnrun.algorithms import check_runnable
+from gnnrun.errors import GnnrunError
+from gnnrun.testing import run_on_ranks
+
+sys.path.insert(0, str(Path(__file__).parent))
+import link_checks  # noqa: E402
+from conftest import make_config  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "nprocs", [2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 4 ranks: make test-slow
+def test_owners_build_one_process_link_minibatches_without_target_edges(
+    configure, shared_datasets, nprocs
+):
+    cfg = configure(
+        "dataset=cora", "task=link", "algorithm=minibatch", f"cluster.nprocs={nprocs}",
+        "model.fanouts=[5,5]", "model.batch_size=256", "task.num_negatives=3",
+    )  # fmt: skip
+    results = run_on_ranks(link_checks.link_epoch_checks, nprocs, cfg)
+    train_edges = 4488  # Cora's 5,278 pairs, 5% and 10% held out (seed 0)
+    assert sum(r["positives"] for r in results) >= train_edges
+    assert all(r["steps"] == results[0]["steps"] for r in results)
+    assert all(r["edges"] > 0 and r["targets_in_graph"] > 0 for r in results)
+    assert any(r["remote_inputs"] > 0 for r in results), "the test must involve remote vertices"
+
+
+def test_evaluation_with_every_neighbour_scores_as_full_batch(configure, shared_datasets):
+    """With fanout -1 the minibatch evaluation's embeddings are the full graph's, so the
+    held-out edges and their negatives score as in full batch, for both scorers."""
+    from gnnrun.algorithms.single import Single
+    from gnnrun.comm import Communicator
+    from gnnrun.models import build_model
+    from gnnrun.timers import PhaseTimer
+
+    for scorer in ("dot", "mlp"):
+        common = ("dataset=cora", "task=link", "algorithm=single", f"task.scorer={scorer}")
+        common += ("task.eval_negatives=50", "model.fanouts=[-1,-1]", "model.hidden=32")
+        full = Single(configure(*common, "algorithm.mode=full"), Communicator(), PhaseTimer())
+        sampled = Single(configure(*common), Communicator(), PhaseTimer())
+        torch.manual_seed(0)
+        model = build_model(full.cfg.model, full.in_dim, full.num_classes, scorer=scorer)
+        exact, minibatch = full.evaluate(model), sampled.evaluate(model)
+        for split in ("val", "test"):
+            assert exact[split][1].shape == (full.link.eval_ids[split].numel(), 50)
+            for a, b in zip(exact[split], minibatch[split], strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("algorithm=cd0",), "algorithm=cd0 does not train task=link: choose algorithm= one of"),
+        (("algorithm=hec",), "algorithm=hec does not train task=link"),
+        (("algorithm=sar",), "algorithm=sar does not train task=link"),
+    ],
+)
+def test_algorithms_without_link_prediction_refuse_it(overrides, message):
+    with pytest.raises(GnnrunError, match=message):
+        check_runnable(make_config("task=link", *overrides))
