@@ -49,7 +49,7 @@ class LinkObjective:
         self.task = task
         self.num_nodes = dataset.num_nodes
         self.edges = {
-            split: torch.from_numpy(np.asarray(getattr(dataset, f"link_{split}"), dtype=np.int64))
+            split: torch.from_numpy(np.array(getattr(dataset, f"link_{split}"), dtype=np.int64))
             for split in ("train", "val", "test")
         }
 
@@ -90,8 +90,11 @@ class LinkObjective:
     def loss(self, model, h: torch.Tensor, targets: EdgeTargets) -> torch.Tensor | None:
         if not targets.positives.numel():
             return None
-        positive = model.score(h[targets.positives[0]], h[targets.positives[1]])
-        negative = model.score(h[targets.negatives[0]], h[targets.negatives[1]])
+        # index_select, not h[...]: indexing's gradient (an accumulating index_put_) adds
+        # rows shared by several pairs in a varying order on CPU, index_select's does not.
+        pos, neg = targets.positives, targets.negatives
+        positive = model.score(h.index_select(0, pos[0]), h.index_select(0, pos[1]))
+        negative = model.score(h.index_select(0, neg[0]), h.index_select(0, neg[1]))
         if self.task.loss == "margin":
             each = positive.repeat_interleave(self.task.num_negatives)
             return torch.relu(self.task.margin - each + negative).mean()

@@ -70,3 +70,33 @@ def test_evaluation_with_every_neighbour_scores_as_full_batch(configure, shared_
 def test_algorithms_without_link_prediction_refuse_it(overrides, message):
     with pytest.raises(GnnrunError, match=message):
         check_runnable(make_config("task=link", *overrides))
+
+
+def test_pipeline_trains_link_prediction_exactly_as_minibatch(configure, shared_datasets, tmp_path):
+    """The pipeline builds each link step (negatives, blocks without the target edges,
+    features) ahead in threads: both ranks' losses and figures equal `minibatch`'s."""
+    import json
+
+    from gnnrun.launch.local import run_ranks
+
+    def trajectories(algorithm: str) -> list[list[tuple]]:
+        run_dir = tmp_path / algorithm
+        run_dir.mkdir()
+        cfg = configure(
+            "dataset=cora", "task=link", f"algorithm={algorithm}", "cluster.nprocs=2",
+            "model.hidden=32", "model.batch_size=512", "train.epochs=2", "task.eval_negatives=100",
+            "task.negatives=degree", "task.loss=margin", "task.scorer=mlp",
+            f"train.checkpoint_dir={tmp_path}/checkpoints/{algorithm}",
+        )  # fmt: skip
+        run_ranks(cfg, run_dir)
+        return [
+            [
+                (r["loss"], r["val_mrr"], r["test_hits@10"], r["test_auc"])
+                for r in map(json.loads, (run_dir / f"metrics.rank{rank}.jsonl").open())
+            ]
+            for rank in range(2)
+        ]
+
+    minibatch = trajectories("minibatch")
+    assert minibatch == trajectories("pipeline")
+    assert minibatch[0][-1][0] < minibatch[0][0][0]  # the margin loss falls
