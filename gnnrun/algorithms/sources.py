@@ -289,9 +289,7 @@ class PartitionGraphSource(GraphSource):
             lambda t, typed_ids: self.fetch_rows(typed_ids + int(offsets[t]), *self.typed_feat[t]),
         )
 
-    def fetch_rows(
-        self, nodes: torch.Tensor, table: np.ndarray, first_row: int
-    ) -> torch.Tensor:
+    def fetch_rows(self, nodes: torch.Tensor, table: np.ndarray, first_row: int) -> torch.Tensor:
         """Rows of global vertices `nodes` from their owners' `table`, whose row of the
         owner's local id l is l - first_row."""
         # This rank's own rows are gathered straight into place while the others are

@@ -77,7 +77,9 @@ def sample_negatives(
     elif sampler == "degree":
         if degree_cdf is None:
             raise ValueError("the degree sampler needs the degree distribution (degree_weights)")
-        dst = np.minimum(np.searchsorted(degree_cdf, unit(destination), side="right"), num_nodes - 1)
+        dst = np.minimum(
+            np.searchsorted(degree_cdf, unit(destination), side="right"), num_nodes - 1
+        )
     elif sampler == "uniform":
         dst = below(destination, num_nodes)
         src = below(draws(edge_ids, num, key, SOURCE_STREAM), num_nodes)

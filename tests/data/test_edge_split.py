@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import torch
 
 from gnnrun.data.edge_split import held_out_negatives, split_edges
@@ -28,7 +27,14 @@ def pairs(edges: np.ndarray, n: int) -> np.ndarray:
 def test_an_undirected_split_keeps_pairs_whole_and_out_of_the_graph(undirected):
     indptr, indices = undirected
     n = indptr.size - 1
-    split = split_edges(indptr, indices, False, 0.1, 0.2, seed=3, )
+    split = split_edges(
+        indptr,
+        indices,
+        False,
+        0.1,
+        0.2,
+        seed=3,
+    )
     train, val, test = (pairs(e, n) for e in (split.train, split.val, split.test))
     everything = pairs(np.stack(edges_from_csr(indptr, indices)), n)
     assert np.array_equal(np.sort(np.concatenate([train, val, test])), np.unique(everything))

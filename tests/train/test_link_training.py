@@ -103,7 +103,9 @@ def test_minibatch_on_two_ranks_learns_as_one_process_within_seed_noise(tmp_path
     )
     mrr = two["final"]["test_mrr"]
     print(f"single seeds 0, 1: {single}; minibatch on 2 ranks: {mrr}")
-    assert min(mrr, *single) > 0.03, "all must learn (a random ranking among 1,000 negatives: 0.0075)"
+    assert min(mrr, *single) > 0.03, (
+        "all must learn (a random ranking among 1,000 negatives: 0.0075)"
+    )
     assert abs(mrr - single[0]) <= max(3 * abs(single[1] - single[0]), 0.02), (single, mrr)
 
 
