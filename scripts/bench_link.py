@@ -1,0 +1,156 @@
+#!/usr/bin/env python
+"""Link prediction: `minibatch` and `pipeline` on 1 and 2 ranks, training edges per second
+and the MRR after a fixed number of epochs, in one invocation.
+
+Every run is a fresh `gnnrun train task=link` subprocess (scripts/train_runs.py) on the
+same prepared dataset, its held-out edges and partitions, with `model=sage` and the
+settings given per dataset below, and one evaluation after the last epoch (each
+held-out edge ranked among `task.eval_negatives` fixed negatives). Figures per run: the
+median epoch (the slowest rank's, over the epochs after the first), training edges
+per second (the positive edges the ranks' steps trained on, steps x batch x ranks,
+over that epoch), rank 0's phases, training bytes sent per epoch by rank 0, peak
+memory, validation and test MRR and Hits@10; ratios: `pipeline` against `minibatch`
+with the same ranks, and each run against 1-rank `minibatch`.
+
+    GNNRUN_RAW_ROOT=<raw files> .venv/bin/python scripts/bench_link.py                  # both datasets
+    .venv/bin/python scripts/bench_link.py --datasets synthetic-medium --json link.json
+    .venv/bin/python scripts/bench_link.py --datasets facebook --epochs 2                # a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from train_runs import variant_run  # noqa: E402
+
+PHASES = ("mbc", "fwd", "bwd", "ared", "opt")
+
+# Per dataset: the settings of every run and the epochs it trains by default. Facebook
+# (22k pages, 171k pairs) takes the sage preset; synthetic-medium (500k vertices, 5M
+# pairs) narrower layers, smaller fanouts and larger batches, so that an epoch fits a
+# laptop, and fewer held-out edges and negatives, so that evaluation does.
+SETTINGS = {
+    "facebook": (["model=sage"], 5),
+    "synthetic-medium": (
+        [
+            "model=sage",
+            "model.hidden=64",
+            "model.fanouts=[5,10]",
+            "model.batch_size=4096",
+            "task.val_fraction=0.005",
+            "task.test_fraction=0.005",
+            "task.eval_negatives=100",
+        ],
+        2,
+    ),
+}
+
+
+def summarize(run: dict, batch_size: int) -> dict:
+    """The run's figures (module docstring) from its per-rank records."""
+    if "records" not in run:
+        return {**run, "failed": True}
+    records = run["records"]
+    epochs = len(records[0])
+    slowest = [max(r[e]["epoch_s"] for r in records.values()) for e in range(epochs)]
+    timed = slowest[1:] or slowest
+    last = records[0][-1]
+    rank0 = records[0][1:] or records[0]
+    epoch_s = statistics.median(timed)
+    edges = last["steps"] * batch_size * run["ranks"]
+    return {
+        "label": run["label"],
+        "ranks": run["ranks"],
+        "command": run["command"],
+        "epoch_s": epoch_s,
+        "epoch_s_each": slowest,
+        "edges_per_epoch": edges,
+        "edges_per_s": edges / epoch_s,
+        "phases_rank0": {
+            p: statistics.median(r["time"].get(p, 0.0) for r in rank0) for p in PHASES
+        },
+        "mb_sent_rank0": statistics.median(sum(r["bytes"].values()) for r in rank0) / 1e6,
+        "peak_rss_mb_rank0": max(r["peak_rss_mb"] for r in records[0]),
+        **{k: last.get(k) for k in ("val_mrr", "test_mrr", "val_hits@10", "test_hits@10")},
+    }
+
+
+def batch_size_of(overrides: list[str]) -> int:
+    """model.batch_size as the overrides set it (the sage preset's 1000 otherwise)."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("model.batch_size=")]
+    return int(given[-1]) if given else 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--datasets", default="facebook,synthetic-medium")
+    parser.add_argument("--epochs", type=int, help="epochs of every run (default: per dataset)")
+    parser.add_argument("--ranks", default="1,2", help="comma-separated rank counts")
+    parser.add_argument("--algorithms", default="minibatch,pipeline")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
+    parser.add_argument("--json", help="write every figure to this file")
+    parser.add_argument(
+        "--data-root",
+        default=os.environ.get("GNNRUN_DATA_ROOT", "data"),
+        help="where the prepared datasets and partitions are (GNNRUN_DATA_ROOT)",
+    )
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-link-") as tmp:
+        for dataset in args.datasets.split(","):
+            settings, default_epochs = SETTINGS.get(dataset, (["model=sage"], 3))
+            epochs = args.epochs or default_epochs
+            rows = []
+            for ranks in [int(r) for r in args.ranks.split(",")]:
+                for algorithm in args.algorithms.split(","):
+                    print(f"{dataset}: {algorithm} on {ranks} rank(s) ...", file=sys.stderr)
+                    run = variant_run(
+                        args, Path(tmp), "link", dataset, algorithm, ranks, epochs,
+                        ["task=link", *settings], [f"algorithm={algorithm}"],
+                    )  # fmt: skip
+                    rows.append(summarize(run, batch_size_of(settings)))
+            report(dataset, epochs, rows)
+            results[dataset] = {"epochs": epochs, "settings": settings, "runs": rows}
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+def report(dataset: str, epochs: int, rows: list[dict]) -> None:
+    ok = [r for r in rows if not r.get("failed")]
+    base = next((r for r in ok if r["label"] == "minibatch" and r["ranks"] == 1), None)
+    print(f"\nlink prediction on {dataset}, {epochs} epochs (median after the first)\n")
+    print(
+        f"{'run':<16}{'epoch s':>9}{'edges/s':>10}{'vs 1-rank mb':>14}{'pipe/mb':>9}"
+        + "".join(f"{p:>7}" for p in PHASES)
+        + f"{'MB sent':>9}{'peak MB':>9}{'val MRR':>9}{'test MRR':>9}{'test H@10':>10}"
+    )
+    for row in ok:
+        twin = next(
+            (r for r in ok if r["label"] == "minibatch" and r["ranks"] == row["ranks"]), None
+        )
+        against_base = row["edges_per_s"] / base["edges_per_s"] if base else float("nan")
+        pipe = twin["epoch_s"] / row["epoch_s"] if twin and row["label"] == "pipeline" else None
+        print(
+            f"{row['label'] + ' x' + str(row['ranks']):<16}{row['epoch_s']:>9.2f}"
+            f"{row['edges_per_s']:>10.0f}{against_base:>13.2f}x{(f'{pipe:.2f}x' if pipe else '-'):>9}"
+            + "".join(f"{row['phases_rank0'][p]:>7.2f}" for p in PHASES)
+            + f"{row['mb_sent_rank0']:>9.1f}{row['peak_rss_mb_rank0']:>9.0f}"
+            f"{row['val_mrr']:>9.4f}{row['test_mrr']:>9.4f}{row['test_hits@10']:>10.4f}"
+        )
+    for row in rows:
+        if row.get("failed"):
+            print(f"{row['label']} x{row['ranks']}: FAILED ({row.get('returncode')})")
+
+
+if __name__ == "__main__":
+    main()
