@@ -89,6 +89,7 @@ the same features), and
   predict.chunk_vertices   vertices a rank computes at a time (65536)
   predict.output_dir       default RUN_DIR/predict/<dataset> (embed: RUN_DIR/embed/...)
   predict.parquet          auto | true | false: Parquet shards beside the .npy ones
+  predict.candidates       a task=link run: .npy of vertex pairs to score (scores.npy)
   embed.layer              the layer `gnnrun embed` writes (-2: the last hidden one)
 """
 

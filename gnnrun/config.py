@@ -278,6 +278,8 @@ class PredictConfig:
     output_dir: str | None = None
     # Parquet shards beside the .npy ones: auto (when pyarrow is installed), true, false.
     parquet: str = "auto"
+    # A task=link run: the .npy of vertex pairs ((2, P) or (P, 2)) whose scores to write.
+    candidates: str | None = None
 
     def validate(self) -> None:
         check(

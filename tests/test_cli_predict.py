@@ -227,3 +227,64 @@ def test_every_algorithms_checkpoint_predicts(tmp_path, monkeypatch, capsys, tra
     if training[0].removeprefix("algorithm=") in exact:  # evaluated on the whole graph
         trained = summary["final"]["val_acc"]
         assert _accuracy(output, "val", "dataset=synthetic-tiny") == pytest.approx(trained)
+
+
+def test_a_link_runs_predict_scores_the_given_pairs_as_its_model_does(
+    tmp_path, monkeypatch, capsys
+):
+    """`gnnrun predict run=... predict.candidates=pairs.npy` of a task=link run, on 2 ranks:
+    scores.npy holds the scorer's logits of the full-neighbourhood embeddings of both ends
+    over the message-passing graph (recomputed here in one process), in the pairs' order;
+    the mistakes a user makes with the file are named."""
+    import torch
+
+    from gnnrun.data import load_for_task
+    from gnnrun.models import build_model
+    from gnnrun.ops.block import Block
+    from gnnrun.train.checkpoint import load_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    link = ("task=link", "algorithm=single", "task.scorer=mlp", "task.eval_negatives=50")
+    run_dir = _train(tmp_path, capsys, *link)
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, 2000, (40, 2))  # (P, 2): taken as well as (2, P)
+    np.save(tmp_path / "pairs.npy", pairs)
+    assert (
+        main(["predict", f"run={run_dir}", "predict.candidates=pairs.npy", "cluster.nprocs=2"]) == 0
+    ), _errors(capsys)
+    assert "vertex pairs scored" in capsys.readouterr().out
+    output = run_dir / "predict" / "synthetic-tiny"
+    scores = np.load(output / "scores.npy")
+    np.testing.assert_array_equal(np.load(output / "candidates.npy"), pairs.T)
+
+    cfg = make_config("dataset=synthetic-tiny", *link)
+    dataset = load_for_task(cfg.dataset, cfg.task)
+    state = load_checkpoint(Path(cfg.train.checkpoint_dir))
+    model = build_model(cfg.model, dataset.feat_dim, cfg.model.hidden, scorer="mlp")
+    model.load_state_dict(state["model"])
+    model.eval()
+    graph = Block.from_csr(dataset.indptr, dataset.indices, symmetric=True)
+    with torch.no_grad():
+        h = model([graph] * cfg.model.layers, torch.from_numpy(np.array(dataset.feat)))
+        expected = model.score(h[pairs[:, 0]], h[pairs[:, 1]]).numpy()
+    np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
+
+    predict = ["predict", f"run={run_dir}", "cluster.nprocs=1", "predict.output_dir=again"]
+    assert main(predict) == 1
+    assert "give the vertex pairs to score with predict.candidates=PAIRS.npy" in _errors(capsys)
+    for name, array, message in (
+        ("floats.npy", pairs.astype(np.float32), "holds float32"),
+        ("flat.npy", pairs.reshape(-1), "has shape (80,)"),
+        ("outside.npy", np.array([[0, 1], [5, 2000]]), "names a vertex outside [0, 2000)"),
+    ):
+        np.save(tmp_path / name, array)
+        assert main([*predict, f"predict.candidates={name}"]) == 1
+        assert message in _errors(capsys), name
+    assert main([*predict, "predict.candidates=missing.npy"]) == 1
+    assert "missing.npy does not exist" in _errors(capsys)
+    node_run = tmp_path / "node"
+    node = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=1"]
+    assert main([*node, f"hydra.run.dir={node_run}"]) == 0
+    capsys.readouterr()
+    assert main(["predict", f"run={node_run}", "predict.candidates=pairs.npy"]) == 1
+    assert "predict.candidates scores vertex pairs with a task=link run's model" in _errors(capsys)

@@ -268,6 +268,11 @@ class GraphDataset:
             "max_degree": int(deg.max()) if deg.size else 0,
             "isolated_nodes": int(np.count_nonzero(deg == 0)),
             "vertex_order": self.info.get("reorder", {}).get("method", "source"),
+            **{  # a link-prediction copy: its edge sets (pairs, on an undirected graph)
+                f"{split}_edges": int(edges.shape[1])
+                for split in LINK_SPLITS
+                if (edges := getattr(self, split)) is not None
+            },
             **({"heterogeneous": self._hetero_statistics()} if self.hetero is not None else {}),
         }
 

@@ -42,8 +42,9 @@ def parquet_file(shard: int) -> str:
 
 
 def columns_of(kind: str, task: str) -> tuple[str, ...]:
-    """The arrays each shard holds besides `ids`."""
-    if kind == "embed":
+    """The arrays each shard holds besides `ids` (a task=link prediction's shards hold the
+    embeddings its pairs were scored from)."""
+    if kind == "embed" or task == "link":
         return ("embedding",)
     return ("class", "score") if task == "binary" else ("class", "prob")
 

@@ -35,12 +35,13 @@ import numpy as np
 import torch
 
 from gnnrun.comm import Communicator
-from gnnrun.data import load_prepared
+from gnnrun.data import load_for_task
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.errors import GnnrunError
 from gnnrun.infer.display import InferenceDisplay, ProgressBoard, create_board
 from gnnrun.infer.graph import SPLITS, OwnedGraph
 from gnnrun.infer.halo import HaloPlan
+from gnnrun.infer.link import read_candidates, score_candidates
 from gnnrun.infer.output import (
     FORMAT_VERSION,
     MANIFEST,
@@ -71,6 +72,7 @@ class InferencePlan:
     """What the launching process decided, the same for every rank."""
 
     kind: str  # predict | embed
+    task: str  # multiclass | binary | link (a task=link run's predict scores vertex pairs)
     layers: int  # layers to compute: all of them to predict, up to the chosen one to embed
     start_layer: int  # layers an interrupted run already computed
     run_dir: str
@@ -105,8 +107,23 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
         )
     _check_settings(cfg, state, directory)
     _check_written_by(run_dir, state, directory)
+    link = cfg.task.link
+    if kind == "predict" and link and not cfg.predict.candidates:
+        raise GnnrunError(
+            f"the run in {run_dir} trained task=link: give the vertex pairs to score with "
+            "predict.candidates=PAIRS.npy (shape (2, P) or (P, 2)), or write every vertex's "
+            "embedding with `gnnrun embed run=... embed.layer=-1`"
+        )
+    if cfg.predict.candidates and not (link and kind == "predict"):
+        raise GnnrunError(
+            "predict.candidates scores vertex pairs with a task=link run's model; "
+            f"`gnnrun {kind}` of the run in {run_dir} (task={cfg.task.name}) does not take it"
+        )
+    encoder = state["model"]
+    if link:  # LinkModel: the GNN under encoder., the scorer beside it
+        encoder = {k.removeprefix("encoder."): v for k, v in encoder.items()}
     try:
-        in_dim, num_classes = GNN.dims_of(state["model"], cfg.model.layers)
+        in_dim, num_classes = GNN.dims_of(encoder, cfg.model.layers)
     except (KeyError, AttributeError, IndexError):
         raise GnnrunError(
             f"{directory / CHECKPOINT} holds no {cfg.model.layers}-layer model.name="
@@ -138,6 +155,7 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
         )
     return InferencePlan(
         kind=kind,
+        task="link" if link else task_for(num_classes),
         layers=layers,
         start_layer=0,
         run_dir=str(run_dir),
@@ -160,6 +178,12 @@ def default_output_dir(run_dir: Path, kind: str, cfg, layers: int) -> Path:
 def _check_settings(cfg, state: dict[str, Any], directory: Path) -> None:
     """The model's settings must be the checkpoint's (another dataset may be given)."""
     saved = state.get("settings", {})
+    trained_task = saved.get("task.name", "node")
+    if trained_task != cfg.task.name:
+        raise GnnrunError(
+            f"the model in {directory / CHECKPOINT} was trained with task={trained_task}, not "
+            f"task={cfg.task.name}: leave task= as the run had it"
+        )
     changes = compare_settings(saved, settings_of(cfg)).refused
     changed = {
         key: values
@@ -198,11 +222,13 @@ def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> 
         )
 
 
-def load_trained_model(cfg, path: Path, in_dim: int, num_classes: int) -> GNN:
+def load_trained_model(cfg, path: Path, in_dim: int, num_classes: int) -> torch.nn.Module:
+    """The checkpoint's model: a GNN, or for a task=link run the GNN and its scorer."""
     state = load_checkpoint(path.parent, path.name)
     if state is None:
         raise GnnrunError(f"{path} is missing: it was there when the inference started")
-    model = build_model(cfg.model, in_dim, num_classes)
+    scorer = cfg.task.scorer if cfg.task.link else None
+    model = build_model(cfg.model, in_dim, num_classes, scorer=scorer)
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as exc:
@@ -271,7 +297,7 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     """Compute the missing layers for this rank's own vertices, write its shard, and (for
     predict) the metrics over every rank. Returns this rank's figures."""
     comm = Communicator()
-    dataset = load_prepared(cfg.dataset)
+    dataset = load_for_task(cfg.dataset, cfg.task)
     rank = RankLayers(cfg, plan, dataset, comm)
     display = (
         InferenceDisplay(Path(plan.work_dir), comm.world_size, plan.layers)
@@ -292,11 +318,12 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
 
     graph, work = rank.graph, Path(plan.work_dir)
     final = np.load(layer_file(work, plan.layers, comm.rank), mmap_mode="r")
-    task = task_for(plan.num_classes)
+    task = plan.task
     ids = dataset.source_ids(np.asarray(graph.nodes[: graph.num_own]))
+    predicts_vertices = plan.kind == "predict" and task != "link"
     columns = (
         (lambda rows: prediction_columns(rows, task))
-        if plan.kind == "predict"
+        if predicts_vertices
         else (lambda rows: {"embedding": rows.astype(np.float32)})
     )
     start = time.perf_counter()
@@ -304,7 +331,7 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
         work / SHARDS, comm.rank, ids, final, columns, plan.chunk_vertices, plan.parquet
     )
     write_s = time.perf_counter() - start
-    metrics = _metrics(graph, final, task, comm) if plan.kind == "predict" else {}
+    metrics = _metrics(graph, final, task, comm) if predicts_vertices else {}
     return {
         "rank": comm.rank,
         "rows": graph.num_own,
@@ -338,7 +365,8 @@ class RankLayers:
         else:
             self.graph, node_local = OwnedGraph.from_dataset(dataset), None
         self.halo = HaloPlan(self.graph, node_local, comm, plan.chunk_vertices)
-        self.model = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
+        trained = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
+        self.model = trained.encoder if plan.task == "link" else trained
         self.widths = layer_widths(cfg.model, plan.in_dim, plan.num_classes)
         self.in_degrees, self.out_degrees = _graph_degrees(self.graph, self.halo)
         self.board = ProgressBoard(self.work, comm.rank)
@@ -480,6 +508,12 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
     the summary (also in the manifest)."""
     work, output = Path(plan.work_dir), Path(plan.output_dir)
     vertices = sum(r["rows"] for r in ranks)
+    scored = {}
+    if plan.kind == "predict" and plan.task == "link":
+        dataset = load_for_task(cfg.dataset, cfg.task)
+        pairs = read_candidates(cfg.predict.candidates, dataset.num_nodes)
+        model = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
+        scored = score_candidates(work / SHARDS, len(ranks), pairs, dataset.num_nodes, model.scorer)
     # Every layer this invocation computed and the shards' writing, on the slowest rank.
     seconds = max(sum(r["layer_s"].values()) + r["write_s"] for r in ranks)
     summary = {
@@ -496,6 +530,7 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
         "chunk_vertices": plan.chunk_vertices,
         "layers_reused": plan.start_layer,  # computed by an interrupted run
         "metrics": ranks[0]["metrics"],
+        **({"candidates": int(scored["scores.npy"]["shape"][0])} if scored else {}),
         "seconds": seconds,
         "vertices_per_s": vertices / seconds if seconds > 0 else None,
         "per_rank": [
@@ -506,7 +541,8 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
     }
     manifest = {
         "format_version": FORMAT_VERSION,
-        "columns": list(columns_of(plan.kind, task_for(plan.num_classes))),
+        "columns": list(columns_of(plan.kind, plan.task)),
+        **({"pair_files": scored} if scored else {}),
         "shards": [r["rows"] for r in ranks],
         "files": {k: v for r in ranks for k, v in r["files"].items()},
         "parquet": {k: v for r in ranks for k, v in r["parquet"].items()},

@@ -239,10 +239,14 @@ def _labelled_runs(sets: list[RunSet]) -> list[tuple[int, int, Run, str]]:
 
 
 def accuracy_figure(sets: list[RunSet]) -> Figure | None:
-    """Validation and test accuracy against epoch, one line per run (rank 0's records)."""
+    """Validation and test accuracy (MRR for link prediction) against epoch, one line per
+    run (rank 0's records)."""
+    runs = _labelled_runs(sets)
+    link = not any("val_acc" in r for _, _, run, _ in runs for r in run.history)
+    metric, name = ("mrr", "MRR") if link else ("acc", "accuracy")
     curves = [
-        (index, position, label, [r for r in run.history if "val_acc" in r])
-        for index, position, run, label in _labelled_runs(sets)
+        (index, position, label, [r for r in run.history if f"val_{metric}" in r])
+        for index, position, run, label in runs
     ]
     curves = [c for c in curves if c[3]]
     if not curves:
@@ -252,7 +256,11 @@ def accuracy_figure(sets: list[RunSet]) -> Figure | None:
     colours = _colours(max(c[1] for c in curves) + 1)
     for ax, split, title in zip(axes, ("val", "test"), ("validation", "test"), strict=True):
         for index, position, label, records in curves:
-            points = [(r["epoch"] + 1, r[f"{split}_acc"]) for r in records if f"{split}_acc" in r]
+            points = [
+                (r["epoch"] + 1, r[f"{split}_{metric}"])
+                for r in records
+                if f"{split}_{metric}" in r
+            ]
             if not points:
                 continue
             ax.plot(
@@ -262,14 +270,14 @@ def accuracy_figure(sets: list[RunSet]) -> Figure | None:
                 color=colours[position],
                 label=label,
             )
-        ax.set_title(f"{title} accuracy")
+        ax.set_title(f"{title} {name}")
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0].set_ylabel("accuracy (fraction correct)")
+    axes[0].set_ylabel("mean reciprocal rank" if link else "accuracy (fraction correct)")
     handles = axes[0].get_legend_handles_labels()[0] + _set_handles(sets, bars=False)
     _legend(figure, handles)
-    figure.suptitle("Accuracy against epoch (rank 0's metrics)")
+    figure.suptitle(f"{name[0].upper() + name[1:]} against epoch (rank 0's metrics)")
     return figure
 
 

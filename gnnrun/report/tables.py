@@ -170,6 +170,8 @@ def inference_table(summary: dict) -> Table:
     for key, value in summary["metrics"].items():
         table.add_row(key, f"{value:.4f}")
     table.add_row("vertices", f"{summary['vertices']:,}")
+    if "candidates" in summary:  # a task=link run's pairs: scores.npy beside the shards
+        table.add_row("vertex pairs scored (scores.npy)", f"{summary['candidates']:,}")
     if summary["layers_reused"]:
         table.add_row("layers reused (interrupted run)", f"1-{summary['layers_reused']}")
     table.add_row("time (slowest rank)", f"{summary['seconds']:.2f} s")
@@ -285,6 +287,11 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
         _Column("best val acc", lambda r: score(r.best.get("val_acc"))),
         _Column("final test acc", lambda r: score(r.final.get("test_acc"))),
     ]
+    if any("val_mrr" in r.best for r in rows):  # link prediction
+        columns += [
+            _Column("best val MRR", lambda r: score(r.best.get("val_mrr"))),
+            _Column("final test MRR", lambda r: score(r.final.get("test_mrr"))),
+        ]
     if any("val_auc" in r.best or "test_auc" in r.final for r in rows):  # binary tasks
         columns += [
             _Column("best val AUC", lambda r: score(r.best.get("val_auc"))),

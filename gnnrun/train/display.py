@@ -19,6 +19,10 @@ class TrainingDisplay:
 
     def __init__(self, cfg) -> None:
         self.epochs = cfg.train.epochs
+        # The figure the val / test columns show: MRR for link prediction, else AUC for
+        # binary tasks and accuracy.
+        self.metrics = ("mrr",) if cfg.task.link else ("auc", "acc")
+        self.columns = ("val MRR", "test MRR") if cfg.task.link else ("val", "test")
         self.progress = bars("{task.description:>6}", remaining=True)
         self.epoch_task = self.progress.add_task("epoch", total=self.epochs)
         self.step_task = self.progress.add_task("step", total=None)
@@ -27,7 +31,8 @@ class TrainingDisplay:
         self.progress.start()
         phases = " ".join(f"{p:>6}" for p in PHASE_COLUMNS)
         self.progress.console.print(
-            f"[bold]{'epoch':>7} {'loss':>8} {'val':>7} {'test':>7} {'time s':>7}  {phases} {'MB sent':>8}[/]",
+            f"[bold]{'epoch':>7} {'loss':>8} {self.columns[0]:>7} {self.columns[1]:>7} "
+            f"{'time s':>7}  {phases} {'MB sent':>8}[/]",
             soft_wrap=True,
         )
         return self
@@ -44,8 +49,10 @@ class TrainingDisplay:
 
     def epoch_done(self, record: dict[str, Any]) -> None:
         t = record["time"]
-        val = record.get("val_auc", record.get("val_acc"))
-        test = record.get("test_auc", record.get("test_acc"))
+        val, test = (
+            next((record[f"{split}_{m}"] for m in self.metrics if f"{split}_{m}" in record), None)
+            for split in ("val", "test")
+        )
 
         def fmt(v: float | None) -> str:
             return f"{v:7.4f}" if v is not None else f"{'-':>7}"
