@@ -192,6 +192,8 @@ class LinkTaskConfig(TaskConfig):
     # Fixed negatives (u, w) of every validation and test edge that MRR and Hits@K rank it among.
     eval_negatives: int = 1000
     hits_at: list[int] = field(default_factory=lambda: [10, 50, 100])
+    # A heterogeneous graph's relation whose edges to predict (by name; required there).
+    relation: str | None = None
     scorer: str = "dot"  # dot | mlp (on the two endpoint embeddings)
     loss: str = "bce"  # bce | margin (each positive above its negatives by `margin`)
     margin: float = 1.0

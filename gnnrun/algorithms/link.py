@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.data.edge_split import held_out_negatives
+from gnnrun.data.edge_split import held_out_negatives, negative_range, target_relation
 from gnnrun.ops.negatives import degree_weights, sample_negatives
 
 # Pairs scored at once in evaluation: bounds the [pairs, width] rows gathered.
@@ -47,7 +47,10 @@ class LinkObjective:
 
     def __init__(self, task, dataset: GraphDataset, rank: int, owner: torch.Tensor | None) -> None:
         self.task = task
-        self.num_nodes = dataset.num_nodes
+        # Where negatives' ends come from: the vertices, or the target relation's types.
+        relation = target_relation(dataset, task.relation)
+        self.destinations = negative_range(dataset, relation, "destination")
+        self.sources = negative_range(dataset, relation, "source")
         self.edges = {
             split: torch.from_numpy(np.array(getattr(dataset, f"link_{split}"), dtype=np.int64))
             for split in ("train", "val", "test")
@@ -59,11 +62,11 @@ class LinkObjective:
 
         self.train_ids = owned(self.edges["train"])
         self.eval_ids = {split: owned(self.edges[split]) for split in ("val", "test")}
-        self.degree_cdf = (
-            degree_weights(np.diff(np.asarray(dataset.indptr)))
-            if task.negatives == "degree"
-            else None
-        )
+        self.degree_cdf = None
+        if task.negatives == "degree":
+            first, count = self.destinations
+            degree = np.diff(np.asarray(dataset.indptr))[first : first + count]
+            self.degree_cdf = degree_weights(degree)
 
     def step(
         self, edge_ids: torch.Tensor, key: int
@@ -76,8 +79,9 @@ class LinkObjective:
             positives,
             edge_ids,
             self.task.num_negatives,
-            self.num_nodes,
             key,
+            self.destinations,
+            self.sources,
             self.degree_cdf,
         )
         seeds, position = torch.unique(
@@ -114,7 +118,7 @@ class LinkObjective:
         for split, ids in self.eval_ids.items():
             pairs = self.edges[split][:, ids]
             negatives = held_out_negatives(
-                pairs, ids, k, self.num_nodes, self.task.split_seed, split
+                pairs, ids, k, self.destinations, self.task.split_seed, split
             )
             needed, position = torch.unique(
                 torch.cat([pairs.reshape(-1), negatives.reshape(-1)]), return_inverse=True

@@ -107,7 +107,8 @@ class SampledTraining(Algorithm):
         return self._training_steps
 
     def epoch_order(self, epoch: int, steps: int) -> torch.Tensor:
-        """This rank's training vertices of `epoch` in the order its `steps` steps take them."""
+        """This rank's training items (vertices, or edges under task=link) of `epoch` in the
+        order its `steps` steps take them."""
         seed = self.cfg.train.seed * 1_000_003 + epoch * 7919 + self.comm.rank
         generator = torch.Generator().manual_seed(seed)
         order = self.train_ids[torch.randperm(self.train_ids.numel(), generator=generator)]
@@ -135,16 +136,11 @@ class SampledTraining(Algorithm):
 
     def loss(self, model, batch: Minibatch, step: int) -> torch.Tensor | None:
         out = self.forward(model, batch.blocks, batch.x, self.epoch, step, self.steps)
-        return self.loss_of(model, out, batch.targets)
-
-    def loss_of(self, model, out: torch.Tensor, targets) -> torch.Tensor | None:
-        """The loss of the model's outputs for a step's seeds; None where the rank had none
-        (it still joined every collective of the forward pass)."""
         if self.link is not None:
-            return self.link.loss(model, out, targets)
-        if not targets.numel():
-            return None
-        return torch.nn.functional.cross_entropy(out, targets)
+            return self.link.loss(model, out, batch.targets)
+        if not batch.targets.numel():
+            return None  # a rank without seeds still joined every collective of the forward
+        return torch.nn.functional.cross_entropy(out, batch.targets)
 
     def embedded_vertices(self) -> torch.Tensor:
         """The vertices whose embeddings this rank computes for link evaluation (in the

@@ -65,26 +65,31 @@ def sample_negatives(
     positives: torch.Tensor,
     edge_ids: torch.Tensor,
     num: int,
-    num_nodes: int,
     key: int,
+    destinations: tuple[int, int],
+    sources: tuple[int, int] | None = None,
     degree_cdf: np.ndarray | None = None,
 ) -> torch.Tensor:
     """[2, len(edge_ids) * num] negative pairs for `positives` [2, E] (source, destination)
-    whose global edge ids are `edge_ids`: positive i's negatives are columns i*num..i*num+num-1."""
+    whose global edge ids are `edge_ids`: positive i's negatives are columns i*num..i*num+num-1.
+    Negative ends are drawn from vertex ranges (first id, count): `destinations`, and
+    `sources` for `uniform` (the destinations' range when None); on a heterogeneous graph,
+    the target relation's destination and source types. `degree_cdf` (`degree_weights`
+    of the destinations' degrees) is what `degree` draws from."""
+    first, count = destinations
     destination = draws(edge_ids, num, key, DESTINATION_STREAM)
     if sampler == "per_source":
-        dst = below(destination, num_nodes)
+        dst = below(destination, count)
     elif sampler == "degree":
         if degree_cdf is None:
             raise ValueError("the degree sampler needs the degree distribution (degree_weights)")
-        dst = np.minimum(
-            np.searchsorted(degree_cdf, unit(destination), side="right"), num_nodes - 1
-        )
+        dst = np.minimum(np.searchsorted(degree_cdf, unit(destination), side="right"), count - 1)
     elif sampler == "uniform":
-        dst = below(destination, num_nodes)
-        src = below(draws(edge_ids, num, key, SOURCE_STREAM), num_nodes)
-        return torch.from_numpy(np.stack([src.reshape(-1), dst.reshape(-1)]))
+        source_first, source_count = sources or destinations
+        dst = below(destination, count)
+        src = below(draws(edge_ids, num, key, SOURCE_STREAM), source_count) + source_first
+        return torch.from_numpy(np.stack([src.reshape(-1), dst.reshape(-1) + first]))
     else:
         raise ValueError(f"unknown negative sampler {sampler!r}")
     src = positives[0].repeat_interleave(num)
-    return torch.stack([src, torch.from_numpy(dst.reshape(-1))])
+    return torch.stack([src, torch.from_numpy(dst.reshape(-1) + first)])

@@ -282,12 +282,14 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
         )
         for p in PHASES
     ]
-    columns += [
-        _Column("MB/epoch", lambda r: megabytes(r.bytes_per_epoch)),
-        _Column("best val acc", lambda r: score(r.best.get("val_acc"))),
-        _Column("final test acc", lambda r: score(r.final.get("test_acc"))),
-    ]
-    if any("val_mrr" in r.best for r in rows):  # link prediction
+    columns.append(_Column("MB/epoch", lambda r: megabytes(r.bytes_per_epoch)))
+    link = any("val_mrr" in r.best for r in rows)
+    if not link or any("val_acc" in r.best for r in rows):
+        columns += [
+            _Column("best val acc", lambda r: score(r.best.get("val_acc"))),
+            _Column("final test acc", lambda r: score(r.final.get("test_acc"))),
+        ]
+    if link:
         columns += [
             _Column("best val MRR", lambda r: score(r.best.get("val_mrr"))),
             _Column("final test MRR", lambda r: score(r.final.get("test_mrr"))),

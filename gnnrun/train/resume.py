@@ -55,11 +55,12 @@ def settings_of(cfg) -> dict[str, Any]:
         for k, v in dataclasses.asdict(cfg.partitioner).items()
         if k != _PARTITION_LOCATION
     }
-    flat |= {
-        f"task.{k}": v
-        for k, v in dataclasses.asdict(cfg.task).items()
-        if k not in ("graph", "prepared_dir")  # where, not what
-    }
+    if cfg.task.link:  # vertex classification records none, as before tasks existed
+        flat |= {
+            f"task.{k}": v
+            for k, v in dataclasses.asdict(cfg.task).items()
+            if k not in ("graph", "prepared_dir")  # where, not what
+        }
     flat["dataset"] = dataset_identity(cfg.dataset)
     flat["cluster.nprocs"] = cfg.cluster.nprocs
     flat["train.seed"] = cfg.train.seed

@@ -10,6 +10,7 @@ from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch, pair_key
 from gnnrun.comm import Communicator
 from gnnrun.data import load_for_task
 from gnnrun.data.dataset import GraphDataset
+from gnnrun.models.hetero import TypedInput
 from gnnrun.ops.block import Block
 from gnnrun.timers import PhaseTimer
 
@@ -26,6 +27,17 @@ def graph_pairs(dataset: GraphDataset) -> torch.Tensor:
     v = np.repeat(np.arange(dataset.num_nodes, dtype=np.int64), np.diff(dataset.indptr))
     u = np.asarray(dataset.indices, dtype=np.int64)
     return torch.sort(torch.from_numpy((u << 32) | v)).values
+
+
+def same_input(a: torch.Tensor | TypedInput, b: torch.Tensor | TypedInput) -> bool:
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    return (
+        torch.equal(a.types, b.types)
+        and torch.equal(a.typed_ids, b.typed_ids)
+        and a.feat.keys() == b.feat.keys()
+        and all(torch.equal(a.feat[t], b.feat[t]) for t in a.feat)
+    )
 
 
 def link_epoch_checks(rank: int, world: int, cfg) -> dict:
@@ -52,9 +64,10 @@ def link_epoch_checks(rank: int, world: int, cfg) -> dict:
             local, seeds, algorithm.fanouts, step_key(cfg.train.seed, 0, step), exclude
         )
         for mine, single in zip(batch.blocks, blocks, strict=True):
-            for name in ("indptr", "indices", "src_ids"):
-                assert torch.equal(getattr(mine, name), getattr(single, name)), name
-        assert torch.equal(batch.x, x)
+            for name in ("indptr", "indices", "src_ids", "etypes"):
+                a, b = getattr(mine, name), getattr(single, name)
+                assert (a is None and b is None) or torch.equal(a, b), name
+        assert same_input(batch.x, x)
         excluded = pair_keys(exclude)
         for block in batch.blocks:
             pairs = block_pairs(block)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gnnrun.algorithms import check_runnable
+from gnnrun.data import load_for_task
 from gnnrun.errors import GnnrunError
 from gnnrun.testing import run_on_ranks
 
@@ -31,13 +32,37 @@ def test_owners_build_one_process_link_minibatches_without_target_edges(
     )  # fmt: skip
     results = run_on_ranks(link_checks.link_epoch_checks, nprocs, cfg)
     train_edges = 4488  # Cora's 5,278 pairs, 5% and 10% held out (seed 0)
+    assert_checked(results, train_edges)
+
+
+def test_owners_build_one_process_minibatches_of_a_target_relation(configure):
+    """A heterogeneous graph, `writes` as the target: the same checks, typed features and
+    relations included; its held-out edges and their `rev_writes` twins in no block."""
+    cfg = configure(
+        "dataset=synthetic-hetero-tiny", "task=link", "task.relation=writes", "model=rgcn",
+        "algorithm=minibatch", "cluster.nprocs=2", "model.fanouts=[4,3]",
+        "model.batch_size=512", "task.negatives=degree", "task.num_negatives=2",
+    )  # fmt: skip
+    results = run_on_ranks(link_checks.link_epoch_checks, 2, cfg)
+    dataset = load_for_task(cfg.dataset, cfg.task)
+    assert_checked(results, dataset.link_train.shape[1])
+
+
+def assert_checked(results: list[dict], train_edges: int) -> None:
     assert sum(r["positives"] for r in results) >= train_edges
     assert all(r["steps"] == results[0]["steps"] for r in results)
     assert all(r["edges"] > 0 and r["targets_in_graph"] > 0 for r in results)
     assert any(r["remote_inputs"] > 0 for r in results), "the test must involve remote vertices"
 
 
-def test_evaluation_with_every_neighbour_scores_as_full_batch(configure, shared_datasets):
+@pytest.mark.parametrize(
+    "graph",
+    [
+        ("dataset=cora",),
+        ("dataset=synthetic-hetero-tiny", "task.relation=cites", "model=rgcn"),
+    ],
+)
+def test_evaluation_with_every_neighbour_scores_as_full_batch(configure, shared_datasets, graph):
     """With fanout -1 the minibatch evaluation's embeddings are the full graph's, so the
     held-out edges and their negatives score as in full batch, for both scorers."""
     from gnnrun.algorithms.single import Single
@@ -46,12 +71,14 @@ def test_evaluation_with_every_neighbour_scores_as_full_batch(configure, shared_
     from gnnrun.timers import PhaseTimer
 
     for scorer in ("dot", "mlp"):
-        common = ("dataset=cora", "task=link", "algorithm=single", f"task.scorer={scorer}")
+        common = (*graph, "task=link", "algorithm=single", f"task.scorer={scorer}")
         common += ("task.eval_negatives=50", "model.fanouts=[-1,-1]", "model.hidden=32")
         full = Single(configure(*common, "algorithm.mode=full"), Communicator(), PhaseTimer())
         sampled = Single(configure(*common), Communicator(), PhaseTimer())
         torch.manual_seed(0)
-        model = build_model(full.cfg.model, full.in_dim, full.num_classes, scorer=scorer)
+        model = build_model(
+            full.cfg.model, full.in_dim, full.num_classes, full.schema, scorer=scorer
+        )
         exact, minibatch = full.evaluate(model), sampled.evaluate(model)
         for split in ("val", "test"):
             assert exact[split][1].shape == (full.link.eval_ids[split].numel(), 50)
@@ -100,3 +127,21 @@ def test_pipeline_trains_link_prediction_exactly_as_minibatch(configure, shared_
     minibatch = trajectories("minibatch")
     assert minibatch == trajectories("pipeline")
     assert minibatch[0][-1][0] < minibatch[0][0][0]  # the margin loss falls
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("dataset=synthetic-hetero-tiny",), "is heterogeneous: name the relation whose edges"),
+        (
+            ("dataset=synthetic-hetero-tiny", "task.relation=write"),
+            r"task.relation=write is not a relation of synthetic-hetero-tiny \(did you mean writes\?\)",
+        ),
+        (("dataset=synthetic-tiny", "task.relation=writes"), "synthetic-tiny is homogeneous"),
+    ],
+)
+def test_a_target_relation_is_named_exactly_where_there_are_relations(
+    configure, overrides, message
+):
+    with pytest.raises(GnnrunError, match=message):
+        configure(*overrides, "task=link", "algorithm=single")

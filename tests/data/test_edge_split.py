@@ -79,14 +79,14 @@ def test_held_out_negatives_are_fixed_per_edge_and_differ_between_splits_and_see
     n = indptr.size - 1
     split = split_edges(indptr, indices, False, 0.1, 0.1, seed=0)
     ids = torch.arange(split.test.shape[1])
-    test = held_out_negatives(split.test, ids, 20, n, split_seed=0, split="test")
+    test = held_out_negatives(split.test, ids, 20, (0, n), split_seed=0, split="test")
     assert test.shape == (ids.numel(), 20) and test.min() >= 0 and test.max() < n
-    tail = held_out_negatives(split.test[:, 5:], ids[5:], 20, n, split_seed=0, split="test")
+    tail = held_out_negatives(split.test[:, 5:], ids[5:], 20, (0, n), split_seed=0, split="test")
     assert torch.equal(test[5:], tail)  # an edge's negatives do not depend on the others
     val_ids = torch.arange(split.val.shape[1])
-    val = held_out_negatives(split.val, val_ids, 20, n, split_seed=0, split="val")
+    val = held_out_negatives(split.val, val_ids, 20, (0, n), split_seed=0, split="val")
     assert not torch.equal(val[:5], test[:5])
-    reseeded = held_out_negatives(split.test, ids, 20, n, split_seed=1, split="test")
+    reseeded = held_out_negatives(split.test, ids, 20, (0, n), split_seed=1, split="test")
     assert not torch.equal(reseeded, test)
 
 
@@ -108,3 +108,37 @@ def test_the_link_dataset_is_written_once_and_made_again_for_another_split(tmp_p
     with pytest.raises(GnnrunError, match="another split"):
         load_link_dataset(dataset, other)
     assert prepare_link_dataset(dataset, other).checksum != linked.checksum
+
+
+def test_a_target_relations_held_out_edges_leave_with_their_reverse_twins():
+    """synthetic-hetero-tiny, `writes` held out: no held-out (author, paper) pair is left in
+    `writes` nor its (paper, author) twin in `rev_writes`; every other relation keeps all
+    its edges, and the three sets partition the relation's edges."""
+    from gnnrun.data.edge_split import split_relation
+    from gnnrun.data.synthetic_hetero import SyntheticHeteroConfig
+    from gnnrun.data.synthetic_hetero import generate as generate_hetero
+
+    dataset = generate_hetero(SyntheticHeteroConfig(name="h", num_papers=400))
+    names = dataset.hetero.relation_names()
+    writes, rev_writes = names.index("writes"), names.index("rev_writes")
+    split = split_relation(dataset, writes, 0.1, 0.2, seed=0)
+
+    def edges(indptr, indices, edge_type, relation):
+        src, dst = edges_from_csr(indptr, indices)
+        mine = np.asarray(edge_type) == relation
+        return set(zip(src[mine].tolist(), dst[mine].tolist(), strict=True))
+
+    before = edges(dataset.indptr, dataset.indices, dataset.edge_type, writes)
+    sets = [set(zip(*e.tolist(), strict=True)) for e in (split.train, split.val, split.test)]
+    assert set.union(*sets) == before and sum(map(len, sets)) == len(before)
+    held = sets[1] | sets[2]
+    after = edges(split.indptr, split.indices, split.edge_type, writes)
+    assert after == sets[0] and not after & held
+    twins = edges(split.indptr, split.indices, split.edge_type, rev_writes)
+    assert not twins & {(v, u) for u, v in held}
+    assert twins == {(v, u) for u, v in sets[0]}
+    for relation in range(len(names)):
+        if relation not in (writes, rev_writes):
+            assert edges(split.indptr, split.indices, split.edge_type, relation) == edges(
+                dataset.indptr, dataset.indices, dataset.edge_type, relation
+            )

@@ -20,11 +20,11 @@ def test_an_edges_negatives_do_not_depend_on_the_rest_of_the_batch(sampler):
     cdf = degree_weights(np.arange(n) % 7)
     pos = positives(n, 64)
     ids = torch.arange(100, 164)
-    whole = sample_negatives(sampler, pos, ids, 5, n, key=11, degree_cdf=cdf)
-    half = sample_negatives(sampler, pos[:, 32:], ids[32:], 5, n, key=11, degree_cdf=cdf)
+    whole = sample_negatives(sampler, pos, ids, 5, 11, (0, n), degree_cdf=cdf)
+    half = sample_negatives(sampler, pos[:, 32:], ids[32:], 5, 11, (0, n), degree_cdf=cdf)
     assert whole.shape == (2, 64 * 5)
     assert torch.equal(whole[:, 32 * 5 :], half)
-    other_key = sample_negatives(sampler, pos, ids, 5, n, key=12, degree_cdf=cdf)
+    other_key = sample_negatives(sampler, pos, ids, 5, 12, (0, n), degree_cdf=cdf)
     assert not torch.equal(whole, other_key)
     assert whole.min() >= 0 and whole.max() < n
 
@@ -35,9 +35,9 @@ def test_per_source_and_degree_keep_the_source_and_uniform_draws_both_ends():
     ids = torch.arange(200)
     cdf = degree_weights(np.ones(n))
     for sampler in ("per_source", "degree"):
-        neg = sample_negatives(sampler, pos, ids, 3, n, key=1, degree_cdf=cdf)
+        neg = sample_negatives(sampler, pos, ids, 3, 1, (0, n), degree_cdf=cdf)
         assert torch.equal(neg[0], pos[0].repeat_interleave(3))
-    neg = sample_negatives("uniform", pos, ids, 3, n, key=1)
+    neg = sample_negatives("uniform", pos, ids, 3, 1, (0, n))
     assert (neg[0] != pos[0].repeat_interleave(3)).float().mean() > 0.9
 
 
@@ -46,9 +46,20 @@ def test_uniform_destinations_are_uniform_and_degree_ones_follow_degree_to_the_p
     degree = np.arange(n) + 1
     pos = torch.zeros(2, draws // 10, dtype=torch.int64)
     ids = torch.arange(draws // 10)
-    uniform = np.bincount(sample_negatives("per_source", pos, ids, 10, n, key=3)[1], minlength=n)
+    uniform = np.bincount(sample_negatives("per_source", pos, ids, 10, 3, (0, n))[1], minlength=n)
     np.testing.assert_allclose(uniform / draws, np.full(n, 1 / n), rtol=0.05)
     cdf = degree_weights(degree)
-    weighted = sample_negatives("degree", pos, ids, 10, n, key=3, degree_cdf=cdf)[1]
+    weighted = sample_negatives("degree", pos, ids, 10, 3, (0, n), degree_cdf=cdf)[1]
     expected = degree**DEGREE_POWER / (degree**DEGREE_POWER).sum()
     np.testing.assert_allclose(np.bincount(weighted, minlength=n) / draws, expected, rtol=0.05)
+
+
+def test_negatives_stay_in_their_vertex_ranges():
+    """A heterogeneous graph's target relation: destinations of one type, sources of another."""
+    pos = torch.stack([torch.full((50,), 3), torch.full((50,), 120)])
+    ids = torch.arange(50)
+    cdf = degree_weights(np.ones(30))
+    for sampler in ("per_source", "uniform", "degree"):
+        neg = sample_negatives(sampler, pos, ids, 4, 7, (100, 30), (0, 10), degree_cdf=cdf)
+        assert neg[1].min() >= 100 and neg[1].max() < 130, sampler
+        assert neg[0].min() >= 0 and neg[0].max() < 10, sampler

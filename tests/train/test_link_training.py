@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -128,3 +129,30 @@ def test_a_resumed_link_run_continues_the_same_trajectory(tmp_path, shared_datas
     resumed.mkdir()
     train(prepared(*common, "train.resume=true", checkpoints), resumed)
     assert trajectory(first) + trajectory(resumed) == trajectory(tmp_path / "straight")
+
+
+def test_the_heterogeneous_path_learns_links_on_cora_as_one_type(tmp_path, shared_datasets):
+    """Cora as one vertex type and one relation `e` (each pair once; its reverse `rev_e`
+    added): `task.relation=e` holds out pairs with their reverse twins, and heterogeneous
+    SAGE learns as the homogeneous path does (measured: test MRR 0.127 and Hits@10 0.256,
+    against 0.098 and 0.227 homogeneous and 0.043 and 0.093 for the feature scorer)."""
+    from gnnrun.data import load_prepared
+
+    cora = load_prepared(prepared("dataset=cora", "algorithm=single").dataset)
+    src = np.asarray(cora.indices)
+    dst = np.repeat(np.arange(cora.num_nodes), np.diff(cora.indptr))
+    once = src < dst
+    np.savez(
+        tmp_path / "typed.npz",
+        edge_index__v__e__v=np.stack([src[once], dst[once]]),
+        feat__v=np.asarray(cora.feat),
+        label=np.asarray(cora.label),
+        target=np.array("v"),
+    )
+    summary, _ = train_run(
+        tmp_path, "typed", "dataset=custom", f"dataset.path={tmp_path}/typed.npz",
+        "dataset.name=cora-typed", "model=hetero_sage", "model.input_projection=false",
+        "task=link", "task.relation=e", "algorithm=single", "algorithm.mode=full", *MODEL,
+        "train.epochs=200", "train.eval_every=200",
+    )  # fmt: skip
+    assert summary["final"]["test_mrr"] > 0.08 and summary["final"]["test_hits@10"] > 0.18
