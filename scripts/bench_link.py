@@ -6,7 +6,8 @@ Every run is a fresh `gnnrun train task=link` subprocess (scripts/train_runs.py)
 same prepared dataset, its held-out edges and partitions, with `model=sage` and the
 settings given per dataset below, and one evaluation after the last epoch (each
 held-out edge ranked among `task.eval_negatives` fixed negatives). Figures per run: the
-median epoch (the slowest rank's, over the epochs after the first), training edges
+median epoch (the slowest rank's, over the epochs after the first; the only one
+when a run trains one), training edges
 per second (the positive edges the ranks' steps trained on, steps x batch x ranks,
 over that epoch), rank 0's phases, training bytes sent per epoch by rank 0, peak
 memory, validation and test MRR and Hits@10; ratios: `pipeline` against `minibatch`
@@ -49,7 +50,7 @@ SETTINGS = {
             "task.test_fraction=0.005",
             "task.eval_negatives=100",
         ],
-        2,
+        1,
     ),
 }
 

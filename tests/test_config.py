@@ -7,7 +7,13 @@ from hydra import compose, initialize_config_dir
 
 from gnnrun.algorithms import ALGORITHMS
 from gnnrun.cli import CONFIG_DIR, GROUPS
-from gnnrun.config import ClusterConfig, SlurmClusterConfig, to_objects
+from gnnrun.config import (
+    ClusterConfig,
+    LinkTaskConfig,
+    SlurmClusterConfig,
+    TaskConfig,
+    to_objects,
+)
 from gnnrun.data import DATASET_SOURCES
 from gnnrun.errors import GnnrunError
 from gnnrun.models import LAYERS
@@ -45,6 +51,7 @@ SCHEMA_OF = {
     "optimizer": lambda s: OPTIMIZERS.schema(s.name),
     "algorithm": lambda s: ALGORITHMS.schema(s.name),
     "cluster": lambda s: SlurmClusterConfig if s.name == "slurm" else ClusterConfig,
+    "task": lambda s: LinkTaskConfig if s.name == "link" else TaskConfig,
 }
 
 

@@ -111,14 +111,15 @@ def test_pipeline_trains_link_prediction_exactly_as_minibatch(configure, shared_
         run_dir.mkdir()
         cfg = configure(
             "dataset=cora", "task=link", f"algorithm={algorithm}", "cluster.nprocs=2",
-            "model.hidden=32", "model.batch_size=512", "train.epochs=2", "task.eval_negatives=100",
+            "model.hidden=32", "model.batch_size=512", "train.epochs=2", "train.eval_every=2",
+            "task.eval_negatives=100",
             "task.negatives=degree", "task.loss=margin", "task.scorer=mlp",
             f"train.checkpoint_dir={tmp_path}/checkpoints/{algorithm}",
         )  # fmt: skip
         run_ranks(cfg, run_dir)
         return [
             [
-                (r["loss"], r["val_mrr"], r["test_hits@10"], r["test_auc"])
+                (r["loss"], r.get("val_mrr"), r.get("test_hits@10"), r.get("test_auc"))
                 for r in map(json.loads, (run_dir / f"metrics.rank{rank}.jsonl").open())
             ]
             for rank in range(2)

@@ -31,7 +31,9 @@ def _book(train_per_part: list[int]) -> SimpleNamespace:
 
 
 def _cfg(algorithm: str) -> SimpleNamespace:
-    return SimpleNamespace(algorithm=SimpleNamespace(name=algorithm))
+    return SimpleNamespace(
+        algorithm=SimpleNamespace(name=algorithm), task=SimpleNamespace(link=False)
+    )
 
 
 def test_ranks_without_training_vertices_are_announced_where_every_rank_trains(capsys):

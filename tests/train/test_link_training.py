@@ -88,6 +88,7 @@ def test_sage_ranks_held_out_edges_far_better_than_a_scorer_on_the_features(
     assert sage["final"]["test_hits@10"] > features["test_hits@10"] + 0.1
 
 
+@pytest.mark.slow  # three runs, 25 s: make test-slow
 def test_minibatch_on_two_ranks_learns_as_one_process_within_seed_noise(tmp_path, shared_datasets):
     """`minibatch` on 2 ranks of 128 edges a step against `single` minibatch with the same
     global batch, 256 (each rank draws its own edges, so the runs differ): its test MRR lies
@@ -131,6 +132,7 @@ def test_a_resumed_link_run_continues_the_same_trajectory(tmp_path, shared_datas
     assert trajectory(first) + trajectory(resumed) == trajectory(tmp_path / "straight")
 
 
+@pytest.mark.slow  # 200 full-batch epochs of heterogeneous SAGE: make test-slow
 def test_the_heterogeneous_path_learns_links_on_cora_as_one_type(tmp_path, shared_datasets):
     """Cora as one vertex type and one relation `e` (each pair once; its reverse `rev_e`
     added): `task.relation=e` holds out pairs with their reverse twins, and heterogeneous
