@@ -1,5 +1,7 @@
 """The one exception type that the CLI turns into a clean message instead of a traceback."""
 
+import difflib
+
 
 class GnnrunError(Exception):
     """A problem the user can fix: the message names the problem and the fix."""
@@ -10,3 +12,9 @@ def os_error_message(exc: OSError) -> str:
     where = f" {exc.filename}" if exc.filename is not None else ""
     reason = (exc.strerror or str(exc)).lower()
     return f"cannot use{where}: {reason}; check that the path exists and is writable by you"
+
+
+def did_you_mean(name: str, choices: list[str] | tuple[str, ...]) -> str:
+    """ " (did you mean X?)" with the choice closest to a misspelt `name`, or "" when none is."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

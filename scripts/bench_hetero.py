@@ -30,42 +30,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_runs import variant_run  # noqa: E402
-
-PHASES = ("mbc", "fwd", "bwd", "ared", "opt")
+from train_runs import PHASES, epoch_figures, variant_run  # noqa: E402
 
 
 def summarize(run: dict) -> dict:
     """The run's figures (module docstring) from its per-rank records."""
-    if "records" not in run:
-        return {**run, "failed": True}
-    records = run["records"]
-    epochs = len(records[0])
-    slowest = [max(r[e]["epoch_s"] for r in records.values()) for e in range(epochs)]
-    timed = slowest[1:] or slowest
-    last = records[0][-1]
-    rank0 = records[0][1:] or records[0]
-    return {
-        "label": run["label"],
-        "ranks": run["ranks"],
-        "command": run["command"],
-        "epoch_s": statistics.median(timed),
-        "epoch_s_each": slowest,
-        "phases_rank0": {
-            p: statistics.median(r["time"].get(p, 0.0) for r in rank0) for p in PHASES
-        },
-        "mb_sent_rank0": statistics.median(sum(r["bytes"].values()) for r in rank0) / 1e6,
-        "peak_rss_mb_rank0": max(r["peak_rss_mb"] for r in records[0]),
-        "val_acc": last.get("val_acc"),
-        "test_acc": last.get("test_acc"),
-    }
+    figures = epoch_figures(run)
+    if figures.get("failed"):
+        return figures
+    last = figures.pop("last")
+    return {**figures, "val_acc": last.get("val_acc"), "test_acc": last.get("test_acc")}
 
 
 def composed(args):

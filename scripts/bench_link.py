@@ -23,16 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_runs import variant_run  # noqa: E402
-
-PHASES = ("mbc", "fwd", "bwd", "ared", "opt")
+from train_runs import PHASES, epoch_figures, variant_run  # noqa: E402
 
 # Per dataset: the settings of every run and the epochs it trains by default. Facebook
 # (22k pages, 171k pairs) takes the sage preset; synthetic-medium (500k vertices, 5M
@@ -57,29 +54,15 @@ SETTINGS = {
 
 def summarize(run: dict, batch_size: int) -> dict:
     """The run's figures (module docstring) from its per-rank records."""
-    if "records" not in run:
-        return {**run, "failed": True}
-    records = run["records"]
-    epochs = len(records[0])
-    slowest = [max(r[e]["epoch_s"] for r in records.values()) for e in range(epochs)]
-    timed = slowest[1:] or slowest
-    last = records[0][-1]
-    rank0 = records[0][1:] or records[0]
-    epoch_s = statistics.median(timed)
+    figures = epoch_figures(run)
+    if figures.get("failed"):
+        return figures
+    last = figures.pop("last")
     edges = last["steps"] * batch_size * run["ranks"]
     return {
-        "label": run["label"],
-        "ranks": run["ranks"],
-        "command": run["command"],
-        "epoch_s": epoch_s,
-        "epoch_s_each": slowest,
+        **figures,
         "edges_per_epoch": edges,
-        "edges_per_s": edges / epoch_s,
-        "phases_rank0": {
-            p: statistics.median(r["time"].get(p, 0.0) for r in rank0) for p in PHASES
-        },
-        "mb_sent_rank0": statistics.median(sum(r["bytes"].values()) for r in rank0) / 1e6,
-        "peak_rss_mb_rank0": max(r["peak_rss_mb"] for r in records[0]),
+        "edges_per_s": edges / figures["epoch_s"],
         **{k: last.get(k) for k in ("val_mrr", "test_mrr", "val_hits@10", "test_hits@10")},
     }
 

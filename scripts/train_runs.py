@@ -7,6 +7,7 @@ is a fresh process, so no run inherits another's memory or caches.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -14,6 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 GNNRUN = str(Path(sys.executable).parent / "gnnrun")
+# The minibatch phases the comparisons report, in the order of a step.
+PHASES = ("mbc", "fwd", "bwd", "ared", "opt")
 
 
 def run_train(overrides: list[str], log: Path, timeout: float) -> int | str:
@@ -89,3 +92,29 @@ def variant_run(
         return result
     result["records"] = read_records(run_dir)
     return result
+
+
+def epoch_figures(run: dict) -> dict:
+    """What every comparison of minibatch runs reports, from a run's per-rank records: the
+    median epoch (the slowest rank's, over the epochs after the first; the only one when
+    the run trained one), each epoch, rank 0's median phases, training bytes sent and
+    peak memory, and its last record (`last`); `failed` for a run that did not finish."""
+    if "records" not in run:
+        return {**run, "failed": True}
+    records = run["records"]
+    epochs = len(records[0])
+    slowest = [max(r[e]["epoch_s"] for r in records.values()) for e in range(epochs)]
+    rank0 = records[0][1:] or records[0]
+    return {
+        "label": run["label"],
+        "ranks": run["ranks"],
+        "command": run["command"],
+        "epoch_s": statistics.median(slowest[1:] or slowest),
+        "epoch_s_each": slowest,
+        "phases_rank0": {
+            p: statistics.median(r["time"].get(p, 0.0) for r in rank0) for p in PHASES
+        },
+        "mb_sent_rank0": statistics.median(sum(r["bytes"].values()) for r in rank0) / 1e6,
+        "peak_rss_mb_rank0": max(r["peak_rss_mb"] for r in records[0]),
+        "last": records[0][-1],
+    }

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
-
 import torch
 
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.errors import GnnrunError
+from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.models import layer_widths
 from gnnrun.models.hetero import TypedInputEncoder
 from gnnrun.ops.precision import bf16_matmul_supported
@@ -93,11 +91,9 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
     names = schema.relation_names()
     for name in model.relation_fanouts:
         if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
             raise GnnrunError(
                 f"model.relation_fanouts names {name!r}, which is not a relation of "
-                f"{dataset.name}{hint}; its relations are {', '.join(names)}"
+                f"{dataset.name}{did_you_mean(name, names)}; its relations are {', '.join(names)}"
             )
 
 

@@ -43,7 +43,6 @@ this epoch ended.
 
 from __future__ import annotations
 
-import difflib
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -59,6 +58,7 @@ from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import sample_minibatch
 from gnnrun.config import check
+from gnnrun.errors import did_you_mean
 from gnnrun.ops.block import Block
 
 STAGES = ("sample", "fetch", "device")
@@ -81,11 +81,10 @@ class PipelineConfig(AlgorithmConfig):
             "algorithm=pipeline trains minibatches: leave algorithm.mode out",
         )
         for name, value in self.capacity.items():
-            close = difflib.get_close_matches(name, STAGES, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
             check(
                 name in STAGES,
-                f"algorithm.capacity has no stage {name!r}{hint}; its stages are {', '.join(STAGES)}",
+                f"algorithm.capacity has no stage {name!r}{did_you_mean(name, STAGES)}; its stages "
+                f"are {', '.join(STAGES)}",
             )
             check(
                 value >= 0,

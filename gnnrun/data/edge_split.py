@@ -26,7 +26,6 @@ graph. It is made again when the dataset or the split's settings change.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ import torch
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, edges_from_csr
 from gnnrun.data.hetero import reverse
-from gnnrun.errors import GnnrunError
+from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.io import writer_lock
 from gnnrun.ops.negatives import sample_negatives
 
@@ -166,10 +165,8 @@ def target_relation(dataset: GraphDataset, name: str | None) -> int | None:
             f"task.relation= one of {', '.join(names)}"
         )
     if name not in names:
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
         raise GnnrunError(
-            f"task.relation={name} is not a relation of {dataset.name}{hint}; its relations "
+            f"task.relation={name} is not a relation of {dataset.name}{did_you_mean(name, names)}; its relations "
             f"are {', '.join(names)}"
         )
     return names.index(name)
