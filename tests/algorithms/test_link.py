@@ -99,6 +99,7 @@ def test_algorithms_without_link_prediction_refuse_it(overrides, message):
         check_runnable(make_config("task=link", *overrides))
 
 
+@pytest.mark.slow  # two 2-rank runs, 10 s: make test-slow
 def test_pipeline_trains_link_prediction_exactly_as_minibatch(configure, shared_datasets, tmp_path):
     """The pipeline builds each link step (negatives, blocks without the target edges,
     features) ahead in threads: both ranks' losses and figures equal `minibatch`'s."""
