@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_runs import PHASES, epoch_figures, variant_run  # noqa: E402
+from train_runs import epoch_figures, print_comparison, variant_run  # noqa: E402
 
 
 def summarize(run: dict) -> dict:
@@ -141,30 +141,9 @@ def main() -> None:
 
 
 def report(rows: list[dict], dgl: dict | None, args) -> None:
-    ok = [r for r in rows if not r.get("failed")]
-    base = next((r for r in ok if r["label"] == "minibatch" and r["ranks"] == 1), None)
     print(f"\n{args.model} on {args.dataset}, {args.epochs} epochs (median after the first)\n")
-    print(
-        f"{'run':<22}{'epoch s':>9}{'vs 1-rank mb':>14}{'pipe/mb':>9}"
-        + "".join(f"{p:>7}" for p in PHASES)
-        + f"{'MB sent':>9}{'peak MB':>9}{'val':>8}{'test':>8}"
-    )
-    for row in ok:
-        twin = next(
-            (r for r in ok if r["label"] == "minibatch" and r["ranks"] == row["ranks"]), None
-        )
-        against_base = base["epoch_s"] / row["epoch_s"] if base else float("nan")
-        pipe = twin["epoch_s"] / row["epoch_s"] if twin and row["label"] == "pipeline" else None
-        print(
-            f"{row['label'] + ' x' + str(row['ranks']):<22}{row['epoch_s']:>9.2f}"
-            f"{against_base:>13.2f}x{(f'{pipe:.2f}x' if pipe else '-'):>9}"
-            + "".join(f"{row['phases_rank0'][p]:>7.2f}" for p in PHASES)
-            + f"{row['mb_sent_rank0']:>9.1f}{row['peak_rss_mb_rank0']:>9.0f}"
-            f"{row['val_acc']:>8.4f}{row['test_acc']:>8.4f}"
-        )
-    for row in rows:
-        if row.get("failed"):
-            print(f"{row['label']} x{row['ranks']}: FAILED ({row.get('returncode')})")
+    columns = [("val", "val_acc", ".4f"), ("test", "test_acc", ".4f")]
+    base = print_comparison(rows, "epoch_s", columns)
     if dgl is not None:
         ratio = dgl["epoch_s_median"] / base["epoch_s"] if base else float("nan")
         print(

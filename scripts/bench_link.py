@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_runs import PHASES, epoch_figures, variant_run  # noqa: E402
+from train_runs import epoch_figures, print_comparison, variant_run  # noqa: E402
 
 # Per dataset: the settings of every run and the epochs it trains by default. Facebook
 # (22k pages, 171k pairs) takes the sage preset; synthetic-medium (500k vertices, 5M
@@ -110,30 +110,10 @@ def main() -> None:
 
 
 def report(dataset: str, epochs: int, rows: list[dict]) -> None:
-    ok = [r for r in rows if not r.get("failed")]
-    base = next((r for r in ok if r["label"] == "minibatch" and r["ranks"] == 1), None)
     print(f"\nlink prediction on {dataset}, {epochs} epochs (median after the first)\n")
-    print(
-        f"{'run':<16}{'epoch s':>9}{'edges/s':>10}{'vs 1-rank mb':>14}{'pipe/mb':>9}"
-        + "".join(f"{p:>7}" for p in PHASES)
-        + f"{'MB sent':>9}{'peak MB':>9}{'val MRR':>9}{'test MRR':>9}{'test H@10':>10}"
-    )
-    for row in ok:
-        twin = next(
-            (r for r in ok if r["label"] == "minibatch" and r["ranks"] == row["ranks"]), None
-        )
-        against_base = row["edges_per_s"] / base["edges_per_s"] if base else float("nan")
-        pipe = twin["epoch_s"] / row["epoch_s"] if twin and row["label"] == "pipeline" else None
-        print(
-            f"{row['label'] + ' x' + str(row['ranks']):<16}{row['epoch_s']:>9.2f}"
-            f"{row['edges_per_s']:>10.0f}{against_base:>13.2f}x{(f'{pipe:.2f}x' if pipe else '-'):>9}"
-            + "".join(f"{row['phases_rank0'][p]:>7.2f}" for p in PHASES)
-            + f"{row['mb_sent_rank0']:>9.1f}{row['peak_rss_mb_rank0']:>9.0f}"
-            f"{row['val_mrr']:>9.4f}{row['test_mrr']:>9.4f}{row['test_hits@10']:>10.4f}"
-        )
-    for row in rows:
-        if row.get("failed"):
-            print(f"{row['label']} x{row['ranks']}: FAILED ({row.get('returncode')})")
+    columns = [("edges/s", "edges_per_s", ".0f"), ("val MRR", "val_mrr", ".4f")]
+    columns += [("test MRR", "test_mrr", ".4f"), ("test H@10", "test_hits@10", ".4f")]
+    print_comparison(rows, "edges_per_s", columns)
 
 
 if __name__ == "__main__":

@@ -118,3 +118,43 @@ def epoch_figures(run: dict) -> dict:
         "peak_rss_mb_rank0": max(r["peak_rss_mb"] for r in records[0]),
         "last": records[0][-1],
     }
+
+
+def print_comparison(
+    rows: list[dict], speed: str, extra: list[tuple[str, str, str]]
+) -> dict | None:
+    """The table of `epoch_figures` rows: each run's median epoch, its speed against 1-rank
+    `minibatch` (`speed`: a row's key, a rate where higher is faster, or `epoch_s`), `pipeline`
+    against `minibatch` with the same ranks, rank 0's phases, bytes and peak memory, then
+    the `extra` columns (header, key, format); failed runs below. Returns the 1-rank
+    `minibatch` row, the baseline (None when it failed)."""
+    ok = [r for r in rows if not r.get("failed")]
+    base = next((r for r in ok if r["label"] == "minibatch" and r["ranks"] == 1), None)
+
+    def faster(row: dict, than: dict) -> float:
+        ratio = row[speed] / than[speed]
+        return 1 / ratio if speed == "epoch_s" else ratio
+
+    print(
+        f"{'run':<22}{'epoch s':>9}{'vs 1-rank mb':>14}{'pipe/mb':>9}"
+        + "".join(f"{p:>7}" for p in PHASES)
+        + f"{'MB sent':>9}{'peak MB':>9}"
+        + "".join(f"{header:>11}" for header, _, _ in extra)
+    )
+    for row in ok:
+        twin = next(
+            (r for r in ok if r["label"] == "minibatch" and r["ranks"] == row["ranks"]), None
+        )
+        against_base = faster(row, base) if base else float("nan")
+        pipe = twin["epoch_s"] / row["epoch_s"] if twin and row["label"] == "pipeline" else None
+        print(
+            f"{row['label'] + ' x' + str(row['ranks']):<22}{row['epoch_s']:>9.2f}"
+            f"{against_base:>13.2f}x{(f'{pipe:.2f}x' if pipe else '-'):>9}"
+            + "".join(f"{row['phases_rank0'][p]:>7.2f}" for p in PHASES)
+            + f"{row['mb_sent_rank0']:>9.1f}{row['peak_rss_mb_rank0']:>9.0f}"
+            + "".join(f"{row[key]:>11{form}}" for _, key, form in extra)
+        )
+    for row in rows:
+        if row.get("failed"):
+            print(f"{row['label']} x{row['ranks']}: FAILED ({row.get('returncode')})")
+    return base
