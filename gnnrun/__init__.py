@@ -5,7 +5,7 @@ import signal as _signal
 
 __version__ = "0.1.0"
 
-# Set by the local launcher for the ranks it starts (gnnrun.launch.local).
+# Set by the local launcher for the ranks it starts (gnnrun.launch.elastic).
 RANK_STARTING_ENV = "GNNRUN_RANK_STARTING"
 
 

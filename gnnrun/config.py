@@ -46,7 +46,12 @@ class ClusterConfig:
     device: str = "cpu"  # where ranks compute: cpu | cuda (one rank per GPU; algorithm=spmm1d)
     threads_per_rank: int = 0  # 0: cores of one socket (or all cores / nprocs)
     comm_cores: int = 0  # cores per rank left to communication
-    timeout_s: int = 300  # collective timeout
+    # How long a collective waits for a rank: a rank that stopped answering (a hung
+    # process, a cut link) is named after this long.
+    timeout_s: int = 300
+    # local and hosts: restart the ranks from the last checkpoint after a failure, this
+    # many times (torch elastic's restarts); 0: a failure ends the run.
+    max_restarts: int = 0
 
     def validate(self) -> None:
         check(self.nprocs >= 1, "cluster.nprocs must be at least 1")
@@ -59,6 +64,7 @@ class ClusterConfig:
             "cluster thread counts must be >= 0",
         )
         check(self.timeout_s > 0, "cluster.timeout_s must be positive")
+        check(self.max_restarts >= 0, "cluster.max_restarts must be >= 0 (0: no restarts)")
         check(
             self.device in DEVICES,
             f"cluster.device {self.device!r}: choose one of {', '.join(DEVICES)}",
@@ -111,6 +117,11 @@ class SlurmClusterConfig(ClusterConfig):
         super().validate()
         check(self.nodes >= 1, "cluster.nodes must be at least 1")
         check(self.tasks_per_node >= 1, "cluster.tasks_per_node must be at least 1")
+        check(
+            self.max_restarts == 0,
+            "cluster.max_restarts: under SLURM a failed rank ends the job; a preempted or "
+            "timed-out job is requeued and resumes by itself (docs/slurm-and-sweeps.md)",
+        )
         world = self.nodes * self.tasks_per_node
         check(
             self.nprocs == world,
@@ -139,13 +150,49 @@ class SlurmClusterConfig(ClusterConfig):
             )
 
 
-def _world_size(nodes: Any, tasks_per_node: Any) -> int:
-    """${gnnrun.world_size:nodes,tasks_per_node}: SLURM's world size (checked here because
-    partitioner.num_parts, validated first, follows it)."""
-    for name, value in (("nodes", nodes), ("tasks_per_node", tasks_per_node)):
+@dataclass
+class HostsClusterConfig(ClusterConfig):
+    """cluster=hosts: one `gnnrun train` per host, joined by a rendezvous (as `torchrun
+    --nnodes --node-rank --rdzv-endpoint` does); gnnrun.launch.hosts."""
+
+    name: str = "hosts"
+    nnodes: int = 2  # hosts taking part
+    node_rank: int = MISSING  # this host's place: 0 .. nnodes-1 (node 0 holds the rendezvous)
+    nproc_per_node: int = 1  # ranks per host: one per socket (CPU) or one per GPU
+    nprocs: int = II(
+        "gnnrun.world_size:${cluster.nnodes},${cluster.nproc_per_node},nnodes,nproc_per_node"
+    )
+    rdzv_endpoint: str = MISSING  # HOST:PORT on node 0 that every host reaches
+    # How long each host waits for the others to join (node 0 prepares the data meanwhile).
+    join_timeout_s: int = 900
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.nnodes >= 1, "cluster.nnodes must be at least 1")
+        check(self.nproc_per_node >= 1, "cluster.nproc_per_node must be at least 1")
+        check(
+            0 <= self.node_rank < self.nnodes,
+            f"cluster.node_rank={self.node_rank} must lie in 0..{self.nnodes - 1} "
+            f"(cluster.nnodes={self.nnodes}): give every host its own",
+        )
+        check(self.join_timeout_s > 0, "cluster.join_timeout_s must be positive")
+        host, _, port = self.rdzv_endpoint.rpartition(":")
+        check(
+            bool(host) and port.isdigit() and 1 <= int(port) <= 65535,
+            f"cluster.rdzv_endpoint={self.rdzv_endpoint!r}: write HOST:PORT, an address of "
+            "node 0 that every host reaches and a free port there (e.g. node0.example:29400)",
+        )
+
+
+def _world_size(
+    nodes: Any, per_node: Any, nodes_key: str = "nodes", per_node_key: str = "tasks_per_node"
+) -> int:
+    """${gnnrun.world_size:nodes,per_node[,their key names]}: the world size of cluster=slurm
+    and cluster=hosts (checked here because partitioner.num_parts, validated first, follows it)."""
+    for name, value in ((nodes_key, nodes), (per_node_key, per_node)):
         if int(value) < 1:
             raise ValueError(f"cluster.{name} must be at least 1")
-    return int(nodes) * int(tasks_per_node)
+    return int(nodes) * int(per_node)
 
 
 OmegaConf.register_new_resolver("gnnrun.world_size", _world_size, replace=True)
@@ -322,6 +369,7 @@ def store_root_schemas() -> None:
     cs.store(name="gnnrun_schema", node=GnnrunConfig)
     cs.store(group="schema/cluster", name="base", node=ClusterConfig)
     cs.store(group="schema/cluster", name="slurm", node=SlurmClusterConfig)
+    cs.store(group="schema/cluster", name="hosts", node=HostsClusterConfig)
     cs.store(group="schema/task", name="node", node=TaskConfig)
     cs.store(group="schema/task", name="link", node=LinkTaskConfig)
 

@@ -65,7 +65,7 @@ def train(cfg: DictConfig) -> None:
     from gnnrun.config import to_objects
     from gnnrun.data import prepare_for_task
     from gnnrun.launch import sweep
-    from gnnrun.launch.local import run_ranks
+    from gnnrun.launch.elastic import run_ranks
     from gnnrun.launch.slurm import run_slurm_rank
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
@@ -91,10 +91,15 @@ def train(cfg: DictConfig) -> None:
     algorithm = ALGORITHMS.get(config.algorithm.name)
     kind = algorithm.partition_kind
     slurm = config.cluster.name == "slurm"
+    hosts = config.cluster.name == "hosts"
     if slurm and kind is None and config.cluster.nprocs != 1:
         raise GnnrunError(
             f"algorithm={config.algorithm.name} runs one process: use cluster.nodes=1 "
             "cluster.tasks_per_node=1 with cluster=slurm"
+        )
+    if hosts and kind is None:
+        raise GnnrunError(
+            f"algorithm={config.algorithm.name} runs one process on one machine: use cluster=local"
         )
 
     def prepare() -> None:
@@ -128,6 +133,16 @@ def train(cfg: DictConfig) -> None:
         prepare()
         with TrainingDisplay(config) as display:
             summary = train(config, run_dir, display)
+    elif hosts and config.cluster.node_rank != 0:  # node 0 prepares; this host's ranks wait
+        check_runnable(config)
+        run_ranks(config, run_dir)
+        out.print(
+            f"node {config.cluster.node_rank}: its ranks finished; node 0 printed the summary "
+            f"and wrote it to its run directory. This host's metrics: {run_dir}",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
     else:
         prepare()
         summary = run_ranks(config, run_dir)
@@ -157,7 +172,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
         prepare_work_dir,
     )
     from gnnrun.io import writer_lock
-    from gnnrun.launch.local import run_rank_job
+    from gnnrun.launch.elastic import run_rank_job
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from gnnrun.launch.local import launch_local
+from gnnrun.launch.elastic import launch_local
 
 
 def _rank_entry(fn: Callable[..., Any], timeout_s: int, args: tuple) -> Any:

@@ -1,7 +1,7 @@
 """One rank's set-up, the same under every launcher: backend, CPUs and threads, device,
 process group; then training, with every rank leaving together.
 
-The local launcher (`launch.local`, through `launch.worker.rank_main`) and SLURM
+The elastic launcher (`launch.elastic`, through `launch.worker.rank_main`) and SLURM
 (`launch.slurm.run_slurm_rank`) differ only in where rank, world size and the
 rendezvous come from.
 """
@@ -9,7 +9,11 @@ rendezvous come from.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import ipaddress
 import os
+import socket
+import struct
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +25,7 @@ import torch.distributed as dist
 from gnnrun.errors import GnnrunError
 from gnnrun.launch.backends import CCL_INSTALL_HINT
 from gnnrun.launch.topology import read_topology
+from gnnrun.launch.watchdog import local_address, watching
 
 # GPU ranks: NCCL for CUDA tensors, gloo for the few CPU ones (losses, metrics).
 GPU_BACKEND = "cpu:gloo,cuda:nccl"
@@ -61,6 +66,37 @@ def rank_cpus(
     return mine, threads
 
 
+def choose_gloo_interface() -> None:
+    """Let gloo listen on the interface that reaches node 0 (MASTER_ADDR), unless the user
+    named one (GLOO_SOCKET_IFNAME). Left alone, gloo takes the address its host name
+    resolves to, often a loopback one, which ranks on other hosts cannot reach."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    if "GLOO_SOCKET_IFNAME" in os.environ or ipaddress_is_loopback(master):
+        return
+    address = local_address(master, int(os.environ.get("MASTER_PORT", "0")))
+    for _, name in socket.if_nameindex():
+        if interface_address(name) == address:
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+            return
+
+
+def ipaddress_is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+def interface_address(name: str) -> str | None:
+    """The IPv4 address of network interface `name` (SIOCGIFADDR), None without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
 def collective_timeout(cfg) -> timedelta:
     return timedelta(seconds=cfg.cluster.timeout_s)
 
@@ -75,9 +111,12 @@ def process_group(
     torch.set_num_threads(threads)
     if "nccl" in backend:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    if "gloo" in backend:
+        choose_gloo_interface()
     dist.init_process_group(backend, timeout=collective_timeout(cfg), **init)
     try:
-        yield
+        with watching(dist.get_rank(), dist.get_world_size()):
+            yield
     finally:
         dist.destroy_process_group()
 

@@ -156,19 +156,29 @@ def no_checkpoint_message(directory: Path) -> str:
     return f"train.resume=true: no checkpoint in {directory}{hint}; training from epoch 1"
 
 
-def resume(cfg, directory: Path, model, optimizer, algorithm, rank: int) -> tuple[int, list]:
+def resume(
+    cfg, directory: Path, model, optimizer, algorithm, rank: int, own_run: str | None = None
+) -> tuple[int, list]:
     """Load the checkpoint in `directory` into the run: (epochs done, rank 0's history).
 
-    Every rank decides alike (they read the same checkpoint); rank 0 tells the user.
+    `own_run`: a restarted attempt's run id (gnnrun.attempt); a checkpoint another run
+    left is then not resumed from, and training starts again from epoch 1. Every rank
+    decides alike (they read the same checkpoint); rank 0 tells the user.
     """
     from gnnrun.progress import print_warning
 
     state = load_checkpoint(directory)
+    if own_run is not None and (state is None or state.get("run_id") != own_run):
+        if rank == 0:
+            print_warning("restarted before this run's first checkpoint: training from epoch 1")
+        return 0, []
     if state is None:
         if rank == 0:
             print_warning(no_checkpoint_message(directory))
         return 0, []
     epoch = state["epoch"]
+    if own_run is not None and rank == 0:
+        print_warning(f"restarted: resuming from this run's checkpoint after epoch {epoch}")
     saved = state.get("settings")
     if saved is not None:
         changes = compare_settings(saved, settings_of(cfg))

@@ -12,8 +12,11 @@ import numpy as np
 import torch
 
 from gnnrun.algorithms import ALGORITHMS, Algorithm
+from gnnrun.attempt import current_attempt
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
+from gnnrun.faults import inject_fault
+from gnnrun.io import atomic_file
 from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
 from gnnrun.ops.precision import autocast
@@ -48,11 +51,17 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
 
     checkpoint_dir = Path(cfg.train.checkpoint_dir)
     start_epoch, history = 0, []
-    if cfg.train.resume:
-        start_epoch, history = resume(cfg, checkpoint_dir, model, optimizer, algorithm, comm.rank)
+    attempt = current_attempt()
+    if cfg.train.resume or attempt.restarted:
+        # A restarted or requeued run continues from its own last checkpoint only.
+        own_run = None if cfg.train.resume else attempt.run_id
+        start_epoch, history = resume(
+            cfg, checkpoint_dir, model, optimizer, algorithm, comm.rank, own_run
+        )
 
     memory = PeakMemory()
     metrics_file = run_dir / f"metrics.rank{comm.rank}.jsonl"
+    _forget_epochs_from(metrics_file, start_epoch)  # an attempt's epochs after its checkpoint
     end_epoch = cfg.train.epochs
     if cfg.train.stop_after:
         end_epoch = min(end_epoch, start_epoch + cfg.train.stop_after)
@@ -119,6 +128,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                             "epoch": epoch + 1,
                             "history": history,
                             "settings": settings_of(cfg),
+                            "run_id": attempt.run_id,
                         },
                     )
                 if display is not None:
@@ -127,9 +137,21 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
         algorithm.close()
     if comm.rank != 0:
         return None
-    summary = summarize(history, cfg, comm.world_size)
+    summary = summarize(history, cfg, comm.world_size) | {"restarts": attempt.number}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _forget_epochs_from(metrics_file: Path, epoch: int) -> None:
+    """Drop the records of `epoch` and later from a rank's metrics file: an attempt that
+    died after its last checkpoint left them, and the resumed run writes them again."""
+    if not metrics_file.is_file():
+        return
+    lines = metrics_file.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["epoch"] < epoch]
+    if len(kept) != len(lines):
+        with atomic_file(metrics_file) as f:
+            f.writelines(kept)
 
 
 # How Algorithm.gradient_reduction combines a step's gradients across ranks.
@@ -165,6 +187,7 @@ def train_epoch(
             with timer.phase("bwd"):
                 loss.backward()
             losses.append(float(loss.detach()))
+        inject_fault(algorithm.comm.rank, epoch, step + 1)
         if reduce is not None:
             with timer.phase("ared"):
                 for p in dense:

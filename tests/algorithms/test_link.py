@@ -105,7 +105,7 @@ def test_pipeline_trains_link_prediction_exactly_as_minibatch(configure, shared_
     features) ahead in threads: both ranks' losses and figures equal `minibatch`'s."""
     import json
 
-    from gnnrun.launch.local import run_ranks
+    from gnnrun.launch.elastic import run_ranks
 
     def trajectories(algorithm: str) -> list[list[tuple]]:
         run_dir = tmp_path / algorithm

@@ -13,7 +13,7 @@ import torch
 
 from gnnrun.algorithms.single import Single
 from gnnrun.comm import Communicator
-from gnnrun.launch.local import run_ranks
+from gnnrun.launch.elastic import run_ranks
 from gnnrun.models.link import DotScorer, LinkModel
 from gnnrun.timers import PhaseTimer
 from gnnrun.train.metrics import evaluate_outputs

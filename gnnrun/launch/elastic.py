@@ -1,0 +1,282 @@
+"""Ranks through PyTorch's elastic launcher (torchrun's machinery): `cluster=local`, N
+ranks on this machine, and `cluster=hosts`, one `gnnrun train` per host.
+
+Rendezvous, failure propagation, teardown and restarts are PyTorch's: when one rank
+raises or dies, the agent stops the others and, with restarts left
+(cluster.max_restarts), starts them again, else `elastic_launch` raises
+ChildFailedError naming the failed rank, which gnnrun reports. One node meets through
+c10d on a free loopback port; several through the static rendezvous at node 0's
+endpoint, so that a host's cluster.node_rank is its place (ranks node_rank x
+nproc_per_node onwards), as torchrun --node-rank gives. The agent only watches its
+own host's ranks: gnnrun.launch.watchdog's AbortWatcher stops them when a rank on
+another host finds a loss. On SIGINT (Ctrl-C) or SIGTERM the agent stops every rank,
+then gnnrun raises KeyboardInterrupt (SIGINT) or GnnrunError (other signals).
+
+Under cluster=hosts the user runs the same command on every host with its own
+cluster.node_rank. Node 0 holds the rendezvous (a TCP store in its agent) and
+prepares the dataset and partition before it joins (gnnrun.job) while the other
+hosts wait for it (cluster.join_timeout_s), so every rank finds them on the storage
+the hosts share; rank 0, on node 0, writes the summary and the checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gnnrun import RANK_STARTING_ENV
+from gnnrun.errors import GnnrunError
+from gnnrun.launch.rank import choose_backend
+from gnnrun.launch.watchdog import LOST_PREFIX, AbortWatcher
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Signals torch's elastic agent takes over (TORCHELASTIC_SIGNALS_TO_HANDLE's default).
+_AGENT_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
+SHUTDOWN_GRACE_S = 10  # after Ctrl-C, how long ranks have to leave before SIGKILL
+
+
+@dataclass(frozen=True)
+class ElasticGroup:
+    """This host's part in a launch, and where the hosts meet."""
+
+    nproc_per_node: int
+    nnodes: int = 1
+    node_rank: int = 0
+    endpoint: str | None = None  # HOST:PORT of node 0; None: a free loopback port (one node)
+    run_id: str | None = None  # the same on every host; None: a fresh one (one node)
+    join_timeout_s: int = 300  # how long hosts wait for each other
+    max_restarts: int = 0
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    @classmethod
+    def of(cls, cluster) -> ElasticGroup:
+        """This host's part of the launch that a cluster=local or cluster=hosts config asks for."""
+        if cluster.name != "hosts":
+            return cls(
+                cluster.nprocs, join_timeout_s=cluster.timeout_s, max_restarts=cluster.max_restarts
+            )
+        return cls(
+            cluster.nproc_per_node,
+            nnodes=cluster.nnodes,
+            node_rank=cluster.node_rank,
+            endpoint=cluster.rdzv_endpoint,
+            # The same on every host; the run's own token is drawn at the rendezvous.
+            run_id="gnnrun-" + re.sub(r"[^A-Za-z0-9]+", "-", cluster.rdzv_endpoint),
+            join_timeout_s=cluster.join_timeout_s,
+            max_restarts=cluster.max_restarts,
+        )
+
+    def ranks(self) -> range:
+        """The global ranks of this host."""
+        first = self.node_rank * self.nproc_per_node
+        return range(first, first + self.nproc_per_node)
+
+
+def launch_local(
+    entrypoint: Callable[..., Any],
+    args: tuple,
+    nprocs: int,
+    timeout_s: int,
+    max_restarts: int = 0,
+) -> list[Any]:
+    """Run entrypoint(*args) on `nprocs` local ranks; return every rank's result, rank order.
+
+    A rank that raises or dies makes the agent stop all others (and start them again,
+    `max_restarts` times); the error then names the first failed rank and its message.
+    """
+    group = ElasticGroup(nprocs, join_timeout_s=timeout_s, max_restarts=max_restarts)
+    return launch_elastic(entrypoint, args, group)
+
+
+def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGroup) -> list[Any]:
+    """Run entrypoint(*args) on this host's ranks of `group`; return their results, in
+    rank order, once every host's ranks are done."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    # Each rank's error file lands here, so that the root cause can be found
+    # even when the agent noticed a rank that only failed because of another.
+    log_dir = Path(tempfile.mkdtemp(prefix="gnnrun-launch-"))
+    run_id = group.run_id or uuid.uuid4().hex[:12]
+    if group.nnodes == 1 and group.endpoint is None:
+        endpoint = f"127.0.0.1:{_free_port()}"
+        rendezvous = {"rdzv_backend": "c10d", "rdzv_configs": {"timeout": group.join_timeout_s}}
+    else:
+        endpoint = group.endpoint
+        rendezvous = {
+            "rdzv_backend": "static",
+            "rdzv_configs": {"rank": group.node_rank, "timeout": group.join_timeout_s},
+        }
+    launch = LaunchConfig(
+        min_nodes=group.nnodes,
+        max_nodes=group.nnodes,
+        nproc_per_node=group.nproc_per_node,
+        run_id=run_id,
+        rdzv_endpoint=endpoint,
+        **rendezvous,
+        max_restarts=group.max_restarts,
+        monitor_interval=0.2,
+        shutdown_timeout=SHUTDOWN_GRACE_S,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
+    )
+    host, port = endpoint.rsplit(":", 1)
+    watcher = AbortWatcher(host, int(port), run_id, group.node_rank, group.max_restarts + 1)
+    # The agent replaces these handlers with its own, which raise SignalException,
+    # and leaves them installed: put ours back afterwards (only the main thread can).
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in _AGENT_SIGNALS} if main_thread else {}
+    os.environ[RANK_STARTING_ENV] = "1"  # inherited by the ranks only while they start
+    try:
+        with _quiet_agent(), watcher:
+            results = elastic_launch(launch, entrypoint)(*args)
+    except ChildFailedError as exc:
+        text, own_cause = _describe_failures(exc.failures, log_dir, group.ranks())
+        if watcher.message and not own_cause:  # what a rank found or said, maybe elsewhere
+            text = watcher.message
+            if watcher.killed:
+                text += "; this host's ranks were stopped"
+        raise GnnrunError(text) from None
+    except SignalException as exc:  # the agent has already stopped every rank
+        if exc.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise GnnrunError(
+            f"stopped by {signal.Signals(exc.sigval).name}; all {group.nproc_per_node} "
+            "ranks of this host were stopped"
+        ) from None
+    finally:
+        os.environ.pop(RANK_STARTING_ENV, None)
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, cannot be restored
+                signal.signal(sig, handler)
+        shutil.rmtree(log_dir, ignore_errors=True)
+    return [results[rank] for rank in group.ranks()]
+
+
+# Messages of ranks that failed only because another rank went away first.
+_SECONDARY = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Socket Timeout",
+)
+
+
+# A rank's error as another rank relays it (gnnrun.launch.watchdog: "rank 1 on node 0 ...").
+_RELAYED = re.compile(r"rank \d+ on node \d+ ")
+
+
+@contextlib.contextmanager
+def _quiet_agent():
+    """Keep the elastic agent's logs off the console: it logs every failed rank's whole
+    traceback (dozens of lines) and warnings on Ctrl-C, and gnnrun reports both itself
+    in one line. GNNRUN_DEBUG=1 lets them through."""
+    if os.environ.get("GNNRUN_DEBUG") == "1":
+        yield
+        return
+    # torch sets a level on each of its module loggers, so the parent's is not enough.
+    prefixes = ("torch.distributed", "torch.multiprocessing")  # the agent; its process stops
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(prefixes)]
+    loggers = [logging.getLogger(n) for n in [*prefixes, *names]]
+    saved = [(logger, logger.level) for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+
+
+def _describe_failures(failures: dict, log_dir: Path, ranks: range) -> tuple[str, bool]:
+    """Name the rank that failed first for its own reasons, then the ones it took down;
+    and whether that rank failed for a reason of its own (not a lost peer, not killed)."""
+    messages = {rank: _failure_message(failure) for rank, failure in failures.items()}
+    times = {rank: failure.timestamp for rank, failure in failures.items()}
+    for error_file in log_dir.glob("**/error.json"):  # ranks the agent did not report
+        rank = ranks[int(error_file.parent.name)]  # the folder is named by local rank
+        if rank not in messages:
+            data = json.loads(error_file.read_text()).get("message", {})
+            messages[rank] = _first_line(
+                data.get("message", "") if isinstance(data, dict) else str(data)
+            )
+            times[rank] = (
+                int(data.get("extraInfo", {}).get("timestamp", 0)) if isinstance(data, dict) else 0
+            )
+
+    def cause_order(rank: int) -> tuple[bool, bool, int, int]:
+        # A rank's own error first, then what a rank found or heard, then the rest.
+        text = messages[rank].removeprefix("GnnrunError: ")
+        told = text.startswith(LOST_PREFIX) or _RELAYED.match(text) is not None
+        secondary = told or any(marker in text for marker in _SECONDARY)
+        return secondary, not told, times[rank], rank
+
+    first, *others = sorted(messages, key=cause_order)
+    message = messages[first].removeprefix("GnnrunError: ").removeprefix(f"rank {first}: ")
+    text = message if _RELAYED.match(message) else f"rank {first} failed: {message}"
+    if others:
+        text += (
+            f" ({'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} failed too)"
+        )
+    # An exception that is not one of gnnrun's own (those name the fix) is a bug:
+    # its traceback helps. A rank killed by a signal has none.
+    if not messages[first].startswith(("GnnrunError: ", "killed by signal", "exit code")):
+        text += "; GNNRUN_DEBUG=1 shows every rank's traceback"
+    own_cause = not (cause_order(first)[0] or message.startswith("killed by signal"))
+    return text, own_cause
+
+
+def _first_line(text: str) -> str:
+    return text.strip().split("\n")[0] if text else ""
+
+
+def _failure_message(failure) -> str:
+    """The failed rank's exception message (from its error file), or how it died."""
+    data = failure.error_file_data or {}
+    message = data.get("message")
+    if isinstance(message, dict):
+        return _first_line(message.get("message", "")) or str(message)
+    if failure.exitcode and failure.exitcode < 0:
+        return f"killed by signal {-failure.exitcode}"
+    return message or f"exit code {failure.exitcode}"
+
+
+def run_ranks(cfg, run_dir: Path) -> Any:
+    """Train on this host's ranks; return rank 0's summary (None on another host)."""
+    return run_rank_job(cfg, "train", str(run_dir))[0]
+
+
+def run_rank_job(cfg, job: str, *args: Any) -> list[Any]:
+    """Run a job of gnnrun.launch.worker.RANK_JOBS on this host's ranks (all cluster.nprocs
+    of them for cluster=local); return their results, in rank order."""
+    from gnnrun.launch.worker import rank_main  # a rank's entry point: its module runs there
+
+    backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
+    return launch_elastic(rank_main, (cfg, backend, job, *args), ElasticGroup.of(cfg.cluster))

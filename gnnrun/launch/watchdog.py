@@ -1,0 +1,279 @@
+"""Naming the rank a run lost, and stopping every host's ranks when one is lost.
+
+A collective only says that it failed: "Connection closed by peer" when a peer's
+process died, a timeout after cluster.timeout_s when a peer hangs (SIGSTOP, a
+deadlock) or the link to its host is cut. Which rank, on which host, it cannot say.
+
+- Every rank gathers a roster once (rank, node, host name, the address it reaches
+  the rendezvous from, pid) and runs a heartbeat thread that bumps its counter in
+  the rendezvous store (a connection of its own) every `BEAT_S`.
+- A rank whose collective failed reads every counter twice, `WINDOW_S` apart: the
+  ranks whose counter stood still are the lost ones. When the store itself cannot
+  be reached, node 0 (which holds it) is the lost one. An abort another rank wrote
+  first (a rank that raised its own error) wins: it names the cause.
+- The rank writes its finding under the attempt's abort key and waits up to
+  `ACK_WAIT_S` for each host's launcher to acknowledge it: the launcher's
+  `AbortWatcher` stops that host's ranks, a stopped (SIGSTOP) one included, which
+  nothing else would end, and reports the finding as the host's error.
+
+Keys live under gnnrun/<run id>/ in the rendezvous store; a restart is a new attempt
+with keys of its own. The first rank to ask also draws the run's token there,
+which checkpoints record (gnnrun.attempt): a restart resumes only from its own run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+
+from gnnrun.attempt import RUN_ID_ENV, current_attempt
+from gnnrun.errors import GnnrunError
+
+BEAT_S = 1.0  # heartbeat period
+WINDOW_S = 3.0  # a counter that did not move in this long belongs to a lost rank
+ACK_WAIT_S = 3.0  # how long a rank that found a loss waits for every host to hear of it
+STORE_TIMEOUT = timedelta(seconds=5)  # a store operation this slow means its host is lost
+
+# What a collective's error says when a peer went away or stopped answering.
+LOST_PEER_MARKERS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Connection refused",
+    "Broken pipe",
+    "Socket Timeout",
+    "Timed out",
+    "timed out",
+    "No route to host",
+    "Network is unreachable",
+)
+LOST_PREFIX = "lost "  # how a finding starts: the launcher ranks it after a rank's own error
+
+
+def run_key(env=None) -> str:
+    """Where this run's keys live in the rendezvous store."""
+    env = os.environ if env is None else env
+    run = env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or "run"
+    return f"gnnrun/{run}"
+
+
+def abort_key(prefix: str, attempt: int) -> str:
+    return f"{prefix}/attempt{attempt}/abort"
+
+
+def ack_key(prefix: str, attempt: int, node: int) -> str:
+    return f"{prefix}/attempt{attempt}/ack{node}"
+
+
+def connect(host: str, port: int, timeout: timedelta = STORE_TIMEOUT) -> dist.TCPStore:
+    return dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
+
+
+@dataclass(frozen=True)
+class Member:
+    rank: int
+    node: int
+    host: str
+    address: str
+    pid: int
+
+    def where(self) -> str:
+        return f"node {self.node} ({self.host}, {self.address})"
+
+
+def local_address(master_addr: str, master_port: int) -> str:
+    """The address this host reaches the rendezvous from (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((master_addr, master_port))
+            return probe.getsockname()[0]
+    except OSError:
+        return "?"
+
+
+class Watchdog:
+    """A rank's heartbeat and, when a collective fails, its finding of what was lost."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self.host = os.environ["MASTER_ADDR"]
+        self.port = int(os.environ["MASTER_PORT"])
+        self.prefix = run_key()
+        self.attempt = current_attempt().number
+        self.node = int(os.environ.get("GROUP_RANK", "0"))
+        me = Member(
+            rank,
+            self.node,
+            socket.gethostname(),
+            local_address(self.host, self.port),
+            os.getpid(),
+        )
+        store = connect(self.host, self.port)
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # SLURM's run id is its job id
+            token = store.compare_set(f"{self.prefix}/token", "", uuid.uuid4().hex)
+            os.environ[RUN_ID_ENV] = token.decode()
+        roster: list[dict | None] = [None] * world
+        dist.all_gather_object(roster, asdict(me))
+        self.roster = [Member(**entry) for entry in roster]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(store,), daemon=True)
+        self._thread.start()
+
+    def _beat_key(self, rank: int) -> str:
+        return f"{self.prefix}/attempt{self.attempt}/beat{rank}"
+
+    def _beat(self, store: dist.TCPStore) -> None:
+        key = self._beat_key(self.rank)
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):  # a lost store is what diagnose() reports
+                store.add(key, 1)
+            self._stop.wait(BEAT_S)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * STORE_TIMEOUT.total_seconds())
+
+    def finding(self, error: BaseException) -> str:
+        """What was lost, found after `error` ended a collective; published to every host."""
+        try:
+            store = connect(self.host, self.port)
+            key = abort_key(self.prefix, self.attempt)
+            if store.check([key]):  # another rank already said what happened
+                return store.get(key).decode()
+            before = [store.add(self._beat_key(r), 0) for r in range(self.world)]
+            time.sleep(WINDOW_S)
+            after = [store.add(self._beat_key(r), 0) for r in range(self.world)]
+        except Exception:  # noqa: BLE001 (the store's host is what was lost)
+            holders = [m for m in self.roster if m.node == 0]
+            return (
+                f"lost {holders[0].where()}, which holds the rendezvous, with rank(s) "
+                f"{', '.join(str(m.rank) for m in holders)}: the host is down or the link "
+                f"to it is cut (rank {self.rank} saw: {_first_line(error)})"
+            )
+        lost = [m for m in self.roster if m.rank != self.rank and after[m.rank] == before[m.rank]]
+        if not lost:
+            return f"rank {self.rank}: {_first_line(error)}"
+        names = "; ".join(f"rank {m.rank} on {m.where()}" for m in lost)
+        return (
+            f"lost {names}: stopped answering (the process died or hung, or the link to "
+            f"its host is down; rank {self.rank} saw: {_first_line(error)})"
+        )
+
+    def publish(self, message: str) -> str:
+        """Write `message` as this attempt's abort unless one is there; wait for every
+        host's launcher to hear it (bounded); return the abort that stands."""
+        try:
+            store = connect(self.host, self.port)
+            standing = store.compare_set(abort_key(self.prefix, self.attempt), "", message)
+            nodes = {m.node for m in self.roster}
+            keys = [ack_key(self.prefix, self.attempt, n) for n in nodes]
+            deadline = time.monotonic() + ACK_WAIT_S
+            while time.monotonic() < deadline and not store.check(keys):
+                time.sleep(0.1)
+            return standing.decode() or message
+        except Exception:  # noqa: BLE001 (no store: nobody to tell)
+            return message
+
+
+def is_lost_peer(error: BaseException) -> bool:
+    return isinstance(error, dist.DistError) or any(m in str(error) for m in LOST_PEER_MARKERS)
+
+
+@contextlib.contextmanager
+def watching(rank: int, world: int) -> Iterator[None]:
+    """Run the body under a heartbeat; a collective that failed because a rank was lost
+    becomes a GnnrunError naming it, and every host hears of any failure."""
+    if world == 1:
+        yield
+        return
+    watchdog = Watchdog(rank, world)
+    try:
+        yield
+    except Exception as error:
+        if is_lost_peer(error):
+            raise GnnrunError(watchdog.publish(watchdog.finding(error))) from None
+        where = watchdog.roster[rank].where()
+        cause = _first_line(error).removeprefix(f"rank {rank}: ")
+        watchdog.publish(f"rank {rank} on {where} failed: {cause}")
+        raise
+    finally:
+        watchdog.close()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().split("\n")[0] if str(error).strip() else type(error).__name__
+    return text.removeprefix("GnnrunError: ")
+
+
+# ------------------------------------------------------------------ the launcher's side
+
+POLL_S = 0.5
+KILL_GRACE_S = 5.0  # ranks that have not ended this long after an abort are stopped
+
+
+def local_workers() -> list[int]:
+    """The ranks this process's elastic agent started (its spawned children)."""
+    pids = []
+    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for pid in children.read_text().split():
+                with contextlib.suppress(OSError):
+                    if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        pids.append(int(pid))
+    return pids
+
+
+class AbortWatcher:
+    """In the launcher of each host: when a rank anywhere writes an abort, acknowledge it,
+    keep it as the host's error, and stop those of this host's ranks that have not ended
+    `KILL_GRACE_S` later (SIGKILL: a stopped rank ends too)."""
+
+    def __init__(self, host: str, port: int, run_id: str, node: int, attempts: int) -> None:
+        self.prefix = f"gnnrun/{run_id}"
+        self.node, self.attempts = node, attempts
+        self.message: str | None = None
+        self.killed = False  # whether it had to stop a rank of this host
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(host, port), daemon=True)
+
+    def __enter__(self) -> AbortWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * STORE_TIMEOUT.total_seconds())
+
+    def _watch(self, host: str, port: int) -> None:
+        store = None
+        handled: set[int] = set()
+        doomed: list[int] = []  # ranks of an aborted attempt
+        kill_at = None
+        while not self._stop.wait(POLL_S):
+            if kill_at is not None and time.monotonic() >= kill_at:
+                for pid in set(doomed) & set(local_workers()):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                        self.killed = True
+                kill_at = None
+            try:
+                store = store or connect(host, port, timedelta(seconds=2))
+                for attempt in sorted(set(range(self.attempts)) - handled):
+                    key = abort_key(self.prefix, attempt)
+                    if store.check([key]):
+                        handled.add(attempt)
+                        self.message = store.get(key).decode()
+                        store.set(ack_key(self.prefix, attempt, self.node), "1")
+                        doomed, kill_at = local_workers(), time.monotonic() + KILL_GRACE_S
+            except Exception:  # noqa: BLE001 (no store yet, or no more: the ranks see it too)
+                store = None
