@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import threading
@@ -44,6 +45,7 @@ BEAT_S = 1.0  # heartbeat period
 WINDOW_S = 3.0  # a counter that did not move in this long belongs to a lost rank
 ACK_WAIT_S = 3.0  # how long a rank that found a loss waits for every host to hear of it
 STORE_TIMEOUT = timedelta(seconds=5)  # a store operation this slow means its host is lost
+PROBE_S = 2.0  # a store host that does not accept a connection in this long is lost
 
 # What a collective's error says when a peer went away or stopped answering.
 LOST_PEER_MARKERS = (
@@ -76,6 +78,9 @@ def ack_key(prefix: str, attempt: int, node: int) -> str:
 
 
 def connect(host: str, port: int, timeout: timedelta = STORE_TIMEOUT) -> dist.TCPStore:
+    """A client of the rendezvous store; OSError at once when its host does not answer (a
+    store client would retry every address for all of `timeout`)."""
+    socket.create_connection((host, port), timeout=PROBE_S).close()
     return dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
 
 
@@ -125,6 +130,7 @@ class Watchdog:
         roster: list[dict | None] = [None] * world
         dist.all_gather_object(roster, asdict(me))
         self.roster = [Member(**entry) for entry in roster]
+        self._store: dist.TCPStore | None = None  # the one finding() reached, for publish()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, args=(store,), daemon=True)
         self._thread.start()
@@ -140,13 +146,12 @@ class Watchdog:
             self._stop.wait(BEAT_S)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2 * STORE_TIMEOUT.total_seconds())
+        self._stop.set()  # the thread may be stuck on a lost store: it is a daemon, not waited for
 
     def finding(self, error: BaseException) -> str:
         """What was lost, found after `error` ended a collective; published to every host."""
         try:
-            store = connect(self.host, self.port)
+            store = self._store = connect(self.host, self.port)
             key = abort_key(self.prefix, self.attempt)
             if store.check([key]):  # another rank already said what happened
                 return store.get(key).decode()
@@ -154,6 +159,7 @@ class Watchdog:
             time.sleep(WINDOW_S)
             after = [store.add(self._beat_key(r), 0) for r in range(self.world)]
         except Exception:  # noqa: BLE001 (the store's host is what was lost)
+            self._store = None
             holders = [m for m in self.roster if m.node == 0]
             return (
                 f"lost {holders[0].where()}, which holds the rendezvous, with rank(s) "
@@ -173,7 +179,7 @@ class Watchdog:
         """Write `message` as this attempt's abort unless one is there; wait for every
         host's launcher to hear it (bounded); return the abort that stands."""
         try:
-            store = connect(self.host, self.port)
+            store = self._store or connect(self.host, self.port)
             standing = store.compare_set(abort_key(self.prefix, self.attempt), "", message)
             nodes = {m.node for m in self.roster}
             keys = [ack_key(self.prefix, self.attempt, n) for n in nodes]
@@ -211,8 +217,10 @@ def watching(rank: int, world: int) -> Iterator[None]:
 
 
 def _first_line(error: BaseException) -> str:
+    """An error's first line, without gloo's source location and its boilerplate advice."""
     text = str(error).strip().split("\n")[0] if str(error).strip() else type(error).__name__
-    return text.removeprefix("GnnrunError: ")
+    text = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", text.removeprefix("GnnrunError: "))
+    return text.split(". This is typically caused")[0]
 
 
 # ------------------------------------------------------------------ the launcher's side
@@ -251,8 +259,8 @@ class AbortWatcher:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2 * STORE_TIMEOUT.total_seconds())
+        self._stop.set()  # a daemon: not waited for when it is stuck on a lost store
+        self._thread.join(timeout=POLL_S)
 
     def _watch(self, host: str, port: int) -> None:
         store = None
