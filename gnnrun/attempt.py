@@ -1,15 +1,14 @@
 """Which run this process belongs to, and which attempt of it: restarts and requeues.
 
-A run is started once and may be started again without the user: torch elastic
+A run is started once and may be started again without the user: gnnrun's launcher
 restarts a failed group (`cluster.max_restarts`), SLURM requeues a preempted or
 timed-out job. Each new attempt resumes from the run's last checkpoint, and only
 from its own: the run id tells a checkpoint of this run from one an earlier run
 left in the same directory. The launchers say which run and attempt through the
-environment: torch elastic sets TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT,
-SLURM sets SLURM_JOB_ID (the same after a requeue) and SLURM_RESTART_COUNT. Under
-torch elastic the run id is a token the ranks draw in the rendezvous store at the first
-attempt (gnnrun.launch.watchdog sets it as GNNRUN_RUN_ID), since the elastic run id of
-cluster=hosts is the same for every run the user starts with the same settings.
+environment: gnnrun's elastic launcher sets GNNRUN_ATTEMPT and GNNRUN_RUN_ID (node 0's,
+which its ranks hand to the other hosts' through the rendezvous store:
+gnnrun.launch.watchdog), SLURM sets SLURM_JOB_ID (the same after a requeue) and
+SLURM_RESTART_COUNT.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 RUN_ID_ENV = "GNNRUN_RUN_ID"
+ATTEMPT_ENV = "GNNRUN_ATTEMPT"
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,8 @@ class Attempt:
 
 def current_attempt(env: Mapping[str, str] | None = None) -> Attempt:
     env = os.environ if env is None else env
-    if "TORCHELASTIC_RUN_ID" in env:
-        run_id = env.get(RUN_ID_ENV, env["TORCHELASTIC_RUN_ID"])
-        return Attempt(run_id, _count(env, "TORCHELASTIC_RESTART_COUNT"))
+    if ATTEMPT_ENV in env:
+        return Attempt(env.get(RUN_ID_ENV), _count(env, ATTEMPT_ENV))
     if "SLURM_JOB_ID" in env and "SLURM_PROCID" in env:
         array = env.get("SLURM_ARRAY_TASK_ID")
         job = f"slurm-{env.get('SLURM_ARRAY_JOB_ID', env['SLURM_JOB_ID'])}"

@@ -1,13 +1,16 @@
 """Ranks through PyTorch's elastic launcher (torchrun's machinery): `cluster=local`, N
 ranks on this machine, and `cluster=hosts`, one `gnnrun train` per host.
 
-Rendezvous, failure propagation, teardown and restarts are PyTorch's: when one rank
-raises or dies, the agent stops the others and, with restarts left
-(cluster.max_restarts), starts them again, else `elastic_launch` raises
-ChildFailedError naming the failed rank, which gnnrun reports. One node meets through
-c10d on a free loopback port; several through the static rendezvous at node 0's
-endpoint, so that a host's cluster.node_rank is its place (ranks node_rank x
-nproc_per_node onwards), as torchrun --node-rank gives. The agent only watches its
+Rendezvous, failure propagation and teardown are PyTorch's: when one rank raises or
+dies, the agent stops the others and `elastic_launch` raises ChildFailedError naming
+the failed rank, which gnnrun reports. Restarts (cluster.max_restarts) are gnnrun's:
+each is a new launch, with a rendezvous of its own, whose ranks resume from the run's
+last checkpoint (gnnrun.attempt says which attempt they are). The agent's own restarts
+are not used: with gloo they reconnect to the failed attempt's addresses now and then
+(torch 2.13: `connectFullMesh ... Connection refused`, or a hang). Hosts meet through
+the static rendezvous at node 0's endpoint (one host: a free loopback port), so that
+a host's cluster.node_rank is its place (ranks node_rank x nproc_per_node onwards),
+as torchrun --node-rank gives. The agent only watches its
 own host's ranks: gnnrun.launch.watchdog's AbortWatcher stops them when a rank on
 another host finds a loss. On SIGINT (Ctrl-C) or SIGTERM the agent stops every rank,
 then gnnrun raises KeyboardInterrupt (SIGINT) or GnnrunError (other signals).
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnrun import RANK_STARTING_ENV
+from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
 from gnnrun.errors import GnnrunError
 from gnnrun.launch.rank import choose_backend
 from gnnrun.launch.watchdog import LOST_PREFIX, AbortWatcher
@@ -115,8 +119,34 @@ def launch_local(
 
 
 def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGroup) -> list[Any]:
-    """Run entrypoint(*args) on this host's ranks of `group`; return their results, in
-    rank order, once every host's ranks are done."""
+    """Run entrypoint(*args) on this host's ranks of `group`, again after a failure while
+    restarts are left; return their results, in rank order, once every host's are done."""
+    from gnnrun.progress import print_warning
+
+    os.environ[RUN_ID_ENV] = uuid.uuid4().hex  # node 0's is the run's (gnnrun.launch.watchdog)
+    try:
+        for attempt in range(group.max_restarts + 1):
+            os.environ[ATTEMPT_ENV] = str(attempt)
+            try:
+                return _launch_once(entrypoint, args, group, attempt)
+            except GnnrunError as exc:
+                if attempt == group.max_restarts:
+                    if attempt:
+                        raise GnnrunError(f"{exc} (after {attempt} restart(s))") from None
+                    raise
+                print_warning(
+                    f"{exc}; restarting every rank from the last checkpoint "
+                    f"(restart {attempt + 1} of {group.max_restarts})"
+                )
+    finally:
+        os.environ.pop(ATTEMPT_ENV, None)
+        os.environ.pop(RUN_ID_ENV, None)
+    raise AssertionError("unreachable")
+
+
+def _launch_once(
+    entrypoint: Callable[..., Any], args: tuple, group: ElasticGroup, attempt: int
+) -> list[Any]:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -124,31 +154,27 @@ def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGr
     # Each rank's error file lands here, so that the root cause can be found
     # even when the agent noticed a rank that only failed because of another.
     log_dir = Path(tempfile.mkdtemp(prefix="gnnrun-launch-"))
-    run_id = group.run_id or uuid.uuid4().hex[:12]
-    if group.nnodes == 1 and group.endpoint is None:
-        endpoint = f"127.0.0.1:{_free_port()}"
-        rendezvous = {"rdzv_backend": "c10d", "rdzv_configs": {"timeout": group.join_timeout_s}}
-    else:
-        endpoint = group.endpoint
-        rendezvous = {
-            "rdzv_backend": "static",
-            "rdzv_configs": {"rank": group.node_rank, "timeout": group.join_timeout_s},
-        }
+    run_id = f"{group.run_id or uuid.uuid4().hex[:12]}-a{attempt}"
+    # The static rendezvous: node_rank is the host's place, and the ranks' store is the
+    # agent's at the endpoint, where the AbortWatcher reads (c10d's would be elsewhere).
+    endpoint = group.endpoint or f"127.0.0.1:{_free_port()}"
+    rendezvous = {"rank": group.node_rank, "timeout": group.join_timeout_s}
     launch = LaunchConfig(
         min_nodes=group.nnodes,
         max_nodes=group.nnodes,
         nproc_per_node=group.nproc_per_node,
         run_id=run_id,
+        rdzv_backend="static",
         rdzv_endpoint=endpoint,
-        **rendezvous,
-        max_restarts=group.max_restarts,
+        rdzv_configs=rendezvous,
+        max_restarts=0,
         monitor_interval=0.2,
         shutdown_timeout=SHUTDOWN_GRACE_S,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
     )
     host, port = endpoint.rsplit(":", 1)
-    watcher = AbortWatcher(host, int(port), run_id, group.node_rank, group.max_restarts + 1)
+    watcher = AbortWatcher(host, int(port), run_id, group.node_rank)
     # The agent replaces these handlers with its own, which raise SignalException,
     # and leaves them installed: put ours back afterwards (only the main thread can).
     main_thread = threading.current_thread() is threading.main_thread()

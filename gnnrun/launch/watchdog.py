@@ -16,9 +16,9 @@ deadlock) or the link to its host is cut. Which rank, on which host, it cannot s
   `AbortWatcher` stops that host's ranks, a stopped (SIGSTOP) one included, which
   nothing else would end, and reports the finding as the host's error.
 
-Keys live under gnnrun/<run id>/ in the rendezvous store; a restart is a new attempt
-with keys of its own. The first rank to ask also draws the run's token there,
-which checkpoints record (gnnrun.attempt): a restart resumes only from its own run's.
+Keys live under gnnrun/<elastic run id>/ in the rendezvous store (each attempt is a
+launch of its own). Rank 0 also hands its run id (gnnrun.attempt) to every rank
+there, so that the hosts agree on the id their checkpoints record.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from gnnrun.attempt import RUN_ID_ENV, current_attempt
+from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
 from gnnrun.errors import GnnrunError
 
 BEAT_S = 1.0  # heartbeat period
@@ -69,12 +68,12 @@ def run_key(env=None) -> str:
     return f"gnnrun/{run}"
 
 
-def abort_key(prefix: str, attempt: int) -> str:
-    return f"{prefix}/attempt{attempt}/abort"
+def abort_key(prefix: str) -> str:
+    return f"{prefix}/abort"
 
 
-def ack_key(prefix: str, attempt: int, node: int) -> str:
-    return f"{prefix}/attempt{attempt}/ack{node}"
+def ack_key(prefix: str, node: int) -> str:
+    return f"{prefix}/ack{node}"
 
 
 def connect(host: str, port: int, timeout: timedelta = STORE_TIMEOUT) -> dist.TCPStore:
@@ -114,7 +113,6 @@ class Watchdog:
         self.host = os.environ["MASTER_ADDR"]
         self.port = int(os.environ["MASTER_PORT"])
         self.prefix = run_key()
-        self.attempt = current_attempt().number
         self.node = int(os.environ.get("GROUP_RANK", "0"))
         me = Member(
             rank,
@@ -124,9 +122,10 @@ class Watchdog:
             os.getpid(),
         )
         store = connect(self.host, self.port)
-        if "TORCHELASTIC_RUN_ID" in os.environ:  # SLURM's run id is its job id
-            token = store.compare_set(f"{self.prefix}/token", "", uuid.uuid4().hex)
-            os.environ[RUN_ID_ENV] = token.decode()
+        if ATTEMPT_ENV in os.environ:  # launched by gnnrun: every host takes node 0's run id
+            if rank == 0:
+                store.set(f"{self.prefix}/run_id", os.environ[RUN_ID_ENV])
+            os.environ[RUN_ID_ENV] = store.get(f"{self.prefix}/run_id").decode()
         roster: list[dict | None] = [None] * world
         dist.all_gather_object(roster, asdict(me))
         self.roster = [Member(**entry) for entry in roster]
@@ -136,7 +135,7 @@ class Watchdog:
         self._thread.start()
 
     def _beat_key(self, rank: int) -> str:
-        return f"{self.prefix}/attempt{self.attempt}/beat{rank}"
+        return f"{self.prefix}/beat{rank}"
 
     def _beat(self, store: dist.TCPStore) -> None:
         key = self._beat_key(self.rank)
@@ -152,7 +151,7 @@ class Watchdog:
         """What was lost, found after `error` ended a collective; published to every host."""
         try:
             store = self._store = connect(self.host, self.port)
-            key = abort_key(self.prefix, self.attempt)
+            key = abort_key(self.prefix)
             if store.check([key]):  # another rank already said what happened
                 return store.get(key).decode()
             before = [store.add(self._beat_key(r), 0) for r in range(self.world)]
@@ -176,13 +175,13 @@ class Watchdog:
         )
 
     def publish(self, message: str) -> str:
-        """Write `message` as this attempt's abort unless one is there; wait for every
+        """Write `message` as the run's abort unless one is there; wait for every
         host's launcher to hear it (bounded); return the abort that stands."""
         try:
             store = self._store or connect(self.host, self.port)
-            standing = store.compare_set(abort_key(self.prefix, self.attempt), "", message)
+            standing = store.compare_set(abort_key(self.prefix), "", message)
             nodes = {m.node for m in self.roster}
-            keys = [ack_key(self.prefix, self.attempt, n) for n in nodes]
+            keys = [ack_key(self.prefix, n) for n in nodes]
             deadline = time.monotonic() + ACK_WAIT_S
             while time.monotonic() < deadline and not store.check(keys):
                 time.sleep(0.1)
@@ -246,9 +245,9 @@ class AbortWatcher:
     keep it as the host's error, and stop those of this host's ranks that have not ended
     `KILL_GRACE_S` later (SIGKILL: a stopped rank ends too)."""
 
-    def __init__(self, host: str, port: int, run_id: str, node: int, attempts: int) -> None:
+    def __init__(self, host: str, port: int, run_id: str, node: int) -> None:
         self.prefix = f"gnnrun/{run_id}"
-        self.node, self.attempts = node, attempts
+        self.node = node
         self.message: str | None = None
         self.killed = False  # whether it had to stop a rank of this host
         self._stop = threading.Event()
@@ -264,24 +263,19 @@ class AbortWatcher:
 
     def _watch(self, host: str, port: int) -> None:
         store = None
-        handled: set[int] = set()
-        doomed: list[int] = []  # ranks of an aborted attempt
-        kill_at = None
-        while not self._stop.wait(POLL_S):
-            if kill_at is not None and time.monotonic() >= kill_at:
-                for pid in set(doomed) & set(local_workers()):
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-                        self.killed = True
-                kill_at = None
+        while self.message is None and not self._stop.wait(POLL_S):
             try:
                 store = store or connect(host, port, timedelta(seconds=2))
-                for attempt in sorted(set(range(self.attempts)) - handled):
-                    key = abort_key(self.prefix, attempt)
-                    if store.check([key]):
-                        handled.add(attempt)
-                        self.message = store.get(key).decode()
-                        store.set(ack_key(self.prefix, attempt, self.node), "1")
-                        doomed, kill_at = local_workers(), time.monotonic() + KILL_GRACE_S
+                if store.check([abort_key(self.prefix)]):
+                    self.message = store.get(abort_key(self.prefix)).decode()
+                    store.set(ack_key(self.prefix, self.node), "1")
             except Exception:  # noqa: BLE001 (no store yet, or no more: the ranks see it too)
                 store = None
+        if self.message is None:
+            return
+        doomed = local_workers()
+        if not self._stop.wait(KILL_GRACE_S):
+            for pid in set(doomed) & set(local_workers()):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed = True
