@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline dgl-venv bench-vs-dgl clean
+.PHONY: setup run test test-slow test-slurm test-faults test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline dgl-venv bench-vs-dgl clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,12 @@ test-slow: setup
 # slurm-wlm and munge with apt-get when missing) and submits real jobs to it.
 test-slurm: setup
 	$(BIN)/python -m pytest -q -m slurm
+
+# Restarts after injected faults, and runs across network namespaces (hosts with
+# addresses of their own, joined by veth pairs): lost hosts, cut links, hung ranks.
+# Needs root (ip netns); the namespace tests skip, saying why, where it is missing.
+test-faults: setup
+	$(BIN)/python -m pytest -q -m faults
 
 # Builds the wheel, installs it into a fresh environment outside the repository and
 # runs gnnrun from an empty directory.

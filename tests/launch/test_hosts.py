@@ -1,0 +1,160 @@
+"""cluster=hosts across network namespaces (tests/launch/netns.py): the same training as
+one host with the same ranks, and lost hosts, cut links and hung ranks named and ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import netns  # noqa: E402
+
+pytestmark = pytest.mark.faults  # make test-faults
+
+GNNRUN = str(Path(sys.executable).with_name("gnnrun"))
+PORT = 29517
+TIMEOUT_S = 15  # cluster.timeout_s of the fault runs
+MARGIN_S = 12  # finding the lost rank, telling the other hosts, leaving
+
+
+@pytest.fixture
+def bed(request):
+    reason = netns.unavailable()
+    if reason is not None:
+        pytest.skip(f"multi-host tests need network namespaces: {reason}")
+    made = netns.TestBed(getattr(request, "param", 2))
+    yield made
+    made.close()
+
+
+def start_hosts(bed, tmp_path: Path, overrides: list[str], env: dict | None = None):
+    procs = []
+    for host in range(bed.hosts):
+        command = [
+            GNNRUN,
+            "train",
+            "cluster=hosts",
+            f"cluster.nnodes={bed.hosts}",
+            f"cluster.node_rank={host}",
+            f"cluster.rdzv_endpoint={bed.address(0)}:{PORT}",
+            f"hydra.run.dir={tmp_path}/host{host}",
+            *overrides,
+        ]
+        with open(tmp_path / f"host{host}.err", "w") as err:
+            procs.append(
+                bed.popen(
+                    host, command, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmp_path
+                )
+            )
+    return procs
+
+
+def losses(run_dir: Path, rank: int) -> list[float]:
+    lines = (run_dir / f"metrics.rank{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines]
+
+
+def train_local(tmp_path: Path, name: str, overrides: list[str]) -> Path:
+    run_dir = tmp_path / name
+    command = [GNNRUN, "train", f"hydra.run.dir={run_dir}", *overrides]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    "bed, algorithm",
+    [(2, "minibatch"), (2, "cd0"), (2, "hec"), (3, "minibatch")],
+    indirect=["bed"],
+)
+def test_hosts_train_as_one_host_with_the_same_ranks(bed, tmp_path, algorithm):
+    run = ["dataset=synthetic-tiny", f"algorithm={algorithm}", "train.epochs=3"]
+    procs = start_hosts(bed, tmp_path, run)
+    for proc in procs:
+        proc.wait(timeout=300)
+    errors = [(tmp_path / f"host{h}.err").read_text() for h in range(bed.hosts)]
+    assert [proc.returncode for proc in procs] == [0] * bed.hosts, errors
+    one_host = train_local(tmp_path, "local", [*run, f"cluster.nprocs={bed.hosts}"])
+    for rank in range(bed.hosts):  # host h ran rank h and wrote its metrics there
+        assert losses(tmp_path / f"host{rank}", rank) == losses(one_host, rank)
+    summary = json.loads((tmp_path / "host0" / "summary.json").read_text())
+    assert summary["final"] == json.loads((one_host / "summary.json").read_text())["final"]
+    assert not (tmp_path / "host1" / "summary.json").exists()
+
+
+def wait_for_epochs(run_dir: Path, rank: int, epochs: int, procs, seconds: float = 240) -> None:
+    metrics = run_dir / f"metrics.rank{rank}.jsonl"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= epochs:
+            return
+        if any(proc.poll() is not None for proc in procs):
+            break
+        time.sleep(0.05)
+    pytest.fail(f"{metrics} never reached {epochs} epochs")
+
+
+@pytest.mark.parametrize("fault", ["kill_host", "cut_link", "stop_rank"])
+def test_a_lost_host_ends_every_rank_in_time_and_the_run_resumes(bed, tmp_path, fault):
+    checkpoints = tmp_path / "checkpoints"
+    run = [
+        "dataset=synthetic-tiny",
+        "algorithm=minibatch",
+        "train.epochs=8",
+        "train.checkpoint_every=2",
+        f"train.checkpoint_dir={checkpoints}",
+    ]
+    env = dict(os.environ)
+    if fault == "stop_rank":  # rank 1 stops itself (SIGSTOP) after a step of epoch 5
+        env["GNNRUN_FAULT"] = "stop:rank=1:epoch=5"
+    procs = start_hosts(
+        bed, tmp_path, [*run, "train.epochs=100000", f"cluster.timeout_s={TIMEOUT_S}"], env
+    )
+    try:
+        wait_for_epochs(tmp_path / "host1", 1, 5, procs)
+        start = time.monotonic()
+        if fault == "kill_host":
+            bed.kill_host(1)
+        elif fault == "cut_link":
+            bed.cut(1)
+        survivors = [0] if fault == "kill_host" else [0, 1]
+        ended = {}
+        for host in survivors:
+            procs[host].wait(timeout=TIMEOUT_S + 60)
+            ended[host] = time.monotonic() - start
+    finally:
+        bed.close()
+    errors = {h: (tmp_path / f"host{h}.err").read_text() for h in range(bed.hosts)}
+    for host, seconds in ended.items():
+        assert procs[host].returncode == 1, errors[host]
+        assert seconds < TIMEOUT_S + MARGIN_S, (fault, host, seconds)
+        assert "Traceback" not in errors[host]
+    # Node 0 names the lost rank and its host.
+    assert f"lost rank 1 on node 1 ({os.uname().nodename}, {bed.address(1)})" in errors[0], errors[
+        0
+    ]
+    if fault == "cut_link":  # node 1 names node 0, which it cannot reach any more
+        assert f"lost node 0 ({os.uname().nodename}, {bed.address(0)})" in errors[1], errors[1]
+    if fault == "stop_rank":  # node 1's launcher heard it from node 0 and ended its rank
+        assert "lost rank 1 on node 1" in errors[1] and "were stopped" in errors[1]
+    # Nothing half-written: no temporary files, a checkpoint that loads.
+    leftovers = [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
+    assert leftovers == []
+    from gnnrun.train.checkpoint import load_checkpoint
+
+    saved = load_checkpoint(checkpoints)
+    assert saved is not None and saved["epoch"] % 2 == 0 and saved["epoch"] >= 4
+    # train.resume=true on one host with the same ranks continues the same trajectory.
+    resumed = train_local(tmp_path, "resumed", [*run, "cluster.nprocs=2", "train.resume=true"])
+    plain = train_local(
+        tmp_path,
+        "plain",
+        [*run[:-1], f"train.checkpoint_dir={tmp_path}/plain-ck", "cluster.nprocs=2"],
+    )
+    assert losses(resumed, 0) == losses(plain, 0)[saved["epoch"] :]
