@@ -157,12 +157,12 @@ class HostsClusterConfig(ClusterConfig):
 
     name: str = "hosts"
     nnodes: int = 2  # hosts taking part
-    node_rank: int = MISSING  # this host's place: 0 .. nnodes-1 (node 0 holds the rendezvous)
+    node_rank: int = -1  # this host's place: 0 .. nnodes-1 (node 0 holds the rendezvous)
     nproc_per_node: int = 1  # ranks per host: one per socket (CPU) or one per GPU
     nprocs: int = II(
         "gnnrun.world_size:${cluster.nnodes},${cluster.nproc_per_node},nnodes,nproc_per_node"
     )
-    rdzv_endpoint: str = MISSING  # HOST:PORT on node 0 that every host reaches
+    rdzv_endpoint: str = ""  # HOST:PORT on node 0 that every host reaches
     # How long each host waits for the others to join (node 0 prepares the data meanwhile).
     join_timeout_s: int = 900
 
@@ -170,6 +170,12 @@ class HostsClusterConfig(ClusterConfig):
         super().validate()
         check(self.nnodes >= 1, "cluster.nnodes must be at least 1")
         check(self.nproc_per_node >= 1, "cluster.nproc_per_node must be at least 1")
+        check(
+            self.node_rank >= 0 and bool(self.rdzv_endpoint),
+            "cluster=hosts runs one `gnnrun train` per host: give each its place and node 0's "
+            "address, e.g. cluster.node_rank=0 cluster.rdzv_endpoint=node0.example:29400 on "
+            "node 0 and cluster.node_rank=1 with the same endpoint on the next host",
+        )
         check(
             0 <= self.node_rank < self.nnodes,
             f"cluster.node_rank={self.node_rank} must lie in 0..{self.nnodes - 1} "

@@ -39,7 +39,8 @@ What runs:
 - slow (`make test-slow`), for real: every other command (larger graphs, more
   epochs or ranks, sweeps);
 - composed only (the real run is skipped with the reason): SLURM commands
-  (`cluster=slurm`, `+sweep=scaling_slurm`, `srun`; never submitted),
+  (`cluster=slurm`, `+sweep=scaling_slurm`, `srun`; never submitted), multi-host
+  ones (`cluster=hosts`),
   datasets whose raw files the tests do not have (OGB, CiteSeer, PubMed: the
   tests never download) or a real dataset missing from ../shared/datasets,
   other placeholders, and a repeat of a command that runs at its first place
@@ -285,6 +286,8 @@ def _composes_only(command: DocCommand, first: dict[str, str]) -> str | None:
         or "+sweep=scaling_slurm" in command.argv
     ):
         return "needs a SLURM cluster: composed only, never submitted (make test-slurm submits)"
+    if "cluster=hosts" in command.argv:
+        return "needs several hosts: composed only (make test-faults runs them in network namespaces)"
     datasets = _datasets(command)
     if any(d.startswith("ogbn") for d in datasets):
         return "needs the OGB archive (ogbn data), which the tests never download"
