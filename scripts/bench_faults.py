@@ -90,16 +90,7 @@ def fault_to_exit(work: Path, fault: str, timeout_s: int) -> dict:
     ]
     try:
         wait_until(lambda: epochs_done(run_dir / "host1" / "metrics.rank1.jsonl") >= 5, 300)
-        start = time.monotonic()
-        if fault == "kill_host":
-            bed.kill_host(1)
-        elif fault == "cut_link":
-            bed.cut(1)
-        survivors = [0] if fault == "kill_host" else [0, 1]
-        ended = {}
-        for host in survivors:
-            procs[host].wait(timeout=timeout_s + 120)
-            ended[host] = time.monotonic() - start
+        ended = bed.strike(fault, 1, procs, timeout_s + 120)
     finally:
         bed.close()
     return {"fault": fault, "timeout_s": timeout_s, "exit_s": ended}

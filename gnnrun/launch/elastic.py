@@ -193,9 +193,10 @@ def _launch_once(
     except SignalException as exc:  # the agent has already stopped every rank
         if exc.sigval == signal.SIGINT:
             raise KeyboardInterrupt from None
+        here = " of this host" if group.nnodes > 1 else ""
         raise GnnrunError(
             f"stopped by {signal.Signals(exc.sigval).name}; all {group.nproc_per_node} "
-            "ranks of this host were stopped"
+            f"ranks{here} were stopped"
         ) from None
     finally:
         os.environ.pop(RANK_STARTING_ENV, None)

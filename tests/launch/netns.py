@@ -99,6 +99,23 @@ class TestBed:
         """Take the host's link down at the switch: its packets vanish."""
         _ip("-n", self.switch, "link", "set", self._peer(host), "down")
 
+    def strike(self, fault: str, host: int, procs, wait_s: float) -> dict[int, float]:
+        """Inflict `fault` on `host` (kill_host, cut_link; stop_rank: the rank stops itself,
+        by GNNRUN_FAULT) and wait for the other hosts' commands in `procs` (and the struck
+        one's, unless killed) to end: {host: seconds from the fault to its exit}."""
+        start = time.monotonic()
+        if fault == "kill_host":
+            self.kill_host(host)
+        elif fault == "cut_link":
+            self.cut(host)
+        ended = {}
+        for other, proc in enumerate(procs):
+            if fault == "kill_host" and other == host:
+                continue
+            proc.wait(timeout=wait_s)
+            ended[other] = time.monotonic() - start
+        return ended
+
     def close(self) -> None:
         if self._closed:
             return
