@@ -9,11 +9,16 @@ environment: gnnrun's elastic launcher sets GNNRUN_ATTEMPT and GNNRUN_RUN_ID (no
 which its ranks hand to the other hosts' through the rendezvous store:
 gnnrun.launch.watchdog), SLURM sets SLURM_JOB_ID (the same after a requeue) and
 SLURM_RESTART_COUNT.
+
+A SLURM job warned of its end (`watch_for_stop`) stops at the next epoch's end after a
+checkpoint (`RunStopped`), so that its requeued attempt loses no epoch.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -47,3 +52,33 @@ def _count(env: Mapping[str, str], name: str) -> int:
         return max(0, int(env.get(name, "0")))
     except ValueError:
         return 0
+
+
+# ------------------------------------------------------------------ stopping to be requeued
+
+_stop_requested = threading.Event()
+_stop_watched = threading.Event()
+
+
+class RunStopped(Exception):
+    """Every rank stopped after a checkpoint because the run was asked to (a SLURM job
+    warned of its time limit or of preemption); the launcher requeues it."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__(f"stopped after epoch {epoch}, checkpointed")
+        self.epoch = epoch
+
+
+def watch_for_stop(signum: int) -> None:
+    """Ask the run to stop at its next epoch's end when `signum` arrives (a signal handler
+    only sets a flag: the trainer checkpoints and stops where every rank agrees)."""
+    _stop_watched.set()
+    signal.signal(signum, lambda *_: _stop_requested.set())
+
+
+def stop_watched() -> bool:
+    return _stop_watched.is_set()
+
+
+def stop_requested() -> bool:
+    return _stop_requested.is_set()

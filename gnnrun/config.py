@@ -112,6 +112,10 @@ class SlurmClusterConfig(ClusterConfig):
     sbatch: dict[str, Any] = field(default_factory=dict)  # more sbatch options, without "--"
     setup: list[str] = field(default_factory=list)  # shell lines run before srun (module load ...)
     master_port: int = 0  # rendezvous port on the first node; 0: derived from the job id
+    # SLURM's warning of a job's end (SIGUSR2) comes this long before its time limit: the
+    # ranks checkpoint after the epoch they are in and the job is requeued.
+    signal_delay_s: int = 120
+    max_requeues: int = 3  # how often a job may be requeued that way (0: never)
 
     def validate(self) -> None:
         super().validate()
@@ -138,6 +142,13 @@ class SlurmClusterConfig(ClusterConfig):
         )
         check(self.mem_gb is None or self.mem_gb >= 1, "cluster.mem_gb must be at least 1")
         check(self.time_limit_min >= 1, "cluster.time_limit_min must be at least 1")
+        check(
+            0 < self.signal_delay_s < self.time_limit_min * 60,
+            f"cluster.signal_delay_s={self.signal_delay_s} must be positive and shorter than "
+            f"the time limit ({self.time_limit_min * 60} s): it is how long before the end "
+            "the job is warned to checkpoint",
+        )
+        check(self.max_requeues >= 0, "cluster.max_requeues must be >= 0 (0: never requeue)")
         check(
             self.master_port == 0 or 1024 <= self.master_port <= 65535,
             "cluster.master_port must be 0 (from the job id) or in [1024, 65535]",

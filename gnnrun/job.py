@@ -62,6 +62,7 @@ def train(cfg: DictConfig) -> None:
         check_runnable,
         check_training_vertices,
     )
+    from gnnrun.attempt import current_attempt
     from gnnrun.config import to_objects
     from gnnrun.data import prepare_for_task
     from gnnrun.launch import sweep
@@ -118,7 +119,9 @@ def train(cfg: DictConfig) -> None:
             )
         check_training_vertices(config, dataset, book)
         if in_sweep:
-            moved = sweep.begin_point(run_dir, overrides, keep_partial=config.train.resume)
+            # A requeued SLURM job continues its own point: its files stay.
+            keep = config.train.resume or current_attempt().restarted
+            moved = sweep.begin_point(run_dir, overrides, keep_partial=keep)
             if moved is not None:
                 console.print(
                     f"point {hydra.job.num}: the earlier attempt's files moved to {moved}",

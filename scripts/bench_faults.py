@@ -174,7 +174,7 @@ def main() -> None:
     parser.add_argument(
         "--timeout", type=int, default=15, help="cluster.timeout_s of the fault runs"
     )
-    parser.add_argument("--epochs", type=int, default=6, help="epochs of the veth/loopback runs")
+    parser.add_argument("--epochs", type=int, default=20, help="epochs of the veth/loopback runs")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     reason = netns.unavailable()
@@ -188,8 +188,9 @@ def main() -> None:
         for fault in ("kill_host", "cut_link", "stop_rank"):
             figure = fault_to_exit(work, fault, args.timeout)
             results["faults"].append(figure)
+            over = "" if fault == "kill_host" else " (timeout +{:.1f})"  # no timeout involved
             exits = ", ".join(
-                f"host {h} {s:.1f} s (timeout +{s - args.timeout:.1f})"
+                f"host {h} {s:.1f} s" + over.format(s - args.timeout)
                 for h, s in figure["exit_s"].items()
             )
             print(f"  {fault:10s} {exits}")
@@ -199,6 +200,7 @@ def main() -> None:
             f"epoch again (median epoch {figure['epoch_s_median']:.2f} s; 1 restart, resumed "
             "after epoch 4)"
         )
+        print(f"a second host: synthetic-small, minibatch, 2 ranks, {args.epochs} epochs:")
         figure = results["second_host"] = second_host(work, args.epochs)
         for name in ("loopback", "veth"):
             f = figure[name]

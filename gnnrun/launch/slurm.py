@@ -13,6 +13,15 @@ does not know.
 `run_slurm_rank` is what `gnnrun train cluster=slurm` runs in each task: join
 the process group (env://), let rank 0 prepare the dataset and partition while
 the others wait, train, leave.
+
+Near its time limit SLURM sends the job SIGUSR2 (sbatch --signal=USR2@<cluster.
+signal_delay_s>, which submitit asks for; a site may send it ahead of preemption,
+and `scancel --signal=USR2 JOBID` does it by hand). gnnrun takes the signal over from
+submitit, whose handler would requeue at once and lose the epochs since the last
+checkpoint: the ranks finish the epoch, checkpoint, and rank 0 requeues the job
+(`scontrol requeue`, at most cluster.max_requeues times). The requeued job runs the
+same task again; SLURM_RESTART_COUNT tells it to resume from this job's checkpoint
+(gnnrun.attempt).
 """
 
 from __future__ import annotations
@@ -20,7 +29,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -284,6 +295,7 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
     """
     import torch.distributed as dist
 
+    from gnnrun.attempt import RunStopped, watch_for_stop
     from gnnrun.launch.rank import choose_backend, process_group, train_rank
 
     rdzv = rendezvous_from_env(master_port=cfg.cluster.master_port)
@@ -310,4 +322,44 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
         dist.broadcast_object_list(status, src=0, group=gate)
         if status[0] != READY:
             raise GnnrunError(f"rank 0 could not prepare the run: {status[0]}")
-        return train_rank(cfg, rdzv.rank, run_dir)
+        watch_for_stop(signal.SIGUSR2)
+        try:
+            return train_rank(cfg, rdzv.rank, run_dir)
+        except RunStopped as stopped:
+            requeue(cfg, rdzv, stopped.epoch)  # leaves this process
+
+
+def requeue(cfg, rdzv: SlurmRendezvous, epoch: int) -> None:
+    """After every rank checkpointed at `epoch`: rank 0 requeues the job (unless it was
+    requeued cluster.max_requeues times already); every task then leaves at once, so that
+    no result is recorded for an attempt that goes on in the requeued job."""
+    from gnnrun.attempt import current_attempt
+    from gnnrun.progress import console
+
+    done = current_attempt().number
+    if done >= cfg.cluster.max_requeues:
+        raise GnnrunError(
+            f"SLURM is ending job {rdzv.job_id} (its time limit, or preemption) after epoch "
+            f"{epoch}; it was requeued {done} time(s) already (cluster.max_requeues="
+            f"{cfg.cluster.max_requeues}). The checkpoint is in {cfg.train.checkpoint_dir}: "
+            "continue with train.resume=true"
+        )
+    if rdzv.rank == 0:
+        done_run = subprocess.run(
+            ["scontrol", "requeue", rdzv.job_id], capture_output=True, text=True, timeout=60
+        )
+        if done_run.returncode != 0:
+            raise GnnrunError(
+                f"SLURM is ending job {rdzv.job_id} after epoch {epoch}, checkpointed, but "
+                f"`scontrol requeue` failed: {done_run.stderr.strip()}; continue with "
+                "train.resume=true"
+            )
+        console.print(
+            f"job {rdzv.job_id} checkpointed after epoch {epoch} and requeued "
+            f"({done + 1} of at most {cfg.cluster.max_requeues})",
+            markup=False,
+            soft_wrap=True,
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from gnnrun.algorithms import ALGORITHMS, Algorithm
-from gnnrun.attempt import current_attempt
+from gnnrun.attempt import RunStopped, current_attempt, stop_requested, stop_watched
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.faults import inject_fault
@@ -114,7 +114,12 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                 f.write(json.dumps(record) + "\n")
             # Not every epoch: an algorithm's state can be large, and taking it ends
             # the communication it overlaps (cdr's exchanges in flight).
-            checkpoint = (epoch + 1) % cfg.train.checkpoint_every == 0 or epoch + 1 == end_epoch
+            # A run asked to stop (a SLURM job near its end) stops here, checkpointed,
+            # once every rank has heard it (signals reach the ranks at different steps).
+            stop = stop_watched() and comm.max_int(int(stop_requested())) == 1
+            checkpoint = (
+                (epoch + 1) % cfg.train.checkpoint_every == 0 or epoch + 1 == end_epoch or stop
+            )
             if checkpoint and (algorithm_state := algorithm.state_dict()) is not None:
                 _save_algorithm_state(checkpoint_dir, comm.rank, epoch + 1, algorithm_state)
             if comm.rank == 0:
@@ -133,6 +138,8 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                     )
                 if display is not None:
                     display.epoch_done(record)
+            if stop and epoch + 1 < end_epoch:
+                raise RunStopped(epoch + 1)
     finally:
         algorithm.close()
     if comm.rank != 0:

@@ -222,3 +222,75 @@ def test_ctrl_c_cancels_the_submitted_jobs(slurm_env, tmp_path):
             break
         time.sleep(0.5)
     assert not queue.stdout.strip(), f"job {job_id} still queued or running: {queue.stdout}"
+
+
+def test_a_job_warned_of_its_end_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
+    """SIGUSR2 (what SLURM sends cluster.signal_delay_s before the time limit, and sites
+    before preemption): the ranks checkpoint after their epoch, the job is requeued and
+    resumes, and the finished run is the uninterrupted one."""
+    run = ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=300"]
+    run.append("train.checkpoint_every=1000")  # no checkpoint but the one the warning asks for
+    args = [*run, "cluster=slurm", "cluster.tasks_per_node=2", "hydra.run.dir=run"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gnnrun.cli", "train", *args],
+        cwd=tmp_path, env=slurm_env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    metrics = tmp_path / "run" / "metrics.rank0.jsonl"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and process.poll() is None:
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 20:
+                break
+            time.sleep(0.1)
+        (job_dir,) = [p for p in (tmp_path / "run" / ".submitit").iterdir() if p.is_dir()]
+        subprocess.run(
+            ["scancel", "--signal=USR2", job_dir.name], env=slurm_env, check=True, timeout=30
+        )
+        out, err = process.communicate(timeout=400)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["restarts"] == 1 and summary["complete"] is True
+    # SLURM_RESTART_COUNT: the job ran again (its log files are the second run's).
+    # Every epoch once, the losses of a run that was never stopped (same 2 ranks).
+    local = tmp_path / "local"
+    done = subprocess.run(
+        [sys.executable, "-m", "gnnrun.cli", "train", *run, "cluster.nprocs=2",
+         f"hydra.run.dir={local}"],
+        cwd=tmp_path, env=slurm_env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        resumed = read_jsonl(tmp_path / "run" / f"metrics.rank{rank}.jsonl")
+        plain = read_jsonl(local / f"metrics.rank{rank}.jsonl")
+        assert [r["epoch"] for r in resumed] == list(range(300))
+        assert [r["loss"] for r in resumed] == [r["loss"] for r in plain]
+
+
+def test_a_job_at_its_time_limit_is_requeued_then_ends_checkpointed(slurm_env, tmp_path):
+    """A real time limit (1 minute, warned 30 s before): the job checkpoints and is requeued
+    once (cluster.max_requeues=1); the requeued job continues from that checkpoint, meets its
+    own limit and ends, checkpointed, saying how to continue."""
+    args = [
+        "dataset=synthetic-tiny",
+        "algorithm=minibatch",
+        "train.epochs=1000000",
+        "cluster=slurm",
+        "cluster.time_limit_min=1",
+        "cluster.signal_delay_s=30",
+        "cluster.max_requeues=1",
+        f"train.checkpoint_dir={tmp_path}/checkpoints",
+        "hydra.run.dir=run",
+    ]
+    done = gnnrun(args, tmp_path, slurm_env, timeout=600)
+    err = " ".join(done.stderr.split())
+    assert done.returncode == 1, err[-3000:]
+    assert "it was requeued 1 time(s) already (cluster.max_requeues=1)" in err, err[-3000:]
+    assert "continue with train.resume=true" in err
+    epochs = [r["epoch"] for r in read_jsonl(tmp_path / "run" / "metrics.rank0.jsonl")]
+    assert epochs == list(range(len(epochs)))  # the second job went on from the first's end
+    from gnnrun.train.checkpoint import load_checkpoint
+
+    assert load_checkpoint(tmp_path / "checkpoints")["epoch"] == len(epochs)
