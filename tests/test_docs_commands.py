@@ -287,7 +287,9 @@ def _composes_only(command: DocCommand, first: dict[str, str]) -> str | None:
     ):
         return "needs a SLURM cluster: composed only, never submitted (make test-slurm submits)"
     if "cluster=hosts" in command.argv:
-        return "needs several hosts: composed only (make test-faults runs them in network namespaces)"
+        return (
+            "needs several hosts: composed only (make test-faults runs them in network namespaces)"
+        )
     datasets = _datasets(command)
     if any(d.startswith("ogbn") for d in datasets):
         return "needs the OGB archive (ogbn data), which the tests never download"

@@ -10,9 +10,9 @@ are not used: with gloo they reconnect to the failed attempt's addresses now and
 (torch 2.13: `connectFullMesh ... Connection refused`, or a hang). Hosts meet through
 the static rendezvous at node 0's endpoint (one host: a free loopback port), so that
 a host's cluster.node_rank is its place (ranks node_rank x nproc_per_node onwards),
-as torchrun --node-rank gives. The agent only watches its
-own host's ranks: gnnrun.launch.watchdog's AbortWatcher stops them when a rank on
-another host finds a loss. On SIGINT (Ctrl-C) or SIGTERM the agent stops every rank,
+as torchrun --node-rank gives. The agent only watches its own host's ranks:
+gnnrun.launch.watchdog's AbortWatcher stops them when a rank on another host finds a
+loss. On SIGINT (Ctrl-C) or SIGTERM the agent stops every rank,
 then gnnrun raises KeyboardInterrupt (SIGINT) or GnnrunError (other signals).
 
 Under cluster=hosts the user runs the same command on every host with its own
@@ -74,10 +74,6 @@ class ElasticGroup:
     join_timeout_s: int = 300  # how long hosts wait for each other
     max_restarts: int = 0
 
-    @property
-    def world_size(self) -> int:
-        return self.nnodes * self.nproc_per_node
-
     @classmethod
     def of(cls, cluster) -> ElasticGroup:
         """This host's part of the launch that a cluster=local or cluster=hosts config asks for."""
@@ -90,7 +86,7 @@ class ElasticGroup:
             nnodes=cluster.nnodes,
             node_rank=cluster.node_rank,
             endpoint=cluster.rdzv_endpoint,
-            # The same on every host; the run's own token is drawn at the rendezvous.
+            # The same on every host (the run's own id is node 0's: gnnrun.launch.watchdog).
             run_id="gnnrun-" + re.sub(r"[^A-Za-z0-9]+", "-", cluster.rdzv_endpoint),
             join_timeout_s=cluster.join_timeout_s,
             max_restarts=cluster.max_restarts,
@@ -103,19 +99,14 @@ class ElasticGroup:
 
 
 def launch_local(
-    entrypoint: Callable[..., Any],
-    args: tuple,
-    nprocs: int,
-    timeout_s: int,
-    max_restarts: int = 0,
+    entrypoint: Callable[..., Any], args: tuple, nprocs: int, timeout_s: int
 ) -> list[Any]:
     """Run entrypoint(*args) on `nprocs` local ranks; return every rank's result, rank order.
 
-    A rank that raises or dies makes the agent stop all others (and start them again,
-    `max_restarts` times); the error then names the first failed rank and its message.
+    A rank that raises or dies makes the agent stop all others; the error then names the
+    first failed rank and its message.
     """
-    group = ElasticGroup(nprocs, join_timeout_s=timeout_s, max_restarts=max_restarts)
-    return launch_elastic(entrypoint, args, group)
+    return launch_elastic(entrypoint, args, ElasticGroup(nprocs, join_timeout_s=timeout_s))
 
 
 def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGroup) -> list[Any]:
@@ -124,8 +115,9 @@ def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGr
     from gnnrun.progress import print_warning
 
     os.environ[RUN_ID_ENV] = uuid.uuid4().hex  # node 0's is the run's (gnnrun.launch.watchdog)
+    attempt = 0
     try:
-        for attempt in range(group.max_restarts + 1):
+        while True:
             os.environ[ATTEMPT_ENV] = str(attempt)
             try:
                 return _launch_once(entrypoint, args, group, attempt)
@@ -134,14 +126,14 @@ def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGr
                     if attempt:
                         raise GnnrunError(f"{exc} (after {attempt} restart(s))") from None
                     raise
+                attempt += 1
                 print_warning(
                     f"{exc}; restarting every rank from the last checkpoint "
-                    f"(restart {attempt + 1} of {group.max_restarts})"
+                    f"(restart {attempt} of {group.max_restarts})"
                 )
     finally:
         os.environ.pop(ATTEMPT_ENV, None)
         os.environ.pop(RUN_ID_ENV, None)
-    raise AssertionError("unreachable")
 
 
 def _launch_once(

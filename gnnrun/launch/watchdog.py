@@ -11,7 +11,7 @@ deadlock) or the link to its host is cut. Which rank, on which host, it cannot s
   ranks whose counter stood still are the lost ones. When the store itself cannot
   be reached, node 0 (which holds it) is the lost one. An abort another rank wrote
   first (a rank that raised its own error) wins: it names the cause.
-- The rank writes its finding under the attempt's abort key and waits up to
+- The rank writes its finding under the launch's abort key and waits up to
   `ACK_WAIT_S` for each host's launcher to acknowledge it: the launcher's
   `AbortWatcher` stops that host's ranks, a stopped (SIGSTOP) one included, which
   nothing else would end, and reports the finding as the host's error.
