@@ -9,6 +9,7 @@ from gnnrun.algorithms import ALGORITHMS
 from gnnrun.cli import CONFIG_DIR, GROUPS
 from gnnrun.config import (
     ClusterConfig,
+    HostsClusterConfig,
     LinkTaskConfig,
     SlurmClusterConfig,
     TaskConfig,
@@ -26,6 +27,7 @@ OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONFIG_DIR / g).glob("*.
 REQUIRED = {
     ("dataset", "custom"): ["dataset.path=/x.npz"],
     ("dataset", "ogbn"): ["dataset.ogb_name=ogbn-mag"],
+    ("cluster", "hosts"): ["cluster.node_rank=0", "cluster.rdzv_endpoint=node0:29400"],
 }
 
 
@@ -50,7 +52,9 @@ SCHEMA_OF = {
     "model": lambda s: LAYERS.schema(s.name),
     "optimizer": lambda s: OPTIMIZERS.schema(s.name),
     "algorithm": lambda s: ALGORITHMS.schema(s.name),
-    "cluster": lambda s: SlurmClusterConfig if s.name == "slurm" else ClusterConfig,
+    "cluster": lambda s: {"slurm": SlurmClusterConfig, "hosts": HostsClusterConfig}.get(
+        s.name, ClusterConfig
+    ),
     "task": lambda s: LinkTaskConfig if s.name == "link" else TaskConfig,
 }
 
@@ -82,3 +86,25 @@ def test_train_precision_is_fp32_or_bf16():
         cfg = compose("config", overrides=["train.precision=fp16"])
     with pytest.raises(GnnrunError, match="train.precision 'fp16': choose one of fp32, bf16"):
         to_objects(cfg)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({}, "give each its place and node 0's address"),
+        ({"node_rank": 0, "rdzv_endpoint": "node0"}, "write HOST:PORT"),
+        ({"node_rank": 2, "rdzv_endpoint": "node0:29400"}, r"must lie in 0\.\.1"),
+        ({"node_rank": 0, "rdzv_endpoint": "node0:29400", "max_restarts": -1}, "max_restarts"),
+    ],
+)
+def test_cluster_hosts_names_what_is_missing_or_wrong(fields, message):
+    with pytest.raises(GnnrunError, match=message):
+        HostsClusterConfig(nprocs=2, **fields).validate()
+    HostsClusterConfig(nprocs=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400").validate()
+
+
+def test_cluster_slurm_refuses_restarts_and_a_late_warning():
+    with pytest.raises(GnnrunError, match="under SLURM a failed rank ends the job"):
+        SlurmClusterConfig(nprocs=1, max_restarts=1).validate()
+    with pytest.raises(GnnrunError, match="shorter than the time limit"):
+        SlurmClusterConfig(nprocs=1, time_limit_min=1, signal_delay_s=120).validate()
