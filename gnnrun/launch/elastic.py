@@ -149,7 +149,11 @@ def _launch_once(
     run_id = f"{group.run_id or uuid.uuid4().hex[:12]}-a{attempt}"
     # The static rendezvous: node_rank is the host's place, and the ranks' store is the
     # agent's at the endpoint, where the AbortWatcher reads (c10d's would be elsewhere).
-    endpoint = group.endpoint or f"127.0.0.1:{_free_port()}"
+    if group.endpoint is None:
+        endpoint = f"127.0.0.1:{_free_port()}"
+    else:  # attempt k meets at port + k: a quick host never joins the failed attempt's store
+        host, port = group.endpoint.rsplit(":", 1)
+        endpoint = f"{host}:{int(port) + attempt}"
     rendezvous = {"rank": group.node_rank, "timeout": group.join_timeout_s}
     launch = LaunchConfig(
         min_nodes=group.nnodes,

@@ -155,10 +155,17 @@ def _forget_epochs_from(metrics_file: Path, epoch: int) -> None:
     if not metrics_file.is_file():
         return
     lines = metrics_file.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line)["epoch"] < epoch]
+    kept = [line for line in lines if _epoch_of(line) < epoch]  # a cut last line goes too
     if len(kept) != len(lines):
         with atomic_file(metrics_file) as f:
             f.writelines(kept)
+
+
+def _epoch_of(line: str) -> float:
+    try:
+        return json.loads(line)["epoch"]
+    except (ValueError, KeyError, TypeError):
+        return math.inf
 
 
 # How Algorithm.gradient_reduction combines a step's gradients across ranks.

@@ -149,3 +149,21 @@ def test_a_lost_host_ends_every_rank_in_time_and_the_run_resumes(bed, tmp_path, 
         [*run[:-1], f"train.checkpoint_dir={tmp_path}/plain-ck", "cluster.nprocs=2"],
     )
     assert losses(resumed, 0) == losses(plain, 0)[saved["epoch"] :]
+
+
+def test_every_host_restarts_after_a_rank_dies_and_the_run_ends_as_one_host(bed, tmp_path):
+    run = ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=6"]
+    run.append("train.checkpoint_every=2")
+    env = dict(os.environ, GNNRUN_FAULT="kill:rank=1:epoch=3")  # host 1's rank, SIGKILLed
+    procs = start_hosts(
+        bed, tmp_path, [*run, "cluster.max_restarts=1", f"train.checkpoint_dir={tmp_path}/ck"], env
+    )
+    for proc in procs:
+        proc.wait(timeout=300)
+    errors = [(tmp_path / f"host{h}.err").read_text() for h in range(bed.hosts)]
+    assert [proc.returncode for proc in procs] == [0, 0], errors
+    assert all("restart 1 of 1" in err for err in errors), errors
+    assert json.loads((tmp_path / "host0" / "summary.json").read_text())["restarts"] == 1
+    one_host = train_local(tmp_path, "local", [*run, "cluster.nprocs=2"])
+    for rank in (0, 1):
+        assert losses(tmp_path / f"host{rank}", rank) == losses(one_host, rank)
