@@ -52,19 +52,6 @@ def wait_until(condition, seconds: float, step: float = 0.01) -> float:
     raise TimeoutError("the run never got there")
 
 
-def host_command(bed, host: int, run_dir: Path, overrides: list[str]) -> list[str]:
-    return [
-        GNNRUN,
-        "train",
-        "cluster=hosts",
-        f"cluster.nnodes={bed.hosts}",
-        f"cluster.node_rank={host}",
-        f"cluster.rdzv_endpoint={bed.address(0)}:{PORT}",
-        f"hydra.run.dir={run_dir}/host{host}",
-        *overrides,
-    ]
-
-
 def fault_to_exit(work: Path, fault: str, timeout_s: int) -> dict:
     bed = netns.TestBed(2)
     run_dir = work / f"fault-{fault}"
@@ -81,7 +68,7 @@ def fault_to_exit(work: Path, fault: str, timeout_s: int) -> dict:
     procs = [
         bed.popen(
             h,
-            host_command(bed, h, run_dir, overrides),
+            bed.train_command(h, PORT, run_dir, overrides),
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -143,7 +130,7 @@ def second_host(work: Path, epochs: int) -> dict:
         procs = [
             bed.popen(
                 h,
-                host_command(bed, h, work / "veth", overrides),
+                bed.train_command(h, PORT, work / "veth", overrides),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

@@ -17,9 +17,11 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -79,6 +81,20 @@ class TestBed:
     def popen(self, host: int, command: Sequence[str], **kwargs) -> subprocess.Popen:
         """Start `command` inside host `host`'s namespace."""
         return subprocess.Popen(["ip", "netns", "exec", self.names[host], *command], **kwargs)
+
+    def train_command(self, host: int, port: int, run_dir, overrides: Sequence[str]) -> list[str]:
+        """`gnnrun train cluster=hosts` as host `host` of this bed runs it (node 0 at `port`),
+        writing its run directory under `run_dir`/host<host>."""
+        return [
+            str(Path(sys.executable).with_name("gnnrun")),
+            "train",
+            "cluster=hosts",
+            f"cluster.nnodes={self.hosts}",
+            f"cluster.node_rank={host}",
+            f"cluster.rdzv_endpoint={self.address(0)}:{port}",
+            f"hydra.run.dir={run_dir}/host{host}",
+            *overrides,
+        ]
 
     def pids(self, host: int) -> list[int]:
         listed = _ip("netns", "pids", self.names[host], check=False).stdout.split()

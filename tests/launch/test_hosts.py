@@ -36,16 +36,7 @@ def bed(request):
 def start_hosts(bed, tmp_path: Path, overrides: list[str], env: dict | None = None):
     procs = []
     for host in range(bed.hosts):
-        command = [
-            GNNRUN,
-            "train",
-            "cluster=hosts",
-            f"cluster.nnodes={bed.hosts}",
-            f"cluster.node_rank={host}",
-            f"cluster.rdzv_endpoint={bed.address(0)}:{PORT}",
-            f"hydra.run.dir={tmp_path}/host{host}",
-            *overrides,
-        ]
+        command = bed.train_command(host, PORT, tmp_path, overrides)
         with open(tmp_path / f"host{host}.err", "w") as err:
             procs.append(
                 bed.popen(
