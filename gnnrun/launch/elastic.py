@@ -121,6 +121,8 @@ def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGr
             os.environ[ATTEMPT_ENV] = str(attempt)
             try:
                 return _launch_once(entrypoint, args, group, attempt)
+            except RendezvousFailed:
+                raise
             except GnnrunError as exc:
                 if attempt == group.max_restarts:
                     if attempt:
@@ -139,6 +141,7 @@ def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGr
 def _launch_once(
     entrypoint: Callable[..., Any], args: tuple, group: ElasticGroup, attempt: int
 ) -> list[Any]:
+    from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -179,6 +182,8 @@ def _launch_once(
     try:
         with _quiet_agent(), watcher:
             results = elastic_launch(launch, entrypoint)(*args)
+    except DistError as exc:  # the hosts never met: no rank ran, nothing to restart
+        raise RendezvousFailed(_rendezvous_failure(exc, group, endpoint)) from None
     except ChildFailedError as exc:
         text, own_cause = _describe_failures(exc.failures, log_dir, group.ranks())
         if watcher.message and not own_cause:  # what a rank found or said, maybe elsewhere
@@ -201,6 +206,28 @@ def _launch_once(
                 signal.signal(sig, handler)
         shutil.rmtree(log_dir, ignore_errors=True)
     return [results[rank] for rank in group.ranks()]
+
+
+class RendezvousFailed(GnnrunError):
+    """The hosts did not all meet at the rendezvous."""
+
+
+def _rendezvous_failure(error: Exception, group: ElasticGroup, endpoint: str) -> str:
+    if group.nnodes == 1:
+        return f"the ranks could not meet at {endpoint}: {str(error).splitlines()[0]}"
+    waited = f"within cluster.join_timeout_s={group.join_timeout_s} s"
+    if group.node_rank == 0:
+        return (
+            f"not every host joined the rendezvous at {endpoint} {waited} "
+            f"({str(error).splitlines()[0]}): start `gnnrun train` with the same "
+            f"cluster.rdzv_endpoint and cluster.nnodes={group.nnodes} on the other hosts, "
+            "each with its own cluster.node_rank"
+        )
+    return (
+        f"node 0's rendezvous at {endpoint} did not answer {waited}: start `gnnrun train` "
+        "with cluster.node_rank=0 on the host at that address, and check that every host "
+        "reaches it (address, port, firewall)"
+    )
 
 
 # Messages of ranks that failed only because another rank went away first.

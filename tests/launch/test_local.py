@@ -78,3 +78,25 @@ def test_cpu_sets_split_the_cores():
     if len(os.sched_getaffinity(0)) >= 2:
         assert not set(cpus0) & set(cpus1)
     assert rank_cpus(0, 1, 3, 0)[1] == 3
+
+
+@pytest.mark.parametrize(
+    "node_rank, message",
+    [
+        (
+            1,
+            r"node 0's rendezvous at 127\.0\.0\.1:\d+ did not answer within cluster\.join_timeout_s=2 s",
+        ),
+        (0, r"not every host joined the rendezvous .* on the other hosts"),
+    ],
+)
+def test_hosts_that_never_meet_are_told_what_to_start(node_rank, message):
+    from gnnrun.launch.elastic import ElasticGroup, _free_port, launch_elastic
+
+    group = ElasticGroup(
+        1, nnodes=2, node_rank=node_rank, endpoint=f"127.0.0.1:{_free_port()}", join_timeout_s=2
+    )
+    start = time.monotonic()
+    with pytest.raises(GnnrunError, match=message):
+        launch_elastic(rank_fns.sum_of_ranks, (), group)
+    assert time.monotonic() - start < 30
