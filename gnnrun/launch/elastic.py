@@ -121,7 +121,7 @@ def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGr
             os.environ[ATTEMPT_ENV] = str(attempt)
             try:
                 return _launch_once(entrypoint, args, group, attempt)
-            except RendezvousFailed:
+            except NotRestartable:
                 raise
             except GnnrunError as exc:
                 if attempt == group.max_restarts:
@@ -183,7 +183,7 @@ def _launch_once(
         with _quiet_agent(), watcher:
             results = elastic_launch(launch, entrypoint)(*args)
     except DistError as exc:  # the hosts never met: no rank ran, nothing to restart
-        raise RendezvousFailed(_rendezvous_failure(exc, group, endpoint)) from None
+        raise NotRestartable(_rendezvous_failure(exc, group, endpoint)) from None
     except ChildFailedError as exc:
         text, own_cause = _describe_failures(exc.failures, log_dir, group.ranks())
         if watcher.message and not own_cause:  # what a rank found or said, maybe elsewhere
@@ -195,7 +195,7 @@ def _launch_once(
         if exc.sigval == signal.SIGINT:
             raise KeyboardInterrupt from None
         here = " of this host" if group.nnodes > 1 else ""
-        raise GnnrunError(
+        raise NotRestartable(
             f"stopped by {signal.Signals(exc.sigval).name}; all {group.nproc_per_node} "
             f"ranks{here} were stopped"
         ) from None
@@ -208,8 +208,8 @@ def _launch_once(
     return [results[rank] for rank in group.ranks()]
 
 
-class RendezvousFailed(GnnrunError):
-    """The hosts did not all meet at the rendezvous."""
+class NotRestartable(GnnrunError):
+    """A failure no restart mends: the hosts never met, or a signal stopped the run."""
 
 
 def _rendezvous_failure(error: Exception, group: ElasticGroup, endpoint: str) -> str:
