@@ -140,7 +140,7 @@ class Watchdog:
     def _beat(self, store: dist.TCPStore) -> None:
         key = self._beat_key(self.rank)
         while not self._stop.is_set():
-            with contextlib.suppress(Exception):  # a lost store is what diagnose() reports
+            with contextlib.suppress(Exception):  # a lost store is what finding() reports
                 store.add(key, 1)
             self._stop.wait(BEAT_S)
 
