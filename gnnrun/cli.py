@@ -459,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         print_error(f"unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}")
         return 2
     try:
+        if command != "env":  # env says what is installed, a torch out of range too
+            from gnnrun.torch_support import check_torch_version
+
+            check_torch_version()
         return COMMANDS[command][0](rest)
     except GnnrunError as exc:
         print_error(exc)

@@ -39,7 +39,7 @@ class Algorithm:
     # any still joins every step, adding zero gradients to the average).
     trains_on_every_rank: ClassVar[bool] = False
     # The cluster.device values it runs on; `device` is where its rank computes (the
-    # trainer puts the model there).
+    # trainer puts the model there, the algorithm its batches).
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
     # The train.precision values it trains in (gnnrun.ops.precision): bf16 where every
     # tensor it keeps or exchanges comes out of gnnrun's ops, which return float32.
@@ -58,6 +58,7 @@ class Algorithm:
 
     def __init__(self, cfg, comm: Communicator, timer: PhaseTimer) -> None:
         self.cfg, self.comm, self.timer = cfg, comm, timer
+        self.device = compute_device(cfg)
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -108,6 +109,14 @@ class Algorithm:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         raise NotImplementedError(f"{type(self).__name__} keeps no state")
+
+
+def compute_device(cfg) -> torch.device:
+    """Where this rank computes: its GPU (the launcher made it the current one) for
+    cluster.device=cuda, else the CPU."""
+    if cfg.cluster.device == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def open_own_part(cfg, comm: Communicator, kind: str) -> tuple[GraphDataset, PartitionBook]:

@@ -41,6 +41,12 @@ class EdgeTargets:
     positives: torch.Tensor  # [2, B]
     negatives: torch.Tensor  # [2, B * k]: positive i's negatives at i*k .. i*k + k - 1
 
+    def to(self, device: torch.device, non_blocking: bool = False) -> EdgeTargets:
+        return EdgeTargets(
+            self.positives.to(device, non_blocking=non_blocking),
+            self.negatives.to(device, non_blocking=non_blocking),
+        )
+
 
 class LinkObjective:
     """Target edges, negatives, the loss and the held-out scores of one rank."""
@@ -137,4 +143,4 @@ def _score(model, h: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Te
         model.score(h[u[i : i + chunk]][:, None, :], h[w[i : i + chunk]]).float()
         for i in range(0, u.numel(), chunk)
     ]
-    return torch.cat(scores) if scores else torch.zeros(0, w.shape[1])
+    return torch.cat(scores) if scores else torch.zeros(0, w.shape[1], device=h.device)

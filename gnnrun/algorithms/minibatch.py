@@ -41,6 +41,25 @@ class Minibatch:
     # The labels of the seeds (the last block's destinations), or a link step's pairs.
     targets: torch.Tensor | EdgeTargets
 
+    def to(self, device: torch.device, non_blocking: bool = False) -> Minibatch:
+        """This minibatch on `device`: the hand-over from the CPU that built it to the
+        rank's GPU (itself on a CPU rank)."""
+        if device.type == "cpu":
+            return self
+        blocks, x = inputs_on(device, self.blocks, self.x, non_blocking)
+        return Minibatch(blocks, x, self.targets.to(device, non_blocking=non_blocking))
+
+
+def inputs_on(
+    device: torch.device,
+    blocks: list[Block],
+    x: torch.Tensor | TypedInput,
+    non_blocking: bool = False,
+) -> tuple[list[Block], torch.Tensor | TypedInput]:
+    """A model's inputs, sampled blocks and input features, moved to `device`."""
+    moved = [block.to(device, non_blocking) for block in blocks]
+    return moved, x.to(device, non_blocking=non_blocking)
+
 
 class SampledTraining(Algorithm):
     """The minibatch loop shared by `single` (minibatch mode) and `minibatch`.
@@ -53,6 +72,9 @@ class SampledTraining(Algorithm):
     precisions = ("fp32", "bf16")
     heterogeneous = True
     tasks = ("node", "link")
+    # Sampling and feature gathers stay on the CPU, where the graph is; each minibatch
+    # goes to the GPU once built (Minibatch.to) and the model trains there.
+    devices = ("cpu", "cuda")
     source: GraphSource
     train_ids: torch.Tensor
     eval_ids: dict[str, torch.Tensor]
@@ -132,7 +154,7 @@ class SampledTraining(Algorithm):
         key = step_key(self.cfg.train.seed, self.epoch, step)
         seeds, exclude, targets = self.step_targets(items, key)
         blocks, x = make_minibatch(self.training_source(), seeds, self.fanouts, key, exclude)
-        return Minibatch(blocks, x, targets)
+        return Minibatch(blocks, x, targets).to(self.device)
 
     def loss(self, model, batch: Minibatch, step: int) -> torch.Tensor | None:
         out = self.forward(model, batch.blocks, batch.x, self.epoch, step, self.steps)
@@ -162,8 +184,8 @@ class SampledTraining(Algorithm):
             seeds = ids[step * size : (step + 1) * size]
             blocks, x = make_minibatch(self.source, seeds, self.fanouts, EVAL_STREAM)
             if seeds.numel():
-                rows.append(model(blocks, x))
-        return torch.cat(rows) if rows else torch.zeros(0, self.num_classes)
+                rows.append(model(*inputs_on(self.device, blocks, x)))
+        return torch.cat(rows) if rows else torch.zeros(0, self.num_classes, device=self.device)
 
     @torch.no_grad()
     def evaluate(self, model):
@@ -179,12 +201,16 @@ class SampledTraining(Algorithm):
                 key = step_key(EVAL_STREAM, 0, step)
                 blocks, x = make_minibatch(self.source, seeds, self.fanouts, key)
                 if seeds.numel():  # ranks with fewer vertices still join the collectives
-                    logits.append(model(blocks, x))
-                    labels.append(self.labels_of(seeds))
+                    batch = Minibatch(blocks, x, self.labels_of(seeds)).to(self.device)
+                    logits.append(model(batch.blocks, batch.x))
+                    labels.append(batch.targets)
             if logits:
                 out[split] = (torch.cat(logits), torch.cat(labels))
             else:
-                out[split] = (torch.zeros(0, self.num_classes), torch.zeros(0, dtype=torch.int64))
+                out[split] = (
+                    torch.zeros(0, self.num_classes, device=self.device),
+                    torch.zeros(0, dtype=torch.int64, device=self.device),
+                )
         return out
 
 
@@ -228,5 +254,5 @@ class DistributedMinibatch(SampledTraining):
         return self.source.nodes[: self.part.num_solid]
 
     def rows_of(self, table):
-        rows = table.numpy()
-        return lambda nodes: self.source.fetch_rows(nodes, rows, 0)
+        rows = table.cpu().numpy()  # owners answer from CPU memory, as for features
+        return lambda nodes: self.source.fetch_rows(nodes, rows, 0).to(table.device)

@@ -9,7 +9,9 @@ blocking and failures):
             into blocks
     fetch   the input vertices' features (local rows, remote rows pulled from
             their owners)
-    device  the copy to the compute device (nothing to copy on a CPU rank)
+    device  the copy to the compute device (nothing to copy on a CPU rank; on a
+            GPU rank a plain copy on the stage thread's default stream, which the
+            trainer's kernels queue behind)
 
 and the trainer, which takes finished minibatches and runs forward, backward,
 the gradient all-reduce and the optimizer step. `algorithm.capacity` bounds how
@@ -148,6 +150,8 @@ class PipelinedMinibatch(DistributedMinibatch):
 
         def to_device(item: _Item) -> _Item:
             self._hook("device", item)
+            moved = Minibatch(item.blocks, item.x, item.targets).to(self.device)
+            item.blocks, item.x, item.targets = moved.blocks, moved.x, moved.targets
             with self._finished_lock:
                 self._finished[item.epoch] += 1
             return item

@@ -28,7 +28,7 @@ class Single(SampledTraining):
             dataset.num_classes,
             dataset.task,
         )
-        self.label = torch.from_numpy(np.array(dataset.label, dtype=np.int64))
+        self.label = torch.from_numpy(np.array(dataset.label, dtype=np.int64)).to(self.device)
         self.train_ids = torch.from_numpy(np.array(dataset.train_idx, dtype=np.int64))
         self.eval_ids = {
             "val": torch.from_numpy(np.array(dataset.val_idx, dtype=np.int64)),
@@ -45,6 +45,9 @@ class Single(SampledTraining):
                 every = torch.arange(dataset.num_nodes)
                 self.graph.node_types = torch.from_numpy(self.schema.type_of(every.numpy()))
                 self.x = LocalGraphSource(dataset).features(every)
+            # The whole graph and its features live on the rank's device (a GPU's memory
+            # must hold them, as PyG's full-batch training needs).
+            self.graph, self.x = self.graph.to(self.device), self.x.to(self.device)
         else:
             self.source = LocalGraphSource(dataset)
         self.num_nodes = dataset.num_nodes
@@ -78,7 +81,7 @@ class Single(SampledTraining):
             # prediction's convention: leaving them all out would leave no graph).
             key = step_key(self.cfg.train.seed, self.epoch, 0)
             seeds, _, targets = self.link.step(self.train_ids, key)
-            return self.link.loss(model, logits[seeds], targets)
+            return self.link.loss(model, logits[seeds], targets.to(self.device))
         return torch.nn.functional.cross_entropy(logits[self.train_ids], self.label[self.train_ids])
 
     @torch.no_grad()

@@ -274,7 +274,6 @@ class Spmm1d(Algorithm):
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
         self.check_config(cfg)
-        self.device = _device(cfg)
         dataset, book = open_own_part(cfg, comm, self.partition_kind)
         part = book.load_part(comm.rank)
         self.in_dim, self.num_classes, self.task = (
@@ -363,9 +362,3 @@ class Spmm1d(Algorithm):
         logits = self.logits(model).cpu()
         label = self.label.cpu()
         return {split: (logits[ids], label[ids]) for split, ids in self.eval_ids.items()}
-
-
-def _device(cfg) -> torch.device:
-    if cfg.cluster.device == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")

@@ -2,7 +2,9 @@
 
 gloo's list-form all_to_all does not take tensors of different sizes, so
 every variable-size exchange goes through `all_to_all_single` with split
-sizes, the sizes being exchanged first.
+sizes, the sizes being exchanged first. On GPU ranks the process group has a
+backend per device (`cpu:gloo,cuda:nccl`): a collective over CUDA tensors goes
+through NCCL, one over CPU tensors (sizes, sampling requests, metrics) through gloo.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ class Communicator:
             size_bytes = counts.numel() * 8
         row = int(torch.tensor(trailing).prod()) if len(trailing) else 1
         send = torch.cat([t.reshape(-1) for t in outgoing])
-        recv = torch.empty(int(incoming_counts.sum()) * row, dtype=send.dtype)
+        # GPU tensors travel over NCCL, CPU ones over gloo (the process group has both).
+        recv = torch.empty(int(incoming_counts.sum()) * row, dtype=send.dtype, device=send.device)
         incoming = (incoming_counts * row).tolist()
         work = dist.all_to_all_single(
             recv, send, incoming, (counts * row).tolist(), group=self.group, async_op=True

@@ -45,6 +45,7 @@ from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
 from gnnrun.errors import GnnrunError
 from gnnrun.launch.rank import choose_backend
 from gnnrun.launch.watchdog import LOST_PREFIX, AbortWatcher
+from gnnrun.torch_support import dataclass_accepts
 
 
 def _free_port() -> int:
@@ -168,9 +169,14 @@ def _launch_once(
         rdzv_configs=rendezvous,
         max_restarts=0,
         monitor_interval=0.2,
-        shutdown_timeout=SHUTDOWN_GRACE_S,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
+        # torch 2.11 has no such setting (its agent waits 30 s before SIGKILL).
+        **(
+            {"shutdown_timeout": SHUTDOWN_GRACE_S}
+            if dataclass_accepts(LaunchConfig, "shutdown_timeout")
+            else {}
+        ),
     )
     host, port = endpoint.rsplit(":", 1)
     watcher = AbortWatcher(host, int(port), run_id, group.node_rank)

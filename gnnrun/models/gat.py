@@ -72,12 +72,12 @@ def with_self_loops(block: Block) -> Block:
     degrees = block.in_degrees()
     indptr = torch.zeros_like(block.indptr)
     indptr[1:] = torch.cumsum(degrees + 1, 0)
-    indices = torch.empty(block.num_edges + block.num_dst, dtype=block.indices.dtype)
+    indices = block.indices.new_empty(block.num_edges + block.num_dst)
     loop_positions = indptr[1:] - 1
-    mask = torch.ones(indices.numel(), dtype=torch.bool)
+    mask = torch.ones(indices.numel(), dtype=torch.bool, device=indices.device)
     mask[loop_positions] = False
     indices[mask] = block.indices
-    indices[loop_positions] = torch.arange(block.num_dst, dtype=indices.dtype)
+    indices[loop_positions] = torch.arange(block.num_dst, dtype=indices.dtype, device=indices.device)
     # Remote shards (SAR) stay with the block: the self-loops are local edges.
     looped = Block(indptr, indices, block.num_src, block.src_ids, sharded=block.sharded)
     object.__setattr__(block, "_with_self_loops", looped)

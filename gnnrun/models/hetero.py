@@ -35,6 +35,14 @@ class TypedInput:
     typed_ids: torch.Tensor  # int64 [n]: its id within its type
     feat: dict[int, torch.Tensor]  # featured type -> rows of its vertices, in order
 
+    def to(self, device: torch.device, non_blocking: bool = False) -> TypedInput:
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        return TypedInput(
+            move(self.types), move(self.typed_ids), {t: move(f) for t, f in self.feat.items()}
+        )
+
 
 class TypedInputEncoder(torch.nn.Module):
     """TypedInput -> [n, width]: per-type projections and embeddings (module docstring)."""
@@ -82,10 +90,10 @@ class TypedInputEncoder(torch.nn.Module):
                 rows.append(feat if embed is None else embed(feat))
             positions.append(where)
         if not rows:
-            return torch.zeros(0, self.width)
+            return torch.zeros(0, self.width, device=x.types.device)
         order = torch.cat(positions)
         if len(rows) == 1:  # one type: the rows are already in order
             return rows[0]
         inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel())
+        inverse[order] = torch.arange(order.numel(), device=order.device)
         return torch.cat(rows)[inverse]

@@ -136,7 +136,7 @@ class HeteroSAGEConv(torch.nn.Module):
         )
         for conv, relation, dst_type in zip(self.convs, relations, self.relation_dst, strict=True):
             rows = (
-                torch.arange(block.num_dst)
+                torch.arange(block.num_dst, device=block.device)
                 if dst_types is None
                 else torch.nonzero(dst_types == dst_type).squeeze(1)
             )

@@ -11,7 +11,15 @@ destination rows of x (SAGE's self term) with a single gradient buffer for x;
 the same single pass. A bfloat16 x of 16 to 256 columns stays bfloat16 (the
 kernel sums in float32 and rounds each output once); any other bfloat16 x is
 taken as float32 (gnnrun.ops.precision). `aggregate_reference` is the
-pure-PyTorch oracle and the fallback when the kernel cannot be built.
+pure-PyTorch oracle.
+
+Off the CPU (GPU ranks), and on the CPU where the kernel cannot be built, the
+aggregation is a sparse CSR product through torch (`sparse_aggregate`: cuSPARSE
+on a GPU, MKL's sparse BLAS or torch's own loop on a CPU), the backward pass the
+product with the transposed CSR; nothing needs a CUDA compiler. Both sparse
+matrices are built once per Block and dtype and kept on it. The tests run this
+path on CPU tensors against the native kernels (GNNRUN_NO_NATIVE=1 makes every
+run take it).
 
 On a vertex-cut part (a Block with a `completion`), the part's edges give a
 split vertex only a partial sum: the completion adds its clones' partial sums
@@ -32,6 +40,7 @@ import torch
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
 from gnnrun.ops.precision import factor_dtype, widened
+from gnnrun.ops.spmm import csr_matrix
 
 REDUCES = ("sum", "mean")
 NATIVE_DTYPES = (torch.float32, torch.float64)
@@ -59,7 +68,7 @@ def local_aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch
     """Aggregate over the block's own edges only."""
     forward = native_op("csr_aggregate", "aggregate")
     if forward is None or not _kernel_takes(x) or x.device.type != "cpu":
-        return aggregate_reference(block, widened(x), reduce)
+        return sparse_aggregate(block, widened(x), reduce)
     out = _Aggregate.apply(block, x.flatten(1), reduce == "mean")
     # Not a view when x is a matrix: a completion adds into this sum in place, and
     # autograd would wrap an in-place change of a view in copies of the whole sum.
@@ -152,6 +161,51 @@ def aggregate_reference(block: Block, x: torch.Tensor, reduce: str = "sum") -> t
     return out
 
 
+def sparse_aggregate(block: Block, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
+    """`aggregate` over the block's own edges as a torch sparse CSR product, on any device."""
+    _check(block, x, reduce)
+    out = _SparseAggregate.apply(block, x.flatten(1), reduce == "mean")
+    return out if x.dim() == 2 else out.reshape((block.num_dst, *x.shape[1:]))
+
+
+def _sparse_matrices(block: Block, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, A^T) of the block as sparse CSR tensors of ones in `dtype` on its device,
+    A being num_dst x num_src; kept on the block (per dtype)."""
+    cache = getattr(block, "_sparse", None)
+    if cache is None or cache[0] is not block.indptr or cache[1] is not block.indices:
+        cache = (block.indptr, block.indices, {})
+        object.__setattr__(block, "_sparse", cache)
+    if dtype not in cache[2]:
+        indptr_t, indices_t = transposed_csr(block)
+        ones = torch.ones(block.num_edges, dtype=dtype, device=block.device)
+        cache[2][dtype] = (
+            csr_matrix(block.indptr, block.indices, ones, (block.num_dst, block.num_src)),
+            csr_matrix(indptr_t, indices_t, ones, (block.num_src, block.num_dst)),
+        )
+    return cache[2][dtype]
+
+
+class _SparseAggregate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, block: Block, x: torch.Tensor, mean: bool) -> torch.Tensor:
+        ctx.block, ctx.inv_degree = block, None
+        matrix, _ = _sparse_matrices(block, x.dtype)
+        out = matrix @ x.contiguous()
+        if mean:
+            ctx.inv_degree = 1.0 / block.in_degrees().clamp(min=1).to(x.dtype).unsqueeze(1)
+            out.mul_(ctx.inv_degree)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        if not ctx.needs_input_grad[1]:
+            return None, None, None
+        if ctx.inv_degree is not None:
+            grad_out = grad_out * ctx.inv_degree
+        _, transposed = _sparse_matrices(ctx.block, grad_out.dtype)
+        return None, transposed @ grad_out.contiguous(), None
+
+
 def transposed_csr(block: Block) -> tuple[torch.Tensor, torch.Tensor]:
     """(indptr_t, indices_t) of the block's out-CSR, computed once and kept on the block;
     a symmetric block's own CSR."""
@@ -161,14 +215,14 @@ def transposed_csr(block: Block) -> tuple[torch.Tensor, torch.Tensor]:
     if cached is not None and cached[0] is block.indptr and cached[1] is block.indices:
         return cached[2]
     op = native_op("csr_transpose", "aggregate")
-    if op is not None:
+    if op is not None and block.device.type == "cpu":
         indptr_t, indices_t, _ = op(block.indptr, _contiguous(block.indices), block.num_src)
         result = (indptr_t, indices_t)  # not the edge permutation: nothing here needs it
     else:
         dst = block.dst_of_edges()
         perm = torch.sort(block.indices.long(), stable=True).indices
         counts = torch.bincount(block.indices.long(), minlength=block.num_src)
-        indptr_t = torch.zeros(block.num_src + 1, dtype=torch.int64)
+        indptr_t = torch.zeros(block.num_src + 1, dtype=torch.int64, device=block.device)
         torch.cumsum(counts, 0, out=indptr_t[1:])
         result = (indptr_t, dst[perm].to(block.indices.dtype))
     # Not a dataclass field: stays out of eq/repr; replaced arrays invalidate it.

@@ -88,6 +88,33 @@ class Block:
     _relation_rows: Block | None = field(default=None, repr=False, compare=False)
 
     @property
+    def device(self) -> torch.device:
+        return self.indptr.device
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Block:
+        """This block with its arrays on `device` (itself when they are there already); the
+        per-block caches are computed again there. A part's completion or sharded
+        aggregation moves with its algorithm, not with the block."""
+        if self.device == device:
+            return self
+
+        def move(t):
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+
+        return Block(
+            move(self.indptr),
+            move(self.indices),
+            self.num_src,
+            move(self.src_ids),
+            None if self.graph_degrees is None else tuple(map(move, self.graph_degrees)),
+            self.completion,
+            self.sharded,
+            self.symmetric,
+            move(self.etypes),
+            move(self.node_types),
+        )
+
+    @property
     def num_dst(self) -> int:
         return int(self.indptr.numel() - 1)
 
@@ -111,7 +138,9 @@ class Block:
 
     def dst_of_edges(self) -> torch.Tensor:
         """The destination of every edge, in CSR order."""
-        return torch.repeat_interleave(torch.arange(self.num_dst), self.in_degrees())
+        return torch.repeat_interleave(
+            torch.arange(self.num_dst, device=self.device), self.in_degrees()
+        )
 
     def without_sources(self, dropped: torch.Tensor) -> Block:
         """This block minus the edges whose source is marked in `dropped` (bool [num_src]).
@@ -127,7 +156,7 @@ class Block:
 
     def _kept_indptr(self, keep: torch.Tensor) -> torch.Tensor:
         """The indptr of the edges marked in `keep` (bool [num_edges]), rows kept in place."""
-        kept_before = torch.zeros(self.num_edges + 1, dtype=torch.int64)
+        kept_before = torch.zeros(self.num_edges + 1, dtype=torch.int64, device=self.device)
         torch.cumsum(keep, 0, out=kept_before[1:])
         return kept_before[self.indptr]
 
@@ -142,7 +171,9 @@ class Block:
             if key.numel() and not bool(torch.all(key[1:] >= key[:-1])):
                 raise ValueError("a block's rows must list their edges by relation")
             counts = torch.bincount(key, minlength=self.num_dst * num_relations)
-            indptr = torch.zeros(self.num_dst * num_relations + 1, dtype=torch.int64)
+            indptr = torch.zeros(
+                self.num_dst * num_relations + 1, dtype=torch.int64, device=self.device
+            )
             torch.cumsum(counts, 0, out=indptr[1:])
             self._relation_rows = Block(indptr, self.indices, self.num_src, self.src_ids)
         return self._relation_rows

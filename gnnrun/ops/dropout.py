@@ -8,7 +8,10 @@ round(p * 65536), so the mask costs a hash per 4 elements, is computed in
 parallel, and is recomputed in the backward pass from the key. The key comes
 from torch's generator, so seeded runs repeat. A bfloat16 x stays bfloat16
 (scaled in float32, rounded once). `dropout_reference` (NumPy) is the oracle
-for kernels/dropout.cpp and the fallback without a compiler.
+for kernels/dropout.cpp. Off the CPU (GPU ranks), and without a compiler, the
+same mask comes from `keep_mask`, the hash in torch's int64 operations on the
+tensor's device: a GPU run drops the same elements as a CPU run with the same
+seed, so the two train alike.
 """
 
 from __future__ import annotations
@@ -65,8 +68,34 @@ def _apply(x: torch.Tensor, p: float, key: int) -> torch.Tensor:
     op = native_op("dropout_apply", "dropout")
     scale = 1.0 / (1.0 - p)
     if op is None or not _native_dtype(x):
-        return dropout_reference(x, p, key)
+        keep = keep_mask(x.numel(), p, key, x.device).reshape(x.shape)
+        scaled = x * scale
+        return torch.where(keep, scaled, scaled * 0)  # NaN and inf propagate
     return op(x, key, _threshold(p), scale)
+
+
+def _signed(constant: int) -> int:
+    """A 64-bit unsigned constant as the int64 of the same bits."""
+    return constant - (1 << 64) if constant >= 1 << 63 else constant
+
+
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """The logical (unsigned) right shift of int64 bits: >> on int64 is arithmetic."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def keep_mask(n: int, p: float, key: int, device: torch.device) -> torch.Tensor:
+    """Which of n elements dropout keeps: the kernel's mask, computed with torch's int64
+    operations on `device` (whose products and sums wrap as uint64's do)."""
+    groups = torch.arange((n + 3) // 4, dtype=torch.int64, device=device)
+    z = (groups + 1) * _signed(GOLDEN) + _signed(key)
+    z = (z ^ _shift_right(z, 30)) * _signed(0xBF58476D1CE4E5B9)
+    z = (z ^ _shift_right(z, 27)) * _signed(0x94D049BB133111EB)
+    z = z ^ _shift_right(z, 31)
+    shifts = torch.arange(4, dtype=torch.int64, device=device) * 16
+    # The low 16 bits of a shift by at most 48 hold none of the sign's copies.
+    lanes = (z[:, None] >> shifts) & 0xFFFF
+    return lanes.reshape(-1)[:n] >= _threshold(p)
 
 
 def dropout_reference(x: torch.Tensor, p: float, key: int) -> torch.Tensor:

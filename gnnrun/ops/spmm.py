@@ -48,10 +48,18 @@ def csr_tile(
 ) -> torch.Tensor:
     if device is not None and device.type == "cuda":
         crow, col, values = (_to_device(t, device) for t in (crow, col, values))
-    with warnings.catch_warnings():  # "sparse CSR support is in beta": addmm is all we use
+    return csr_matrix(crow, col, values, size)
+
+
+def csr_matrix(
+    crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, int]
+) -> torch.Tensor:
+    """A torch sparse CSR matrix over index arrays already checked (a Block's, a tile's)."""
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": products are all we use
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        warnings.filterwarnings("ignore", message="Sparse invariant checks")
-        return torch.sparse_csr_tensor(crow.contiguous(), col.contiguous(), values, size)
+        return torch.sparse_csr_tensor(
+            crow.contiguous(), col.to(crow.dtype).contiguous(), values, size, check_invariants=False
+        )
 
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -101,7 +101,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                 with timer.phase("eval"), autocast(cfg.train.precision, algorithm.device):
                     record.update(
                         evaluate_outputs(
-                            algorithm.evaluate(model),
+                            on_cpu(algorithm.evaluate(model)),
                             algorithm.task,
                             comm,
                             hits_at=getattr(cfg.task, "hits_at", ()),
@@ -147,6 +147,12 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     summary = summarize(history, cfg, comm.world_size) | {"restarts": attempt.number}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def on_cpu(outputs: dict[str, tuple[torch.Tensor, torch.Tensor]]):
+    """An evaluation's outputs on the CPU, where the metrics are computed (and sent over
+    gloo, which takes CPU tensors only)."""
+    return {split: (a.cpu(), b.cpu()) for split, (a, b) in outputs.items()}
 
 
 def _forget_epochs_from(metrics_file: Path, epoch: int) -> None:
@@ -225,8 +231,8 @@ def combine_sparse(comm: Communicator, table: torch.nn.Parameter, reduction: str
     grad = table.grad
     if grad is None:
         grad = torch.sparse_coo_tensor(
-            torch.zeros(1, 0, dtype=torch.int64),
-            torch.zeros(0, table.shape[1]),
+            torch.zeros(1, 0, dtype=torch.int64, device=table.device),
+            torch.zeros(0, table.shape[1], device=table.device),
             table.shape,
             check_invariants=True,
         )

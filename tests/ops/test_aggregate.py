@@ -245,8 +245,8 @@ def test_reference_fallback(monkeypatch):
     try:
         assert native_op("csr_aggregate", "aggregate") is None
         for reduce, ref in expected.items():
-            out = agg.aggregate(block, x, reduce)
-            close(out, ref)
+            out = agg.aggregate(block, x, reduce)  # the sparse product (two float32 sums)
+            close(out, ref, longest_row(block))
             out.sum().backward()
         indptr_t, indices_t = agg.transposed_csr(Block(block.indptr, block.indices, 40))
         perm = torch.sort(block.indices, stable=True).indices
@@ -307,3 +307,45 @@ def test_normalized_without_native_is_the_composite(monkeypatch):
     finally:
         monkeypatch.delenv("GNNRUN_NO_NATIVE")
         load_kernel_file.cache_clear()
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("shape", [(16,), (4, 8)])
+def test_sparse_product_equals_the_native_kernel(reduce, shape):
+    """The path GPU ranks take (a torch sparse CSR product, here on CPU tensors) gives the
+    native kernel's output and gradient: float64, where both are exact to rounding (the
+    hub row sums 1600 terms, in another order)."""
+    block = random_block(50, 70, seed=11)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(block.num_src, *shape, dtype=torch.float64, generator=g).requires_grad_()
+    native = agg.aggregate(block, x, reduce)
+    grad = torch.randn(native.shape, dtype=torch.float64, generator=g)
+    (expected,) = torch.autograd.grad(native, x, grad)
+    sparse = agg.sparse_aggregate(block, x, reduce)
+    (got,) = torch.autograd.grad(sparse, x, grad)
+    torch.testing.assert_close(sparse, native, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    assert torch.autograd.gradcheck(
+        lambda t: agg.sparse_aggregate(block, t, reduce), (x[:, :2].detach().requires_grad_(),)
+        if len(shape) == 1 else (x.detach()[:, :1, :2].contiguous().requires_grad_(),)
+    )
+
+
+def test_sparse_product_of_a_symmetric_block_and_of_a_moved_one():
+    """A symmetric block's transpose is the block itself; a block moved with `to` keeps
+    its edges (on a CPU-only machine `to(cpu)` returns the block itself)."""
+    n = 40
+    g = torch.Generator().manual_seed(3)
+    a = torch.rand(n, n, generator=g) < 0.2
+    a = a | a.T
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    indptr[1:] = torch.cumsum(a.sum(1), 0)
+    block = Block(indptr, torch.nonzero(a)[:, 1], n, symmetric=True)
+    block.validate()
+    x = torch.randn(n, 5, dtype=torch.float64, requires_grad=True)
+    out = agg.sparse_aggregate(block, x, "mean")
+    torch.testing.assert_close(out, agg.aggregate_reference(block, x, "mean"))
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    (expected,) = torch.autograd.grad(agg.aggregate_reference(block, x, "mean").sum(), x)
+    torch.testing.assert_close(grad, expected)
+    assert block.to(torch.device("cpu")) is block

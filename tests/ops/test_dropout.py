@@ -11,6 +11,7 @@ from gnnrun.ops.dropout import (
     _ReluDropout,
     dropout,
     dropout_reference,
+    keep_mask,
     relu_dropout,
 )
 from gnnrun.ops.native import load_kernel_file
@@ -103,3 +104,13 @@ def test_nan_and_inf_propagate_as_through_torch():
     for p in (0.5, 0.9):
         assert dropout(x, p).isnan().sum() >= 64  # every NaN, dropped or kept
         assert relu_dropout(x, p).isnan().sum() >= 64
+
+
+@pytest.mark.parametrize("key", [0, 1, 987654321, (1 << 62) - 1])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 7007])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_device_mask_equals_the_reference(key, n, p):
+    """GPU ranks draw dropout's mask with torch's int64 operations (here on CPU tensors):
+    the same elements as the kernel's hash, so a GPU run drops what a CPU run drops."""
+    expected = dropout_reference(torch.ones(n), p, key) != 0
+    assert torch.equal(keep_mask(n, p, key, torch.device("cpu")), expected)
