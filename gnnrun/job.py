@@ -166,6 +166,7 @@ def infer(cfg: DictConfig, kind: str, run_dir: Path) -> None:
 def run_inference(config, kind: str, run_dir: Path) -> dict:
     """Layer-wise inference (gnnrun.infer) on cluster.nprocs local ranks from the checkpoint
     of the run in `run_dir`; returns the summary that the output's manifest holds too."""
+    from gnnrun.algorithms.checks import check_gpu_ranks
     from gnnrun.data import prepare_for_task
     from gnnrun.infer.output import refuse_occupied
     from gnnrun.infer.run import (
@@ -184,6 +185,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
             f"gnnrun {kind} runs its ranks on this machine: use cluster=local (cluster.nprocs "
             "ranks), or run it inside an allocation (salloc) with cluster=local"
         )
+    check_gpu_ranks(config.cluster)
     dataset = prepare_for_task(config.dataset, config.task)
     if dataset.hetero is not None:
         raise GnnrunError(

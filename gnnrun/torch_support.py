@@ -1,4 +1,5 @@
-"""The torch releases gnnrun is tested on, and what differs between them.
+"""The torch releases gnnrun is tested on, what differs between them, and the device a
+rank computes on.
 
 pyproject.toml declares the same range (a test holds the two together); a torch
 outside it is refused when a command starts, in one line, rather than failing
@@ -36,3 +37,11 @@ def check_torch_version(version: str | None = None) -> None:
 def dataclass_accepts(cls: type, field: str) -> bool:
     """Whether dataclass `cls` takes `field` (an argument added in a later torch release)."""
     return any(f.name == field for f in dataclasses.fields(cls))
+
+
+def compute_device(cfg) -> torch.device:
+    """Where this rank computes: its GPU (the launcher made it the current one, one rank per
+    GPU) for cluster.device=cuda, else the CPU."""
+    if cfg.cluster.device == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -18,6 +18,7 @@ from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.hetero import HeteroSchema
 from gnnrun.partition.book import PartitionBook, open_partition
 from gnnrun.timers import PhaseTimer
+from gnnrun.torch_support import compute_device
 
 
 @dataclass
@@ -109,14 +110,6 @@ class Algorithm:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         raise NotImplementedError(f"{type(self).__name__} keeps no state")
-
-
-def compute_device(cfg) -> torch.device:
-    """Where this rank computes: its GPU (the launcher made it the current one) for
-    cluster.device=cuda, else the CPU."""
-    if cfg.cluster.device == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def open_own_part(cfg, comm: Communicator, kind: str) -> tuple[GraphDataset, PartitionBook]:

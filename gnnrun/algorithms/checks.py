@@ -33,14 +33,46 @@ def check_runnable(cfg) -> None:
 def _check_device(cfg, devices: tuple[str, ...]) -> None:
     device = cfg.cluster.device
     if device not in devices:
+        able = ", ".join(n for n in ALGORITHMS.names() if device in ALGORITHMS.get(n).devices)
         raise GnnrunError(
             f"algorithm={cfg.algorithm.name} runs on cluster.device={' or '.join(devices)}, "
-            f"not {device}: use cluster.device=cpu"
+            f"not {device}: use cluster.device=cpu, or one of the algorithms that run on "
+            f"{device}: {able}"
         )
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda":
+        check_gpu_ranks(cfg.cluster)
+
+
+def check_gpu_ranks(cluster) -> None:
+    """Refuse GPU ranks (cluster.device=cuda) that cannot start: no NCCL, no GPU, or more
+    ranks on a machine than it has GPUs."""
+    if cluster.device != "cuda":
+        return
+    if cluster.backend not in ("auto", "nccl"):
+        raise GnnrunError(
+            f"cluster.device=cuda exchanges GPU tensors through NCCL, not cluster.backend="
+            f"{cluster.backend}: leave cluster.backend=auto (NCCL, with gloo beside it for "
+            "what stays on the CPU)"
+        )
+    if cluster.name == "slurm":  # the GPUs are on the nodes SLURM allocates, not here
+        if (cluster.gpus_per_node or 0) < cluster.tasks_per_node:
+            raise GnnrunError(
+                f"cluster=slurm with cluster.device=cuda runs one rank per GPU: set "
+                f"cluster.gpus_per_node to cluster.tasks_per_node ({cluster.tasks_per_node})"
+            )
+        return
+    if not torch.cuda.is_available():
         raise GnnrunError(
             f"cluster.device=cuda but this torch ({torch.__version__}) sees no CUDA device: "
             "use cluster.device=cpu, or run where GPUs and a CUDA build of torch are"
+        )
+    key = "nproc_per_node" if cluster.name == "hosts" else "nprocs"
+    ranks, gpus = getattr(cluster, key), torch.cuda.device_count()
+    if ranks > gpus:
+        # NCCL refuses two ranks on one GPU ("Duplicate GPU detected").
+        raise GnnrunError(
+            f"cluster.device=cuda runs one rank per GPU, and this machine has {gpus} GPU(s) for "
+            f"cluster.{key}={ranks} ranks: lower cluster.{key} to {gpus}"
         )
 
 

@@ -156,6 +156,9 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     heterogeneous = False
     # Its local sampling would need the step's target edges left out of every part.
     tasks = ("node",)
+    # The cache lives in CPU memory and is searched by CPU kernels (as DistGNN-MB, a CPU
+    # system); a GPU rank would need the cache, its search and its pushes on the GPU.
+    devices = ("cpu",)
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)

@@ -201,9 +201,8 @@ class SampledTraining(Algorithm):
                 key = step_key(EVAL_STREAM, 0, step)
                 blocks, x = make_minibatch(self.source, seeds, self.fanouts, key)
                 if seeds.numel():  # ranks with fewer vertices still join the collectives
-                    batch = Minibatch(blocks, x, self.labels_of(seeds)).to(self.device)
-                    logits.append(model(batch.blocks, batch.x))
-                    labels.append(batch.targets)
+                    logits.append(model(*inputs_on(self.device, blocks, x)))
+                    labels.append(self.labels_of(seeds))
             if logits:
                 out[split] = (torch.cat(logits), torch.cat(labels))
             else:

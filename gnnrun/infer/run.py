@@ -56,6 +56,7 @@ from gnnrun.memory import PeakMemory, anonymous_mb
 from gnnrun.models import GNN, build_model, layer_widths
 from gnnrun.ops.precision import autocast
 from gnnrun.partition.book import open_partition
+from gnnrun.torch_support import compute_device
 from gnnrun.train.checkpoint import CHECKPOINT, load_checkpoint
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.resume import REFUSED, compare_settings, settings_of
@@ -305,7 +306,7 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
         else contextlib.nullcontext()
     )
     seconds: dict[str, float] = {}
-    with display, torch.no_grad(), autocast(cfg.train.precision, torch.device("cpu")):
+    with display, torch.no_grad(), autocast(cfg.train.precision, rank.device):
         for layer in range(plan.start_layer, plan.layers):
             start = time.perf_counter()
             rank.compute(layer)
@@ -366,7 +367,9 @@ class RankLayers:
             self.graph, node_local = OwnedGraph.from_dataset(dataset), None
         self.halo = HaloPlan(self.graph, node_local, comm, plan.chunk_vertices)
         trained = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
-        self.model = trained.encoder if plan.task == "link" else trained
+        # Rows stay in CPU memory (files); each chunk goes to the device and back.
+        self.device = compute_device(cfg)
+        self.model = (trained.encoder if plan.task == "link" else trained).to(self.device)
         self.widths = layer_widths(cfg.model, plan.in_dim, plan.num_classes)
         self.in_degrees, self.out_degrees = _graph_degrees(self.graph, self.halo)
         self.board = ProgressBoard(self.work, comm.rank)
@@ -385,7 +388,9 @@ class RankLayers:
         steps = graph.chunks(self.plan.chunk_vertices)
         progress = _Progress(self.board, layer, len(steps) * (1 + model.transforms(layer)))
         if model.transforms(layer):
-            own_rows = _transformed(model, layer, own_in, steps, self._scratch("rows"), progress)
+            own_rows = _transformed(
+                model, layer, own_in, steps, self._scratch("rows"), progress, self.device
+            )
         else:
             own_rows = own_in
         halo_rows = _scratch_rows(self._scratch("halo"), graph.num_halo, own_rows.shape[1])
@@ -395,7 +400,8 @@ class RankLayers:
             for a, b in steps:
                 block = graph.chunk_block(a, b, self.in_degrees, self.out_degrees)
                 x = _gather(own_rows, halo_rows, block.src_ids, a, b)
-                append(model.propagate(layer, block, x).numpy())
+                rows = model.propagate(layer, block.to(self.device), x.to(self.device))
+                append(rows.cpu().numpy())
                 self.anonymous_mb.append(anonymous_mb() or 0.0)
                 progress.step()
 
@@ -442,13 +448,14 @@ def _transformed(
     steps: list[tuple[int, int]],
     scratch: Path,
     progress: _Progress,
+    device: torch.device,
 ) -> torch.Tensor:
     """Layer `layer`'s per-vertex step over the own rows, once per vertex (rather than once
     per chunk that reads the vertex), into a file-backed scratch array."""
-    width = model.transform(layer, own_in[:0]).shape[1]
+    width = model.transform(layer, own_in[:0].to(device)).shape[1]
     rows = _scratch_rows(scratch, own_in.shape[0], width)
     for a, b in steps:
-        rows[a:b] = model.transform(layer, own_in[a:b])
+        rows[a:b] = model.transform(layer, own_in[a:b].to(device)).cpu()
         progress.step()
     return rows
 

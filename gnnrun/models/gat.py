@@ -77,7 +77,9 @@ def with_self_loops(block: Block) -> Block:
     mask = torch.ones(indices.numel(), dtype=torch.bool, device=indices.device)
     mask[loop_positions] = False
     indices[mask] = block.indices
-    indices[loop_positions] = torch.arange(block.num_dst, dtype=indices.dtype, device=indices.device)
+    indices[loop_positions] = torch.arange(
+        block.num_dst, dtype=indices.dtype, device=indices.device
+    )
     # Remote shards (SAR) stay with the block: the self-loops are local edges.
     looped = Block(indptr, indices, block.num_src, block.src_ids, sharded=block.sharded)
     object.__setattr__(block, "_with_self_loops", looped)

@@ -326,8 +326,10 @@ def test_sparse_product_equals_the_native_kernel(reduce, shape):
     torch.testing.assert_close(sparse, native, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
     assert torch.autograd.gradcheck(
-        lambda t: agg.sparse_aggregate(block, t, reduce), (x[:, :2].detach().requires_grad_(),)
-        if len(shape) == 1 else (x.detach()[:, :1, :2].contiguous().requires_grad_(),)
+        lambda t: agg.sparse_aggregate(block, t, reduce),
+        (x[:, :2].detach().requires_grad_(),)
+        if len(shape) == 1
+        else (x.detach()[:, :1, :2].contiguous().requires_grad_(),),
     )
 
 
