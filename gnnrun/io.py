@@ -143,6 +143,29 @@ def atomic_file(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
         raise
 
 
+def atomic_link(source: Path, path: Path) -> None:
+    """Make `path` hold `source`'s contents, atomically: a hard link (no space, and a
+    later atomic rewrite of `source` leaves `path` as it was), or a copy where the two
+    are on different file systems; the previous `path` stays until the rename."""
+    source, path = Path(source), Path(path)
+    if path.exists() and os.path.samefile(source, path):
+        return
+    remove_stale_temporaries(path)
+    tmp = path.with_name(f"{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.link(source, tmp)
+    except OSError:  # another file system, or one without hard links: copy
+        with atomic_file(path, "wb") as f, open(source, "rb") as original:
+            shutil.copyfileobj(original, f)
+        return
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise write_error(path, exc) from None
+
+
 @contextlib.contextmanager
 def atomic_rows(
     path: Path, shape: tuple[int, ...], dtype: Any

@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_directory, atomic_rows, read_json, read_manifest, write_json
+from gnnrun.io import (
+    atomic_directory,
+    atomic_file,
+    atomic_link,
+    atomic_rows,
+    read_json,
+    read_manifest,
+    write_json,
+)
 
 RECORD = {"bytes": 128, "sha256": "0" * 64, "shape": [4], "dtype": "int64"}
 
@@ -105,3 +113,22 @@ def test_atomic_rows_writes_a_whole_array_or_nothing(tmp_path):
     with pytest.raises(ValueError, match="do not continue"), wide as append:
         append(np.zeros((1, 3)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.npy"]  # nothing half-written
+
+
+def test_atomic_link_keeps_what_the_source_held_when_the_source_is_rewritten(tmp_path, monkeypatch):
+    source, kept = tmp_path / "checkpoint.pt", tmp_path / "run" / "checkpoint.pt"
+    kept.parent.mkdir()
+    source.write_bytes(b"epoch 2")
+    atomic_link(source, kept)
+    atomic_link(source, kept)  # again onto itself: nothing changes, nothing is left over
+    with atomic_file(source, "wb") as f:  # how gnnrun rewrites a checkpoint
+        f.write(b"epoch 3")
+    assert kept.read_bytes() == b"epoch 2"
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["checkpoint.pt"]
+
+    def no_links(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_links)  # another file system: a copy
+    atomic_link(source, kept)
+    assert kept.read_bytes() == b"epoch 3" and not os.path.samefile(source, kept)

@@ -202,7 +202,8 @@ def _check_settings(cfg, state: dict[str, Any], directory: Path) -> None:
 def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> None:
     """Refuse a checkpoint that another run wrote since: runs with the same settings share a
     checkpoint directory by default. The run's epochs in its metrics file must be the
-    checkpoint's (the same measured epoch times)."""
+    checkpoint's (the same measured epoch times), its last epoch included: a run resumed
+    from this one carries this one's epochs in its checkpoint's history."""
     metrics = Path(run_dir) / "metrics.rank0.jsonl"
     saved = {r["epoch"]: r.get("epoch_s") for r in state.get("history", []) if "epoch" in r}
     if not metrics.is_file() or not saved:
@@ -213,12 +214,13 @@ def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> 
             record = json.loads(line)
             ran[record["epoch"]] = record.get("epoch_s")
     common = saved.keys() & ran.keys()
-    if not common or any(saved[e] != ran[e] for e in common):
+    last = max(saved)
+    if not common or any(saved[e] != ran[e] for e in common) or last not in ran:
         raise GnnrunError(
             f"{directory / CHECKPOINT} was written by another run than the one in {run_dir} "
-            "(runs with the same settings share train.checkpoint_dir, and a later one "
-            "replaced it): predict from that run's directory, or give this run's "
-            "checkpoint with train.checkpoint_dir=..."
+            "(runs with the same settings share train.checkpoint_dir, and a later one, or "
+            "one resumed from it, replaced it): predict from that run's directory, or give "
+            "this run's checkpoint with train.checkpoint_dir=..."
         )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_file, write_error
+from gnnrun.io import atomic_file, atomic_link, write_error
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -38,6 +38,16 @@ def save_checkpoint(directory: Path, state: dict[str, Any], name: str = CHECKPOI
             f"cannot write {path}: {exc} ({free / 2**20:.0f} MiB free on its device); "
             "free some space there, or set train.checkpoint_dir elsewhere"
         ) from None
+    return path
+
+
+def keep_with_run(checkpoint: Path, run_dir: Path) -> Path:
+    """The run's own copy of the checkpoint it has just written, `run_dir/checkpoint.pt`
+    (a hard link where it can be): runs with the same settings share train.checkpoint_dir,
+    so a later run, or one resumed from it, replaces the shared file; `gnnrun predict`
+    reads the run directory's copy, the model of that run."""
+    path = Path(run_dir) / CHECKPOINT
+    atomic_link(checkpoint, path)
     return path
 
 

@@ -21,7 +21,7 @@ from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
 from gnnrun.ops.precision import autocast
 from gnnrun.timers import PhaseTimer
-from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
+from gnnrun.train.checkpoint import algorithm_checkpoint, keep_with_run, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.optimizer import build_optimizer, sparse_tables
@@ -125,7 +125,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
             if comm.rank == 0:
                 history.append(record)
                 if checkpoint:
-                    save_checkpoint(
+                    saved = save_checkpoint(
                         checkpoint_dir,
                         {
                             "model": model.state_dict(),
@@ -136,6 +136,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                             "run_id": attempt.run_id,
                         },
                     )
+                    keep_with_run(saved, run_dir)  # the shared file may be replaced later
                 if display is not None:
                     display.epoch_done(record)
             if stop and epoch + 1 < end_epoch:
