@@ -99,13 +99,23 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
 
 def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:
     """Refuse a dataset without training vertices (edges, for task=link); warn of ranks
-    that will have none."""
+    that will have none, and of an empty validation or test set (not evaluated)."""
+    from gnnrun.progress import print_warning
+
     if cfg.task.link:
         if dataset.link_train is None or dataset.link_train.shape[1] == 0:
             raise GnnrunError(
                 f"dataset {dataset.name!r} has no training edges once "
                 f"{cfg.task.val_fraction} + {cfg.task.test_fraction} of them are held out: "
                 "lower task.val_fraction / task.test_fraction, or use a graph with edges"
+            )
+        sizes = {"validation": dataset.link_val.shape[1], "test": dataset.link_test.shape[1]}
+        if empty := [name for name, size in sizes.items() if size == 0]:
+            print_warning(
+                f"dataset {dataset.name!r} has no {' and no '.join(empty)} edges once "
+                f"{cfg.task.val_fraction} + {cfg.task.test_fraction} of its edges are held "
+                "out: they are not evaluated, and no best epoch is chosen without validation "
+                "edges (raise task.val_fraction / task.test_fraction to evaluate)"
             )
         return
     if dataset.train_idx.size == 0:
@@ -115,12 +125,18 @@ def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | No
             "a training share (dataset.split.train > 0 where the split is drawn; train_idx or "
             "train_mask in a custom .npz), then prepare it again"
         )
+    sizes = {"validation": dataset.val_idx.size, "test": dataset.test_idx.size}
+    if empty := [name for name, size in sizes.items() if size == 0]:
+        print_warning(
+            f"dataset {dataset.name!r} has no {' and no '.join(empty)} vertices: they are not "
+            "evaluated, and no best epoch is chosen without validation vertices (give "
+            "dataset.split.val / dataset.split.test a share, or val_idx / test_idx in a "
+            "custom .npz, to evaluate)"
+        )
     if book is None or not ALGORITHMS.get(cfg.algorithm.name).trains_on_every_rank:
         return
     empty = [part for part, figures in enumerate(book.manifest["parts"]) if figures["train"] == 0]
     if empty:
-        from gnnrun.progress import print_warning
-
         print_warning(
             f"part(s) {', '.join(map(str, empty))} of {book.path} hold no training vertices: "
             "their ranks only serve samples and add zero gradients to every step's average "

@@ -99,14 +99,14 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                 record["train_rss_growth_mb"] = train_growth_mb
             if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
                 with timer.phase("eval"), autocast(cfg.train.precision, algorithm.device):
-                    record.update(
-                        evaluate_outputs(
-                            algorithm.evaluate(model),
-                            algorithm.task,
-                            comm,
-                            hits_at=getattr(cfg.task, "hits_at", ()),
-                        )
+                    figures = evaluate_outputs(
+                        algorithm.evaluate(model),
+                        algorithm.task,
+                        comm,
+                        hits_at=getattr(cfg.task, "hits_at", ()),
                     )
+                # NaN: an empty split (or AUC on one class) was not evaluated; left out.
+                record.update({k: v for k, v in figures.items() if not math.isnan(v)})
                 record["eval_bytes"] = comm.bytes.reset()
             record["time"] = timer.reset()
             record["peak_rss_mb"] = memory.run_peak_mb()
@@ -272,9 +272,9 @@ def headline_metric(history: list[dict[str, Any]]) -> str:
 def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
     """Final and best accuracies, median epoch time and its split, bytes per epoch (rank 0)."""
     metric = headline_metric(history)
-    evaluated = [r for r in history if metric in r]
-    best = max(evaluated, key=lambda r: r[metric], default={})
-    last = evaluated[-1] if evaluated else {}
+    best = max((r for r in history if metric in r), key=lambda r: r[metric], default={})
+    last = next((r for r in reversed(history) if any(map(is_metric, r))), {})
+    evaluated = {k.split("_")[0] for r in history for k in r if is_metric(k)}
     phases = (
         {k: float(np.median([r["time"].get(k, 0.0) for r in history])) for k in history[-1]["time"]}
         if history
@@ -293,6 +293,8 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
             "epoch": best.get("epoch"),
             **{k: v for k, v in best.items() if is_metric(k)},
         },
+        # Splits without a figure: empty ones, or none evaluated yet.
+        "not_evaluated": [s for s in ("val", "test") if s not in evaluated],
         "epoch_s_median": float(np.median([r["epoch_s"] for r in history])) if history else None,
         "time_median": phases,
         "bytes_per_epoch_rank0": float(np.median([sum(r["bytes"].values()) for r in history]))
