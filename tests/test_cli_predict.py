@@ -185,7 +185,10 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
     kept = run_dir / "checkpoint.pt"
     kept.write_bytes(kept.read_bytes()[:1000])  # cut short
     assert main(["predict", run, "predict.output_dir=again2"]) == 1
-    assert f"{kept} cannot be read as a checkpoint" in _errors(capsys)
+    refused = _errors(capsys)
+    assert f"{kept} cannot be read as a checkpoint" in refused
+    assert "Give an intact checkpoint of this run's model with train.checkpoint_dir=DIR" in refused
+    assert "afresh" not in refused  # training's advice
     kept.unlink()  # the shared one is the later run's
     assert main(["predict", run, "predict.output_dir=again2"]) == 1
     assert "was written by another run than the one in" in _errors(capsys)

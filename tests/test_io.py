@@ -94,7 +94,8 @@ def test_a_failed_write_inside_atomic_directory_names_the_directory(tmp_path, mo
     with pytest.raises(GnnrunError) as failure, atomic_directory(final) as tmp:
         write_json(tmp / "manifest.json", {"v": 2})
     assert str(failure.value) == (
-        f"cannot write {final}: no space left on device; free some space there, or write elsewhere"
+        f"cannot write {final}: no space left on device on {tmp_path}; free some space there, "
+        "or write elsewhere"
     )
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the temporary is gone
     assert json.loads((final / "manifest.json").read_text()) == {"v": 1}

@@ -28,6 +28,13 @@ def check_runnable(cfg) -> None:
     _check_precision(cfg, algorithm.precisions)
     if algorithm.partition_kind is not None:
         check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
+        if cfg.partitioner.num_parts != cfg.cluster.nprocs:  # one part per rank
+            raise GnnrunError(
+                f"partitioner.num_parts={cfg.partitioner.num_parts} but the run has "
+                f"{cfg.cluster.nprocs} ranks: algorithm={cfg.algorithm.name} trains one part "
+                "per rank; leave partitioner.num_parts out (it follows cluster.nprocs), or use "
+                f"cluster.nprocs={cfg.partitioner.num_parts}"
+            )
 
 
 def _check_device(cfg, devices: tuple[str, ...]) -> None:

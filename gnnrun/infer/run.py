@@ -56,7 +56,7 @@ from gnnrun.memory import PeakMemory, anonymous_mb
 from gnnrun.models import GNN, build_model, layer_widths
 from gnnrun.ops.precision import autocast
 from gnnrun.partition.book import open_partition
-from gnnrun.train.checkpoint import CHECKPOINT, load_checkpoint
+from gnnrun.train.checkpoint import CHECKPOINT, PREDICT_FIX, load_checkpoint
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.resume import REFUSED, compare_settings, settings_of
 
@@ -98,7 +98,7 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
     """Check the checkpoint against the dataset and the config, choose the directories,
     and find the layers an interrupted run of the same inference already computed."""
     directory = Path(cfg.train.checkpoint_dir)
-    state = load_checkpoint(directory)
+    state = load_checkpoint(directory, fix=PREDICT_FIX)
     if state is None:
         raise GnnrunError(
             f"no checkpoint at {directory / CHECKPOINT}: the run in {run_dir} saved none there "
@@ -226,7 +226,7 @@ def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> 
 
 def load_trained_model(cfg, path: Path, in_dim: int, num_classes: int) -> torch.nn.Module:
     """The checkpoint's model: a GNN, or for a task=link run the GNN and its scorer."""
-    state = load_checkpoint(path.parent, path.name)
+    state = load_checkpoint(path.parent, path.name, PREDICT_FIX)
     if state is None:
         raise GnnrunError(f"{path} is missing: it was there when the inference started")
     scorer = cfg.task.scorer if cfg.task.link else None

@@ -81,7 +81,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
             train_growth_mb = memory.window_growth_mb()
             if not math.isfinite(stats["loss"]):
                 raise GnnrunError(
-                    f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch}; "
+                    f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch + 1}; "
                     f"the run stopped before writing a bad checkpoint. Lower optimizer.lr (now {cfg.optimizer.lr}) "
                     "or check the features for NaN/inf"
                 )

@@ -150,7 +150,7 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path):
         "model=gcn",
         f"train.checkpoint_dir={tmp_path}/ckpt",
     )
-    with pytest.raises(GnnrunError, match="training loss is nan at epoch 0.*features for NaN"):
+    with pytest.raises(GnnrunError, match="training loss is nan at epoch 1;.*features for NaN"):
         train(cfg, tmp_path)
     assert not (tmp_path / "ckpt" / "checkpoint.pt").exists()
 
@@ -193,6 +193,7 @@ def test_empty_validation_and_test_sets_are_said_not_evaluated(
 
 
 def test_a_partition_for_another_world_size_is_refused(tmp_path, monkeypatch, capsys):
+    """Before the dataset is partitioned (into parts the run could not use)."""
     monkeypatch.chdir(tmp_path)
     code = main(
         [
@@ -205,7 +206,12 @@ def test_a_partition_for_another_world_size_is_refused(tmp_path, monkeypatch, ca
         ]
     )
     assert code == 1
-    assert "has 3 parts but the run has 2 ranks" in " ".join(capsys.readouterr().err.split())
+    assert (
+        "partitioner.num_parts=3 but the run has 2 ranks: algorithm=minibatch trains one part "
+        "per rank; leave partitioner.num_parts out (it follows cluster.nprocs), or use "
+        "cluster.nprocs=3"
+    ) in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "data" / "partitions").exists()
 
 
 @pytest.mark.slow
