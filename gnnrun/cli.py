@@ -118,18 +118,20 @@ def inference_overrides(run_dir: Path, given: list[str]) -> list[str]:
     from gnnrun.infer.overrides import merge_overrides, run_overrides
 
     run = run_overrides(run_dir)
-    return merge_overrides(run, given + _as_trained(run, given))
+    return merge_overrides(run, given + _as_trained(run_dir, run, given))
 
 
-def _as_trained(run: list[str], given: list[str]) -> list[str]:
+def _as_trained(run_dir: Path, run: list[str], given: list[str]) -> list[str]:
     """Overrides that keep what the run's own config resolves to where its keys depend on
-    the config (its checkpoint directory names the dataset), and an edge-cut partitioner
-    where the run trained on another kind (inference runs on an edge cut)."""
+    the config, and an edge-cut partitioner where the run trained on another kind
+    (inference runs on an edge cut). The checkpoint is the one the run kept in its
+    directory (gnnrun.train.checkpoint.keep_with_run), else its train.checkpoint_dir's."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
     from gnnrun.partition import PARTITIONERS
     from gnnrun.schemas import register_schemas
+    from gnnrun.train.checkpoint import CHECKPOINT
 
     register_schemas()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -143,7 +145,9 @@ def _as_trained(run: list[str], given: list[str]) -> list[str]:
     keys = {a.split("=", 1)[0].lstrip("+~") for a in given}
     extra = []
     if "train.checkpoint_dir" not in keys:
-        directory = str(Path(OmegaConf.select(trained, "train.checkpoint_dir")).absolute())
+        kept = (run_dir / CHECKPOINT).is_file()
+        shared = Path(OmegaConf.select(trained, "train.checkpoint_dir"))
+        directory = str((run_dir if kept else shared).absolute())
         # Quoted for Hydra's override grammar (a path may hold spaces, brackets, commas).
         quoted = directory.replace("\\", "\\\\").replace("'", "\\'")
         extra.append(f"train.checkpoint_dir='{quoted}'")

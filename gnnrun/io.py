@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
@@ -143,6 +144,29 @@ def atomic_file(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
         raise
 
 
+def atomic_link(source: Path, path: Path) -> None:
+    """Make `path` hold `source`'s contents, atomically: a hard link (no space, and a
+    later atomic rewrite of `source` leaves `path` as it was), or a copy where the two
+    are on different file systems; the previous `path` stays until the rename."""
+    source, path = Path(source), Path(path)
+    if path.exists() and os.path.samefile(source, path):
+        return
+    remove_stale_temporaries(path)
+    tmp = path.with_name(f"{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.link(source, tmp)
+    except OSError:  # another file system, or one without hard links: copy
+        with atomic_file(path, "wb") as f, open(source, "rb") as original:
+            shutil.copyfileobj(original, f)
+        return
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise write_error(path, exc) from None
+
+
 @contextlib.contextmanager
 def atomic_rows(
     path: Path, shape: tuple[int, ...], dtype: Any
@@ -171,16 +195,24 @@ def atomic_rows(
             raise ValueError(f"{path}: {written} of {shape[0]} rows written")
 
 
+# numpy's message for a short write (`tofile`, `np.save`; counted in items), an OSError
+# without errno: what a full disk looks like to it.
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
+
+
 def write_error(path: Path, exc: OSError) -> GnnrunError:
     """One line for a failed write: what, where, and what to do."""
-    reason = exc.strerror or str(exc)
-    if exc.errno == errno.ENOSPC:
+    reason = (exc.strerror or str(exc)).lower()
+    short = _SHORT_WRITE.fullmatch(str(exc).strip())
+    if exc.errno == errno.ENOSPC or short:
+        cut = f" ({short[2]} of {short[1]} written)" if short else ""
+        reason = f"no space left on device on {Path(path).parent}{cut}"
         fix = "free some space there, or write elsewhere"
     elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         fix = "make the directory writable, or write elsewhere"
     else:
         fix = "check the file system"
-    return GnnrunError(f"cannot write {path}: {reason.lower()}; {fix}")
+    return GnnrunError(f"cannot write {path}: {reason}; {fix}")
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:

@@ -37,7 +37,8 @@ def print_error(message: object, where: str = "") -> None:
 
 
 def print_warning(message: object) -> None:
-    console.print(f"[yellow]{escape(str(message))}[/]", soft_wrap=True)
+    """`warning: MESSAGE` on stderr, the message printed literally (as `print_error`)."""
+    console.print(f"[bold yellow]warning:[/] [yellow]{escape(str(message))}[/]", soft_wrap=True)
 
 
 @contextlib.contextmanager

@@ -176,13 +176,23 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
 
     later = ["train", "dataset=synthetic-tiny", "algorithm=single", "algorithm.mode=full"]
     assert main([*later, "train.epochs=2", f"hydra.run.dir={tmp_path / 'later'}"]) == 0
-    capsys.readouterr()  # the later run has replaced the first one's checkpoint
-    assert main(["predict", run, "predict.output_dir=again"]) == 1
-    assert "was written by another run than the one in" in _errors(capsys)
-    assert main(["predict", f"run={tmp_path / 'later'}", "predict.output_dir=again"]) == 0
-    capsys.readouterr()
+    capsys.readouterr()  # the later run has replaced the shared checkpoint, not run_dir's
+    assert main(["predict", run, "predict.output_dir=again"]) == 0, _errors(capsys)
+    assert "(epoch 4)" in capsys.readouterr().out
+    assert main(["predict", f"run={tmp_path / 'later'}", "predict.output_dir=again1"]) == 0
+    assert "(epoch 2)" in capsys.readouterr().out
 
-    checkpoint = (
+    kept = run_dir / "checkpoint.pt"
+    kept.write_bytes(kept.read_bytes()[:1000])  # cut short
+    assert main(["predict", run, "predict.output_dir=again2"]) == 1
+    refused = _errors(capsys)
+    assert f"{kept} cannot be read as a checkpoint" in refused
+    assert "Give an intact checkpoint of this run's model with train.checkpoint_dir=DIR" in refused
+    assert "afresh" not in refused  # training's advice
+    kept.unlink()  # the shared one is the later run's
+    assert main(["predict", run, "predict.output_dir=again2"]) == 1
+    assert "was written by another run than the one in" in _errors(capsys)
+    shared = (
         Path(
             make_config(
                 "dataset=synthetic-tiny", "algorithm=single", "algorithm.mode=full"
@@ -190,12 +200,9 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
         )
         / "checkpoint.pt"
     )
-    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])  # cut short
+    shared.unlink()
     assert main(["predict", run, "predict.output_dir=again2"]) == 1
-    assert f"{checkpoint} cannot be read as a checkpoint" in _errors(capsys)
-    checkpoint.unlink()
-    assert main(["predict", run, "predict.output_dir=again2"]) == 1
-    assert f"no checkpoint at {checkpoint}" in _errors(capsys)
+    assert f"no checkpoint at {shared}" in _errors(capsys)
     assert not (tmp_path / "again2").exists()
 
 
@@ -288,3 +295,30 @@ def test_a_link_runs_predict_scores_the_given_pairs_as_its_model_does(
     capsys.readouterr()
     assert main(["predict", f"run={node_run}", "predict.candidates=pairs.npy"]) == 1
     assert "predict.candidates scores vertex pairs with a task=link run's model" in _errors(capsys)
+
+
+def test_a_run_predicts_with_its_own_model_after_another_run_resumed_from_it(
+    tmp_path, monkeypatch, capsys
+):
+    """A run resumed from R's checkpoint replaces the shared checkpoint with its epoch 3:
+    `gnnrun predict run=R` still uses R's model (epoch 2), which R kept in its directory;
+    without that copy (a run of an earlier gnnrun) it is refused, not mixed up."""
+    monkeypatch.chdir(tmp_path)
+    settings = ["algorithm=single", "algorithm.mode=full", "cluster.nprocs=1"]
+    first = _train(tmp_path, capsys, *settings, "train.epochs=2")
+    resumed = tmp_path / "resumed"
+    args = ["train", "dataset=synthetic-tiny", *settings, "train.resume=true", "train.epochs=3"]
+    assert main([*args, f"hydra.run.dir={resumed}"]) == 0, _errors(capsys)
+    capsys.readouterr()
+
+    assert main(["predict", f"run={first}", "cluster.nprocs=1"]) == 0, _errors(capsys)
+    assert "(epoch 2)" in capsys.readouterr().out
+    manifest = json.loads((first / "predict" / "synthetic-tiny" / "manifest.json").read_text())
+    assert manifest["epoch"] == 2 and manifest["checkpoint"] == str(first / "checkpoint.pt")
+    assert main(["predict", f"run={resumed}", "cluster.nprocs=1"]) == 0, _errors(capsys)
+    assert "(epoch 3)" in capsys.readouterr().out
+
+    (first / "checkpoint.pt").unlink()  # as a run of an earlier gnnrun left it
+    assert main(["predict", f"run={first}", "predict.output_dir=again"]) == 1
+    assert "was written by another run than the one in" in _errors(capsys)
+    assert not (tmp_path / "again").exists()

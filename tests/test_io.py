@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_directory, atomic_rows, read_json, read_manifest, write_json
+from gnnrun.io import (
+    atomic_directory,
+    atomic_file,
+    atomic_link,
+    atomic_rows,
+    read_json,
+    read_manifest,
+    write_json,
+)
 
 RECORD = {"bytes": 128, "sha256": "0" * 64, "shape": [4], "dtype": "int64"}
 
@@ -86,7 +94,8 @@ def test_a_failed_write_inside_atomic_directory_names_the_directory(tmp_path, mo
     with pytest.raises(GnnrunError) as failure, atomic_directory(final) as tmp:
         write_json(tmp / "manifest.json", {"v": 2})
     assert str(failure.value) == (
-        f"cannot write {final}: no space left on device; free some space there, or write elsewhere"
+        f"cannot write {final}: no space left on device on {tmp_path}; free some space there, "
+        "or write elsewhere"
     )
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the temporary is gone
     assert json.loads((final / "manifest.json").read_text()) == {"v": 1}
@@ -105,3 +114,22 @@ def test_atomic_rows_writes_a_whole_array_or_nothing(tmp_path):
     with pytest.raises(ValueError, match="do not continue"), wide as append:
         append(np.zeros((1, 3)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.npy"]  # nothing half-written
+
+
+def test_atomic_link_keeps_what_the_source_held_when_the_source_is_rewritten(tmp_path, monkeypatch):
+    source, kept = tmp_path / "checkpoint.pt", tmp_path / "run" / "checkpoint.pt"
+    kept.parent.mkdir()
+    source.write_bytes(b"epoch 2")
+    atomic_link(source, kept)
+    atomic_link(source, kept)  # again onto itself: nothing changes, nothing is left over
+    with atomic_file(source, "wb") as f:  # how gnnrun rewrites a checkpoint
+        f.write(b"epoch 3")
+    assert kept.read_bytes() == b"epoch 2"
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["checkpoint.pt"]
+
+    def no_links(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_links)  # another file system: a copy
+    atomic_link(source, kept)
+    assert kept.read_bytes() == b"epoch 3" and not os.path.samefile(source, kept)

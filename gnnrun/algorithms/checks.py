@@ -28,6 +28,13 @@ def check_runnable(cfg) -> None:
     _check_precision(cfg, algorithm.precisions)
     if algorithm.partition_kind is not None:
         check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
+        if cfg.partitioner.num_parts != cfg.cluster.nprocs:  # one part per rank
+            raise GnnrunError(
+                f"partitioner.num_parts={cfg.partitioner.num_parts} but the run has "
+                f"{cfg.cluster.nprocs} ranks: algorithm={cfg.algorithm.name} trains one part "
+                "per rank; leave partitioner.num_parts out (it follows cluster.nprocs), or use "
+                f"cluster.nprocs={cfg.partitioner.num_parts}"
+            )
 
 
 def _check_device(cfg, devices: tuple[str, ...]) -> None:
@@ -131,13 +138,23 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
 
 def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | None) -> None:
     """Refuse a dataset without training vertices (edges, for task=link); warn of ranks
-    that will have none."""
+    that will have none, and of an empty validation or test set (not evaluated)."""
+    from gnnrun.progress import print_warning
+
     if cfg.task.link:
         if dataset.link_train is None or dataset.link_train.shape[1] == 0:
             raise GnnrunError(
                 f"dataset {dataset.name!r} has no training edges once "
                 f"{cfg.task.val_fraction} + {cfg.task.test_fraction} of them are held out: "
                 "lower task.val_fraction / task.test_fraction, or use a graph with edges"
+            )
+        sizes = {"validation": dataset.link_val.shape[1], "test": dataset.link_test.shape[1]}
+        if empty := [name for name, size in sizes.items() if size == 0]:
+            print_warning(
+                f"dataset {dataset.name!r} has no {' and no '.join(empty)} edges once "
+                f"{cfg.task.val_fraction} + {cfg.task.test_fraction} of its edges are held "
+                "out: they are not evaluated, and no best epoch is chosen without validation "
+                "edges (raise task.val_fraction / task.test_fraction to evaluate)"
             )
         return
     if dataset.train_idx.size == 0:
@@ -147,12 +164,18 @@ def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | No
             "a training share (dataset.split.train > 0 where the split is drawn; train_idx or "
             "train_mask in a custom .npz), then prepare it again"
         )
+    sizes = {"validation": dataset.val_idx.size, "test": dataset.test_idx.size}
+    if empty := [name for name, size in sizes.items() if size == 0]:
+        print_warning(
+            f"dataset {dataset.name!r} has no {' and no '.join(empty)} vertices: they are not "
+            "evaluated, and no best epoch is chosen without validation vertices (give "
+            "dataset.split.val / dataset.split.test a share, or val_idx / test_idx in a "
+            "custom .npz, to evaluate)"
+        )
     if book is None or not ALGORITHMS.get(cfg.algorithm.name).trains_on_every_rank:
         return
     empty = [part for part, figures in enumerate(book.manifest["parts"]) if figures["train"] == 0]
     if empty:
-        from gnnrun.progress import print_warning
-
         print_warning(
             f"part(s) {', '.join(map(str, empty))} of {book.path} hold no training vertices: "
             "their ranks only serve samples and add zero gradients to every step's average "

@@ -94,6 +94,15 @@ class DelayedAggregatesConfig(DistGNNConfig):
 # Models whose layers only sum (or average) over in-neighbours; GAT's edge
 # softmax would need its maximum and denominator completed across clones too.
 SUPPORTED_MODELS = ("sage", "gcn")
+_RELATIONAL = (
+    "it models heterogeneous graphs (an aggregate per relation), and clones complete one "
+    "aggregate per vertex of a homogeneous graph"
+)
+UNSUPPORTED_BECAUSE = {
+    "gat": "GAT's edge softmax is not completed across clones",
+    "rgcn": _RELATIONAL,
+    "hetero_sage": _RELATIONAL,
+}
 
 
 class DistGNN(Algorithm):
@@ -104,10 +113,12 @@ class DistGNN(Algorithm):
     @classmethod
     def check_config(cls, cfg) -> None:
         if cfg.model.name not in SUPPORTED_MODELS:
+            reason = UNSUPPORTED_BECAUSE.get(
+                cfg.model.name, "only sums of neighbours are completed across clones"
+            )
             raise GnnrunError(
                 f"algorithm={cfg.algorithm.name} supports model.name in {SUPPORTED_MODELS}, not "
-                f"{cfg.model.name!r}: GAT's edge softmax is not completed across clones. "
-                "Use model=sage_gcn, model=sage or model=gcn"
+                f"{cfg.model.name!r}: {reason}. Use model=sage_gcn, model=sage or model=gcn"
             )
 
     def __init__(self, cfg, comm, timer) -> None:

@@ -158,18 +158,30 @@ def target_relation(dataset: GraphDataset, name: str | None) -> int | None:
                 "leave task.relation out"
             )
         return None
-    names = schema.relation_names()
+    # A relation by its name, or canonically as source__name__destination (as in a custom
+    # .npz's edge_index__<src>__<relation>__<dst>), which two relations may share a name.
+    short = schema.relation_names()
+    canonical = ["__".join(relation) for relation in schema.relations]
+    names = [n if short.count(n) == 1 else canonical[i] for i, n in enumerate(short)]
     if name is None:
         raise GnnrunError(
             f"{dataset.name} is heterogeneous: name the relation whose edges to predict with "
             f"task.relation= one of {', '.join(names)}"
         )
-    if name not in names:
+    if name in canonical:
+        return canonical.index(name)
+    named = [canonical[i] for i, n in enumerate(short) if n == name]
+    if len(named) > 1:
         raise GnnrunError(
-            f"task.relation={name} is not a relation of {dataset.name}{did_you_mean(name, names)}; its relations "
-            f"are {', '.join(names)}"
+            f"task.relation={name} names {len(named)} relations of {dataset.name}: give one as "
+            f"source__relation__destination, task.relation= one of {', '.join(named)}"
         )
-    return names.index(name)
+    if not named:
+        raise GnnrunError(
+            f"task.relation={name} is not a relation of {dataset.name}"
+            f"{did_you_mean(name, names)}; its relations are {', '.join(names)}"
+        )
+    return canonical.index(named[0])
 
 
 def prepare_link_dataset(dataset: GraphDataset, task) -> GraphDataset:

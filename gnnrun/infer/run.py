@@ -57,7 +57,7 @@ from gnnrun.models import GNN, build_model, layer_widths
 from gnnrun.ops.precision import autocast
 from gnnrun.partition.book import open_partition
 from gnnrun.torch_support import compute_device
-from gnnrun.train.checkpoint import CHECKPOINT, load_checkpoint
+from gnnrun.train.checkpoint import CHECKPOINT, PREDICT_FIX, load_checkpoint
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.resume import REFUSED, compare_settings, settings_of
 
@@ -99,7 +99,7 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
     """Check the checkpoint against the dataset and the config, choose the directories,
     and find the layers an interrupted run of the same inference already computed."""
     directory = Path(cfg.train.checkpoint_dir)
-    state = load_checkpoint(directory)
+    state = load_checkpoint(directory, fix=PREDICT_FIX)
     if state is None:
         raise GnnrunError(
             f"no checkpoint at {directory / CHECKPOINT}: the run in {run_dir} saved none there "
@@ -203,7 +203,8 @@ def _check_settings(cfg, state: dict[str, Any], directory: Path) -> None:
 def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> None:
     """Refuse a checkpoint that another run wrote since: runs with the same settings share a
     checkpoint directory by default. The run's epochs in its metrics file must be the
-    checkpoint's (the same measured epoch times)."""
+    checkpoint's (the same measured epoch times), its last epoch included: a run resumed
+    from this one carries this one's epochs in its checkpoint's history."""
     metrics = Path(run_dir) / "metrics.rank0.jsonl"
     saved = {r["epoch"]: r.get("epoch_s") for r in state.get("history", []) if "epoch" in r}
     if not metrics.is_file() or not saved:
@@ -214,18 +215,19 @@ def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> 
             record = json.loads(line)
             ran[record["epoch"]] = record.get("epoch_s")
     common = saved.keys() & ran.keys()
-    if not common or any(saved[e] != ran[e] for e in common):
+    last = max(saved)
+    if not common or any(saved[e] != ran[e] for e in common) or last not in ran:
         raise GnnrunError(
             f"{directory / CHECKPOINT} was written by another run than the one in {run_dir} "
-            "(runs with the same settings share train.checkpoint_dir, and a later one "
-            "replaced it): predict from that run's directory, or give this run's "
-            "checkpoint with train.checkpoint_dir=..."
+            "(runs with the same settings share train.checkpoint_dir, and a later one, or "
+            "one resumed from it, replaced it): predict from that run's directory, or give "
+            "this run's checkpoint with train.checkpoint_dir=..."
         )
 
 
 def load_trained_model(cfg, path: Path, in_dim: int, num_classes: int) -> torch.nn.Module:
     """The checkpoint's model: a GNN, or for a task=link run the GNN and its scorer."""
-    state = load_checkpoint(path.parent, path.name)
+    state = load_checkpoint(path.parent, path.name, PREDICT_FIX)
     if state is None:
         raise GnnrunError(f"{path} is missing: it was there when the inference started")
     scorer = cfg.task.scorer if cfg.task.link else None

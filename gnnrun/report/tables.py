@@ -131,6 +131,8 @@ def summary_table(summary: dict) -> Table:
     for key, value in summary["best"].items():
         if key != "epoch":
             table.add_row(f"best {key} (epoch {summary['best']['epoch'] + 1})", f"{value:.4f}")
+    for split in summary.get("not_evaluated", []):  # runs before 2026-11-26 did not record it
+        table.add_row({"val": "validation", "test": "test"}[split], "not evaluated")
     table.add_row("epochs", f"{summary['epochs']}")
     table.add_row("epoch time (median)", f"{summary['epoch_s_median']:.3f} s")
     for phase, seconds in summary["time_median"].items():

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_file, write_error
+from gnnrun.io import atomic_file, atomic_link, write_error
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -41,26 +41,46 @@ def save_checkpoint(directory: Path, state: dict[str, Any], name: str = CHECKPOI
     return path
 
 
-def load_checkpoint(directory: Path, name: str = CHECKPOINT) -> dict[str, Any] | None:
-    """The checkpoint `directory/name`, None when there is none; a damaged one is refused."""
+def keep_with_run(checkpoint: Path, run_dir: Path) -> Path:
+    """The run's own copy of the checkpoint it has just written, `run_dir/checkpoint.pt`
+    (a hard link where it can be): runs with the same settings share train.checkpoint_dir,
+    so a later run, or one resumed from it, replaces the shared file; `gnnrun predict`
+    reads the run directory's copy, the model of that run."""
+    path = Path(run_dir) / CHECKPOINT
+    atomic_link(checkpoint, path)
+    return path
+
+
+# What to do about a damaged checkpoint when training (resume) and when predicting.
+RESUME_FIX = (
+    "Move it away to start this run afresh, or set train.checkpoint_dir to another "
+    "checkpoint's directory"
+)
+PREDICT_FIX = (
+    "Give an intact checkpoint of this run's model with train.checkpoint_dir=DIR, or train "
+    "the run again"
+)
+
+
+def load_checkpoint(
+    directory: Path, name: str = CHECKPOINT, fix: str = RESUME_FIX
+) -> dict[str, Any] | None:
+    """The checkpoint `directory/name`, None when there is none; a damaged one is refused
+    with `fix`, what to do about it."""
     path = Path(directory) / name
     if not path.is_file():
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:  # torch's message advises weights_only=False: not here
-        raise GnnrunError(_damaged(path, "its contents are not a checkpoint's")) from None
+        raise GnnrunError(_damaged(path, "its contents are not a checkpoint's", fix)) from None
     except Exception as exc:  # torch raises a zoo of types for a cut or foreign file
         reason = str(exc).strip().split("\n")[0].split(". ")[0][:160] or type(exc).__name__
-        raise GnnrunError(_damaged(path, reason)) from None
+        raise GnnrunError(_damaged(path, reason, fix)) from None
     if not isinstance(state, dict) or "epoch" not in state:
-        raise GnnrunError(_damaged(path, "not a gnnrun checkpoint"))
+        raise GnnrunError(_damaged(path, "not a gnnrun checkpoint", fix))
     return state
 
 
-def _damaged(path: Path, reason: str) -> str:
-    return (
-        f"{path} cannot be read as a checkpoint ({reason}); it may have been cut short. "
-        "Move it away to start this run afresh, or set train.checkpoint_dir to another "
-        "checkpoint's directory"
-    )
+def _damaged(path: Path, reason: str, fix: str) -> str:
+    return f"{path} cannot be read as a checkpoint ({reason}); it may have been cut short. {fix}"

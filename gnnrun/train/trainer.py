@@ -21,7 +21,7 @@ from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
 from gnnrun.ops.precision import autocast
 from gnnrun.timers import PhaseTimer
-from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
+from gnnrun.train.checkpoint import algorithm_checkpoint, keep_with_run, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.optimizer import build_optimizer, sparse_tables
@@ -81,7 +81,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
             train_growth_mb = memory.window_growth_mb()
             if not math.isfinite(stats["loss"]):
                 raise GnnrunError(
-                    f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch}; "
+                    f"rank {comm.rank}: training loss is {stats['loss']} at epoch {epoch + 1}; "
                     f"the run stopped before writing a bad checkpoint. Lower optimizer.lr (now {cfg.optimizer.lr}) "
                     "or check the features for NaN/inf"
                 )
@@ -99,14 +99,14 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                 record["train_rss_growth_mb"] = train_growth_mb
             if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
                 with timer.phase("eval"), autocast(cfg.train.precision, algorithm.device):
-                    record.update(
-                        evaluate_outputs(
-                            on_cpu(algorithm.evaluate(model)),
-                            algorithm.task,
-                            comm,
-                            hits_at=getattr(cfg.task, "hits_at", ()),
-                        )
+                    figures = evaluate_outputs(
+                        on_cpu(algorithm.evaluate(model)),
+                        algorithm.task,
+                        comm,
+                        hits_at=getattr(cfg.task, "hits_at", ()),
                     )
+                # NaN: an empty split (or AUC on one class) was not evaluated; left out.
+                record.update({k: v for k, v in figures.items() if not math.isnan(v)})
                 record["eval_bytes"] = comm.bytes.reset()
             record["time"] = timer.reset()
             record["peak_rss_mb"] = memory.run_peak_mb()
@@ -125,7 +125,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
             if comm.rank == 0:
                 history.append(record)
                 if checkpoint:
-                    save_checkpoint(
+                    saved = save_checkpoint(
                         checkpoint_dir,
                         {
                             "model": model.state_dict(),
@@ -136,6 +136,7 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                             "run_id": attempt.run_id,
                         },
                     )
+                    keep_with_run(saved, run_dir)  # the shared file may be replaced later
                 if display is not None:
                     display.epoch_done(record)
             if stop and epoch + 1 < end_epoch:
@@ -277,9 +278,9 @@ def headline_metric(history: list[dict[str, Any]]) -> str:
 def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
     """Final and best accuracies, median epoch time and its split, bytes per epoch (rank 0)."""
     metric = headline_metric(history)
-    evaluated = [r for r in history if metric in r]
-    best = max(evaluated, key=lambda r: r[metric], default={})
-    last = evaluated[-1] if evaluated else {}
+    best = max((r for r in history if metric in r), key=lambda r: r[metric], default={})
+    last = next((r for r in reversed(history) if any(map(is_metric, r))), {})
+    evaluated = {k.split("_")[0] for r in history for k in r if is_metric(k)}
     phases = (
         {k: float(np.median([r["time"].get(k, 0.0) for r in history])) for k in history[-1]["time"]}
         if history
@@ -298,6 +299,8 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
             "epoch": best.get("epoch"),
             **{k: v for k, v in best.items() if is_metric(k)},
         },
+        # Splits without a figure: empty ones, or none evaluated yet.
+        "not_evaluated": [s for s in ("val", "test") if s not in evaluated],
         "epoch_s_median": float(np.median([r["epoch_s"] for r in history])) if history else None,
         "time_median": phases,
         "bytes_per_epoch_rank0": float(np.median([sum(r["bytes"].values()) for r in history]))

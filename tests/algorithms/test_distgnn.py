@@ -304,3 +304,19 @@ def test_cdr_state_from_an_older_layout_is_refused_with_the_fix():
     renamed["settings"]["delay"] = 0
     with pytest.raises(GnnrunError, match="algorithm.backward=local"):
         binned_cd0.load_state_dict(renamed)
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        ("gat", "GAT's edge softmax is not completed across clones"),
+        ("rgcn", "it models heterogeneous graphs (an aggregate per relation)"),
+        ("hetero_sage", "it models heterogeneous graphs (an aggregate per relation)"),
+    ],
+)
+def test_a_model_cd0_cannot_train_is_refused_for_its_own_reason(model, reason):
+    cfg = SimpleNamespace(model=SimpleNamespace(name=model), algorithm=SimpleNamespace(name="cd0"))
+    with pytest.raises(GnnrunError) as refused:
+        CDR.check_config(cfg)
+    assert f"not {model!r}: {reason}" in str(refused.value)
+    assert model == "gat" or "GAT" not in str(refused.value)

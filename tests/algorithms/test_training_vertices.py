@@ -38,7 +38,7 @@ def _cfg(algorithm: str) -> SimpleNamespace:
 
 def test_ranks_without_training_vertices_are_announced_where_every_rank_trains(capsys):
     dataset = SimpleNamespace(
-        name="g", train_idx=np.arange(3), val_idx=np.arange(0), test_idx=np.arange(0)
+        name="g", train_idx=np.arange(3), val_idx=np.arange(3, 4), test_idx=np.arange(4, 5)
     )
     check_training_vertices(_cfg("minibatch"), dataset, _book([3, 0]))
     assert "part(s) 1 of parts hold no training vertices" in capsys.readouterr().err

@@ -227,8 +227,8 @@ def test_a_full_disk_while_writing_meta_json_names_the_directory(tmp_path, monke
         prepare_dataset(tiny_cfg(tmp_path), force=True)
     monkeypatch.undo()
     assert str(failure.value) == (
-        f"cannot write {tmp_path / 't'}: no space left on device; free some space there, "
-        "or write elsewhere"
+        f"cannot write {tmp_path / 't'}: no space left on device on {tmp_path}; free some "
+        "space there, or write elsewhere"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == [".t.lock", "t"]  # no temporary left
     assert GraphDataset.load(tmp_path / "t", verify=True).checksum == first.checksum

@@ -142,3 +142,40 @@ def test_a_target_relations_held_out_edges_leave_with_their_reverse_twins():
             assert edges(split.indptr, split.indices, split.edge_type, relation) == edges(
                 dataset.indptr, dataset.indices, dataset.edge_type, relation
             )
+
+
+def test_a_relation_name_two_relations_share_is_refused_and_the_canonical_one_taken(tmp_path):
+    """`writes` from authors and from papers: the bare name is ambiguous, so it is refused
+    listing both canonical names, and each canonical name picks its own relation."""
+    from gnnrun.data.custom import CustomDatasetConfig, load
+    from gnnrun.data.edge_split import target_relation
+    from gnnrun.errors import GnnrunError
+
+    rng = np.random.default_rng(0)
+    np.savez(
+        tmp_path / "g.npz",
+        node_types=np.array(["paper", "author"]),
+        target=np.array("paper"),
+        num_nodes__author=np.array(20),
+        feat__paper=rng.normal(size=(30, 4)),
+        label=rng.integers(0, 3, 30),
+        edge_index__author__writes__paper=np.stack(
+            [rng.integers(0, 20, 60), rng.integers(0, 30, 60)]
+        ),
+        edge_index__paper__writes__paper=rng.integers(0, 30, (2, 60)),
+    )
+    dataset = load(CustomDatasetConfig(name="g", path=str(tmp_path / "g.npz")))
+    relations = [tuple(r) for r in dataset.hetero.relations]
+    with pytest.raises(GnnrunError) as refused:
+        target_relation(dataset, "writes")
+    assert str(refused.value) == (
+        "task.relation=writes names 2 relations of g: give one as "
+        "source__relation__destination, task.relation= one of author__writes__paper, "
+        "paper__writes__paper"
+    )
+    for canonical in ("author__writes__paper", "paper__writes__paper"):
+        assert relations[target_relation(dataset, canonical)] == tuple(canonical.split("__"))
+    with pytest.raises(GnnrunError, match="is heterogeneous: .* one of author__writes__paper"):
+        target_relation(dataset, None)
+    with pytest.raises(GnnrunError, match="paper__rev_writes__author, paper__rev_writes__paper"):
+        target_relation(dataset, "rev_writes")  # each writes has its reverse

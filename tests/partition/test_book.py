@@ -153,6 +153,20 @@ def test_interrupted_first_write_leaves_nothing_that_loads(tiny, tmp_path, monke
         open_partition(target)
 
 
+def test_a_short_write_of_an_array_is_named_a_full_disk(tiny, tmp_path, monkeypatch):
+    """numpy reports a write cut short by a full disk as "N requested and M written",
+    without errno."""
+    target = tmp_path / "fresh"
+    short = OSError("971340 requested and 358368 written")
+    monkeypatch.setattr(partition_module, "save_array", lambda *a: (_ for _ in ()).throw(short))
+    with pytest.raises(GnnrunError) as failure:
+        partition_dataset(tiny, PartitionerConfig(name="random", num_parts=2), target)
+    assert str(failure.value) == (
+        f"cannot write {target}: no space left on device on {tmp_path} (358368 of 971340 "
+        "written); free some space there, or write elsewhere"
+    )
+
+
 def test_a_full_disk_while_writing_the_manifest_names_the_partition(tiny, written, monkeypatch):
     manifest_before = (written.path / "manifest.json").read_text()
 

@@ -150,12 +150,50 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path):
         "model=gcn",
         f"train.checkpoint_dir={tmp_path}/ckpt",
     )
-    with pytest.raises(GnnrunError, match="training loss is nan at epoch 0.*features for NaN"):
+    with pytest.raises(GnnrunError, match="training loss is nan at epoch 1;.*features for NaN"):
         train(cfg, tmp_path)
     assert not (tmp_path / "ckpt" / "checkpoint.pt").exists()
 
 
+@pytest.mark.parametrize(
+    ("task", "empty"),
+    [
+        (("dataset.split.val=0", "dataset.split.test=0"), "no validation and no test vertices"),
+        (("task=link",), "no validation and no test edges"),  # one edge: none held out
+    ],
+    ids=["node", "link"],
+)
+def test_empty_validation_and_test_sets_are_said_not_evaluated(
+    tmp_path, monkeypatch, capsys, task, empty
+):
+    """Training goes on without them, says so once at the start and in the summary, and
+    no NaN figure or best epoch appears anywhere."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    one_edge = "link" in task[0]
+    vertices = 2 if one_edge else 60
+    np.savez(
+        tmp_path / "g.npz",
+        edges=np.array([[0, 1]]) if one_edge else rng.integers(0, vertices, (300, 2)),
+        feat=rng.standard_normal((vertices, 4)),
+        label=np.arange(vertices) % 2,
+    )
+    args = ["train", "dataset=custom", f"dataset.path={tmp_path / 'g.npz'}", "algorithm=single"]
+    run_dir = tmp_path / "run"
+    assert main([*args, *task, "train.epochs=2", f"hydra.run.dir={run_dir}"]) == 0
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if empty in line]
+    assert len(warnings) == 1 and "not evaluated" in warnings[0]
+    assert "nan" not in captured.out.lower() and "best" not in captured.out
+    assert "not evaluated" in captured.out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["best"] == {"epoch": None} and summary["final"] == {}
+    assert summary["not_evaluated"] == ["val", "test"]
+    assert "NaN" not in (run_dir / "metrics.rank0.jsonl").read_text()
+
+
 def test_a_partition_for_another_world_size_is_refused(tmp_path, monkeypatch, capsys):
+    """Before the dataset is partitioned (into parts the run could not use)."""
     monkeypatch.chdir(tmp_path)
     code = main(
         [
@@ -168,7 +206,12 @@ def test_a_partition_for_another_world_size_is_refused(tmp_path, monkeypatch, ca
         ]
     )
     assert code == 1
-    assert "has 3 parts but the run has 2 ranks" in " ".join(capsys.readouterr().err.split())
+    assert (
+        "partitioner.num_parts=3 but the run has 2 ranks: algorithm=minibatch trains one part "
+        "per rank; leave partitioner.num_parts out (it follows cluster.nprocs), or use "
+        "cluster.nprocs=3"
+    ) in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "data" / "partitions").exists()
 
 
 @pytest.mark.slow
