@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-faults test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline dgl-venv bench-vs-dgl clean
+.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline dgl-venv bench-vs-dgl clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,12 @@ test-slurm: setup
 # Needs root (ip netns); the namespace tests skip, saying why, where it is missing.
 test-faults: setup
 	$(BIN)/python -m pytest -q -m faults
+
+# On a machine with a CUDA device: every algorithm that runs on GPUs trains there as on
+# the CPU, bf16 within tolerance, predict on the GPU equals predict on the CPU. Without
+# one every test skips, saying so.
+test-gpu: setup
+	$(BIN)/python -m pytest -q -rs -m gpu
 
 # Builds the wheel, installs it into a fresh environment outside the repository and
 # runs gnnrun from an empty directory.

@@ -151,6 +151,7 @@ def test_other_algorithms_refuse_cuda():
         )
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device: the GPU path is not exercised"
 )

@@ -1,0 +1,168 @@
+"""GPU ranks. Without a GPU (the default suite): the device-independent path, the one GPU
+ranks take (sparse CSR aggregation, dropout's mask in torch operations, the reference
+GAT), runs on CPU tensors and trains as the native CPU kernels do. With a GPU (marker
+`gpu`, `make test-gpu`): every algorithm that runs there trains as on the CPU, bf16
+within tolerance, and predict on the GPU equals predict on the CPU. Device checks refuse
+what cannot start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gnnrun.algorithms.checks import check_runnable
+from gnnrun.cli import main
+from gnnrun.errors import GnnrunError
+from gnnrun.infer import read_output
+from gnnrun.ops.native import load_kernel_file
+
+from .conftest import make_config
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+
+TINY = ("dataset=synthetic-tiny", "train.epochs=3", "model.hidden=32")
+# What each algorithm trains on a GPU, as a user would run it (dropout on: both devices
+# draw the same mask).
+CASES = {
+    "single-full-sage": ("algorithm=single", "algorithm.mode=full", "model=sage"),
+    "single-full-gcn": ("algorithm=single", "algorithm.mode=full", "model=gcn"),
+    "single-full-gat": ("algorithm=single", "algorithm.mode=full", "model=gat"),
+    "single-minibatch-sage": ("algorithm=single", "model=sage", "model.batch_size=256"),
+    "minibatch-sage": ("algorithm=minibatch", "cluster.nprocs=1", "model.batch_size=256"),
+    "pipeline-gat": (
+        "algorithm=pipeline",
+        "cluster.nprocs=1",
+        "model=gat",
+        "model.batch_size=256",
+    ),
+    "link-single-full": ("algorithm=single", "algorithm.mode=full", "task=link"),
+    "link-minibatch": ("algorithm=minibatch", "cluster.nprocs=1", "task=link"),
+    "hetero-rgcn": (
+        "dataset=synthetic-hetero-tiny",
+        "algorithm=single",
+        "model=rgcn",
+        "model.batch_size=256",
+    ),
+}
+# The cases the default suite runs through the device path on CPU tensors.
+CPU_CASES = ("single-full-sage", "single-full-gat", "single-minibatch-sage", "hetero-rgcn")
+
+
+def trained(tmp_path: Path, name: str, *overrides: str) -> list[dict]:
+    """The per-epoch records of `gnnrun train` with `overrides` (rank 0)."""
+    run_dir = tmp_path / name
+    args = ["train", *TINY, *overrides, f"hydra.run.dir={run_dir}"]
+    args.append(f"train.checkpoint_dir={run_dir / 'checkpoints'}")
+    assert main(args) == 0, f"gnnrun {' '.join(args)} failed"
+    lines = (run_dir / "metrics.rank0.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def assert_same_training(a: list[dict], b: list[dict], rel: float) -> None:
+    assert [r["epoch"] for r in a] == [r["epoch"] for r in b]
+    for x, y in zip(a, b, strict=True):
+        assert x["loss"] == pytest.approx(y["loss"], rel=rel), (x["epoch"], x["loss"], y["loss"])
+
+
+@pytest.fixture
+def without_native(monkeypatch):
+    """Runs in this process take the path GPU ranks take (the native kernels unloaded)."""
+
+    def switch(off: bool) -> None:
+        if off:
+            monkeypatch.setenv("GNNRUN_NO_NATIVE", "1")
+        else:
+            monkeypatch.delenv("GNNRUN_NO_NATIVE", raising=False)
+        load_kernel_file.cache_clear()
+
+    yield switch
+    switch(False)
+
+
+@pytest.mark.parametrize("case", CPU_CASES)
+def test_the_device_path_on_cpu_trains_as_the_native_kernels(tmp_path, without_native, case):
+    without_native(False)
+    native = trained(tmp_path, "native", *CASES[case])
+    without_native(True)
+    portable = trained(tmp_path, "portable", *CASES[case])
+    # Float32 sums in another order (MKL's sparse product against the kernel's loop).
+    assert_same_training(native, portable, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("algorithm=hec",), "algorithm=hec runs on cluster.device=cpu, not cuda"),
+        (("cluster.backend=gloo",), "exchanges GPU tensors through NCCL"),
+        (
+            ("cluster=slurm", "cluster.tasks_per_node=4", "cluster.gpus_per_node=2"),
+            "set cluster.gpus_per_node to cluster.tasks_per_node",
+        ),
+    ],
+)
+def test_gpu_ranks_that_cannot_start_are_refused(overrides, message):
+    cfg = make_config("dataset=synthetic-tiny", "cluster.device=cuda", *overrides)
+    with pytest.raises(GnnrunError, match=message):
+        check_runnable(cfg)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_cuda_without_a_gpu_is_refused():
+    cfg = make_config("dataset=synthetic-tiny", "algorithm=single", "cluster.device=cuda")
+    with pytest.raises(GnnrunError, match="sees no CUDA device"):
+        check_runnable(cfg)
+
+
+@needs_gpu
+def test_more_ranks_than_gpus_are_refused():
+    ranks = torch.cuda.device_count() + 1
+    cfg = make_config("dataset=synthetic-tiny", "cluster.device=cuda", f"cluster.nprocs={ranks}")
+    with pytest.raises(GnnrunError, match="one rank per GPU"):
+        check_runnable(cfg)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpu_trains_as_the_cpu(tmp_path, case):
+    cpu = trained(tmp_path, "cpu", *CASES[case])
+    gpu = trained(tmp_path, "gpu", *CASES[case], "cluster.device=cuda")
+    assert_same_training(cpu, gpu, rel=1e-3)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="two ranks need two GPUs (NCCL)")
+def test_two_gpu_ranks_train_as_two_cpu_ranks(tmp_path):
+    common = ("algorithm=minibatch", "cluster.nprocs=2", "model.batch_size=256")
+    cpu = trained(tmp_path, "cpu", *common)
+    gpu = trained(tmp_path, "gpu", *common, "cluster.device=cuda")
+    assert_same_training(cpu, gpu, rel=1e-3)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("case", ["single-full-sage", "minibatch-sage"])
+def test_bf16_on_the_gpu_trains_close_to_fp32(tmp_path, case):
+    fp32 = trained(tmp_path, "fp32", *CASES[case], "cluster.device=cuda")
+    bf16 = trained(tmp_path, "bf16", *CASES[case], "cluster.device=cuda", "train.precision=bf16")
+    assert_same_training(fp32, bf16, rel=0.05)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_predict_on_the_gpu_equals_predict_on_the_cpu(tmp_path):
+    run_dir = tmp_path / "run"
+    trained(tmp_path, "run", *CASES["single-full-sage"])
+    outputs = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / f"predicted-{device}"
+        args = ["predict", f"run={run_dir}", f"cluster.device={device}", "cluster.nprocs=1"]
+        assert main([*args, f"predict.output_dir={out}"]) == 0
+        outputs[device] = read_output(out)
+    for key, cpu_rows in outputs["cpu"].items():
+        np.testing.assert_allclose(outputs["cuda"][key], cpu_rows, rtol=1e-4, atol=1e-5)
