@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline dgl-venv bench-vs-dgl clean
+.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-gpu dgl-venv bench-vs-dgl clean
 
 setup: $(STAMP)
 
@@ -82,6 +82,11 @@ bench-sar: setup
 
 bench-pipeline: setup
 	$(BIN)/python scripts/bench_pipeline.py
+
+# gnnrun beside PyG on this machine's device (its GPU where it has one, else the CPU).
+bench-gpu: setup
+	$(BIN)/pip install --quiet "torch-geometric>=2.6"
+	$(BIN)/python scripts/bench_gpu.py --graphs synthetic-medium
 
 # DGL 2.1 beside gnnrun, for the benchmarks' --dgl-python: in a venv of its own,
 # since DGL 2.1 does not import on gnnrun's torch (torch 2.2.1 from the index is

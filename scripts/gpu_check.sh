@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU checks in one go, for a machine with a CUDA device whose Python already has a
+# CUDA build of torch (and PyG) but maybe not gnnrun's other packages, and no registry:
+#   1. installs the wheels in ./.whl (hydra-core, omegaconf, antlr4-python3-runtime,
+#      pymetis, ogb and what they need; `pip download` them on a machine with a registry)
+#      into a folder of their own, without touching the system's packages;
+#   2. runs the GPU tests (marker gpu: every GPU algorithm's losses against the CPU's,
+#      bf16, predict) from this working tree;
+#   3. runs scripts/bench_gpu.py (gnnrun beside PyG on the GPU, and gnnrun's CPU epoch).
+# Everything it prints also goes to OUTDIR (default ./gpu-results): tests.log, bench.log,
+# bench.json.
+#
+#   bash scripts/gpu_check.sh [OUTDIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu-results}"
+mkdir -p "$out"
+site=/tmp/gnnrun-site
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" .whl/*.whl || exit 1
+fi
+export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
+# The tests run gnnrun through `python -m gnnrun.cli` and in-process; ranks re-import it.
+python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/tests.log"
+tests=${PIPESTATUS[0]}
+python3 scripts/bench_gpu.py --device cuda --graphs "${GNNRUN_BENCH_GRAPHS:-synthetic-medium,synthetic-large}" \
+    --cpu-baseline --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+bench=${PIPESTATUS[0]}
+echo "tests: exit $tests; benchmark: exit $bench" | tee -a "$out/gpu.txt"
+exit $(( tests || bench ))
