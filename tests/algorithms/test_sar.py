@@ -15,7 +15,8 @@ import sar_checks  # noqa: E402
 
 EPOCHS = 2
 SMALL_MODEL = ("model.hidden=16", "model.dropout=0", "model.input_dropout=0")
-MODELS = ("sage", "sage_gcn", "gcn", "gat")
+# rgcn and hetero_sage: layers that read their block through relation_rows / relation_blocks.
+MODELS = ("sage", "sage_gcn", "gcn", "gat", "rgcn", "hetero_sage")
 # (algorithm, prefetch)
 VARIANTS = (("sar", False), ("sar", True), ("domain_parallel", False))
 
@@ -50,7 +51,8 @@ def _assert_matches_single(per_rank: list[dict], single: dict, name: str) -> Non
 )  # 4 ranks: make test-slow
 def test_sar_and_domain_parallel_equal_single_full_batch(configure, nprocs):
     """Losses, summed parameter gradients and logits of single full batch, for SAGE (mean,
-    gcn), GCN and GAT, with and without prefetch, on 1, 2 and 4 ranks."""
+    gcn), GCN, GAT, RGCN and heterogeneous SAGE (on a homogeneous graph), with and without
+    prefetch, on 1, 2 and 4 ranks."""
     cfgs, names, singles = [], [], {}
     for model in MODELS:
         common = ("dataset=synthetic-tiny", f"model={model}", *SMALL_MODEL)
