@@ -87,6 +87,7 @@ class ShardedFullBatch(Algorithm):
         }
         self.num_train = len(dataset.train_idx)
         self.remote_rows = plan.remote_rows()
+        self.shard_rows = [plan.remote[plan.ahead(step)].num_rows for step in plan.steps]
 
     @staticmethod
     def sharded_aggregation(cfg, plan: ShardPlan, comm):
@@ -112,9 +113,14 @@ class ShardedFullBatch(Algorithm):
         total_loss = self.comm.all_reduce_sum(torch.tensor(losses, dtype=torch.float64).sum())
         return {
             "loss": float(total_loss),
-            # Per layer, input layer first: remote rows alive at once (forward or backward).
+            # Per layer, input layer first: remote rows alive at once (forward or backward),
+            # from the lifetimes of the buffers they arrived in.
             "remote_rows_peak": self.aggregation.remote_rows.peaks(),
+            # Bytes of remote rows alive at once, every layer's together.
+            "remote_bytes_peak": self.aggregation.remote_rows.peak_bytes,
             "remote_rows": self.remote_rows,  # every remote row a layer needs
+            # Per peer, in ring order (rank+1, rank+2, ...): the rows of its shard.
+            "shard_rows": self.shard_rows,
             "rows_moved": self.aggregation.rows.reset(),
         }
 

@@ -34,9 +34,13 @@ are alive at once. The autograd functions keep only local tensors:
 row a layer needs at once, before aggregating, and keeps them for the backward
 pass: plain domain-parallel full-batch training, the memory baseline.
 
-Both count the remote rows alive at once per layer (`RemoteRows`, forward and
-backward) and the rows each purpose moved (`RowCounts`); the Communicator
-counts the bytes.
+Both measure the remote rows alive at once per layer, forward and backward,
+and their bytes, from the lifetimes of the buffers the rows arrive in
+(`RemoteRows`: weak references to the received tensors, not what the code means to
+keep), and count the rows each purpose moved (`RowCounts`); the Communicator
+counts the bytes. A strategy hands each shard's rows to a callback (`Visit`)
+rather than yielding them, so that no loop variable or cached tuple of the
+caller keeps one shard alive while the next is received.
 
 A ring step is one Communicator exchange, an all_to_all_single in which each
 rank's only non-empty slices go to rank-k and come from rank+k. Every rank
@@ -49,6 +53,7 @@ counts bytes per purpose and books its waits as communication.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -146,6 +151,10 @@ class ShardPlan:
     def behind(self, step: int) -> int:
         """The peer this rank sends its rows to at ring step `step`."""
         return (self.rank - step) % self.world_size
+
+    def step_from(self, peer: int) -> int:
+        """The ring step at which this rank receives `peer`'s rows (ahead's inverse)."""
+        return (peer - self.rank) % self.world_size
 
     @property
     def steps(self) -> range:
@@ -245,26 +254,65 @@ def edge_list(
 # ------------------------------------------------------------------- accounting
 
 
-@dataclass
 class RemoteRows:
-    """Remote rows alive at once, per layer (a layer's forward and backward pass alike)."""
+    """Remote rows alive at once, from the lifetimes of the tensors they arrive in.
 
-    alive: dict[int, int] = field(default_factory=dict)
-    peak: dict[int, int] = field(default_factory=dict)
+    Each tensor of received rows, the one a strategy hands on, is registered when
+    its buffer is made (`received`), with a weak reference: it counts as alive until
+    the tensor is freed, whoever holds it (a loop variable, a cached tuple, a list
+    kept for the backward pass, autograd), not while the code means to keep it. The
+    count only rises when a buffer is made, so the peaks are taken then: per layer,
+    the rows of that layer's tensors alive at once (forward or backward), and over
+    all layers, their bytes.
 
-    def hold(self, layer: int, rows: int) -> None:
-        self.alive[layer] = self.alive.get(layer, 0) + rows
-        self.peak[layer] = max(self.peak.get(layer, 0), self.alive[layer])
+    Not counted: a view of the rows that a caller makes and keeps instead (the
+    callers keep the tensor itself), and the backend's own reference to the
+    buffer, which gloo's worker thread drops a moment after the exchange completes
+    (the buffer's storage, watched instead, is then freed at a time that depends
+    on the thread scheduling).
+    """
 
-    def drop(self, layer: int, rows: int) -> None:
-        self.alive[layer] -= rows
+    def __init__(self) -> None:
+        # (tensor, layer, rows, bytes) of every received tensor that may still be alive.
+        self._buffers: list[tuple[weakref.ref, int, int, int]] = []
+        self.peak: dict[int, int] = {}  # per layer: rows
+        self.layer_peak_bytes: dict[int, int] = {}  # per layer: bytes
+        self.peak_bytes = 0  # every layer's together
+
+    def received(self, layer: int, rows: torch.Tensor) -> None:
+        """`rows`, remote rows for `layer`, now exist (their buffer is made)."""
+        size = rows.numel() * rows.element_size()
+        self._buffers.append((weakref.ref(rows), layer, int(rows.shape[0]), size))
+        alive = self._alive()
+        mine = [(n, b) for _, at, n, b in alive if at == layer]
+        self.peak[layer] = max(self.peak.get(layer, 0), sum(n for n, _ in mine))
+        self.layer_peak_bytes[layer] = max(
+            self.layer_peak_bytes.get(layer, 0), sum(b for _, b in mine)
+        )
+        self.peak_bytes = max(self.peak_bytes, sum(b for _, _, _, b in alive))
+
+    def _alive(self) -> list[tuple[weakref.ref, int, int, int]]:
+        self._buffers = [buffer for buffer in self._buffers if buffer[0]() is not None]
+        return self._buffers
+
+    def alive_rows(self) -> int:
+        """Remote rows of every layer alive now."""
+        return sum(n for _, _, n, _ in self._alive())
+
+    def alive_bytes(self) -> int:
+        return sum(b for _, _, _, b in self._alive())
 
     def peaks(self) -> list[int]:
         """The peak of every layer seen since the last reset, input layer first."""
         return [self.peak[layer] for layer in sorted(self.peak)]
 
     def reset(self) -> None:
-        self.peak = {layer: alive for layer, alive in self.alive.items() if alive}
+        """Peaks start again from what is alive now."""
+        self.peak, self.layer_peak_bytes = {}, {}
+        for _, layer, rows, size in self._alive():
+            self.peak[layer] = self.peak.get(layer, 0) + rows
+            self.layer_peak_bytes[layer] = self.layer_peak_bytes.get(layer, 0) + size
+        self.peak_bytes = self.alive_bytes()
 
 
 @dataclass
@@ -293,6 +341,11 @@ RowsOf = Callable[[torch.Tensor], torch.Tensor]
 RowGradients = Callable[[Shard, torch.Tensor | None], torch.Tensor]
 # What a forward pass keeps of the remote rows for the backward pass (domain parallel).
 Kept = list[tuple[Shard, torch.Tensor]]
+# visit(shard, its rows): called once per remote shard. The rows are passed, not
+# returned or yielded, so that the strategy decides when they are released: what the
+# caller does not keep is freed when visit returns (a loop variable, or the tuple a
+# generator or zip hands out, would keep one shard alive while the next is received).
+Visit = Callable[[Shard, torch.Tensor], None]
 
 
 class _ShardedAggregation:
@@ -378,11 +431,9 @@ class _ShardedAggregation:
 
     # What a strategy decides.
 
-    def forward_shards(
-        self, rows_of: RowsOf, layer: int, keep: bool
-    ) -> Iterator[tuple[Shard, torch.Tensor]]:
-        """The remote shards with their rows (what `rows_of` gives at their owners); `keep`:
-        the caller keeps them for the backward pass where the strategy does."""
+    def forward_shards(self, rows_of: RowsOf, layer: int, keep: bool, visit: Visit) -> None:
+        """`visit` every remote shard with its rows (what `rows_of` gives at their owners);
+        `keep`: the caller keeps them for the backward pass where the strategy does."""
         raise NotImplementedError
 
     def remote_gradients(
@@ -410,14 +461,12 @@ class SequentialAggregation(_ShardedAggregation):
         super().__init__(plan, comm)
         self.prefetch = prefetch
 
-    def forward_shards(self, rows_of, layer, keep):
-        return self._stream(rows_of, layer, f"{self.purpose}_forward")
+    def forward_shards(self, rows_of, layer, keep, visit):
+        self._stream(rows_of, layer, f"{self.purpose}_forward", visit)
 
-    def _stream(
-        self, rows_of: RowsOf, layer: int, purpose: str
-    ) -> Iterator[tuple[Shard, torch.Tensor]]:
-        """The remote shards in ring order with their rows, each dropped when the consumer
-        asks for the next; with prefetch the next one is already on its way."""
+    def _stream(self, rows_of: RowsOf, layer: int, purpose: str, visit: Visit) -> None:
+        """`visit` the remote shards in ring order with their rows, each released before the
+        next one's buffer is made; with prefetch the next one is already on its way."""
         plan = self.plan
         window = 2 if self.prefetch else 1
         steps = deque(plan.steps)
@@ -426,28 +475,31 @@ class SequentialAggregation(_ShardedAggregation):
             while steps and len(in_flight) < window:
                 step = steps.popleft()
                 shard = plan.remote[plan.ahead(step)]
-                self.remote_rows.hold(layer, shard.num_rows)  # its buffer exists from here
                 in_flight.append((shard, self._fetch(step, rows_of, purpose)))
+                # Its buffer exists from here.
+                self.remote_rows.received(layer, in_flight[-1][1].received[shard.peer])
             shard, pending = in_flight.popleft()
-            rows = pending.wait()[shard.peer]
-            yield shard, rows
-            del rows, pending
-            self.remote_rows.drop(layer, shard.num_rows)
+            visit(shard, pending.wait()[shard.peer])
+            # The exchange held the shard's only reference: it goes before the next fetch.
+            del pending
 
     def remote_gradients(self, layer, kept, refetch, gradient_of, grad):
         plan = self.plan
-        if refetch is None:
-            shards = ((plan.remote[plan.ahead(step)], None) for step in plan.steps)
-        else:
-            shards = self._stream(refetch, layer, f"{self.purpose}_refetch")
         returning: deque[tuple[int, PendingExchange]] = deque()
-        for step, (shard, rows) in zip(plan.steps, shards, strict=True):
+
+        def give_back(shard: Shard, rows: torch.Tensor | None) -> None:
+            step = plan.step_from(shard.peer)
             grad_rows = gradient_of(shard, rows)
-            del rows
             returning.append((step, self._give_back(step, grad_rows, f"{self.purpose}_backward")))
             # With prefetch one return stays in flight behind the next shard's compute.
             while len(returning) > (1 if self.prefetch else 0):
                 self._add_returned(*returning.popleft(), grad)
+
+        if refetch is None:
+            for step in plan.steps:
+                give_back(plan.remote[plan.ahead(step)], None)
+        else:
+            self._stream(refetch, layer, f"{self.purpose}_refetch", give_back)
         while returning:
             self._add_returned(*returning.popleft(), grad)
 
@@ -458,17 +510,18 @@ class DomainParallelAggregation(_ShardedAggregation):
     purpose = "domain_parallel"
     keeps_rows = True
 
-    def forward_shards(self, rows_of, layer, keep):
+    def forward_shards(self, rows_of, layer, keep, visit):
         plan = self.plan
         outgoing = [rows_of(ids) for ids in plan.send_rows]
         incoming = torch.tensor([s.num_rows for s in plan.remote], dtype=torch.int64)
         purpose = f"{self.purpose}_forward"
         self.rows.add(purpose, sum(int(o.shape[0]) for o in outgoing), plan.remote_rows())
-        self.remote_rows.hold(layer, plan.remote_rows())
-        received = self.comm.exchange_start(outgoing, purpose, incoming).wait()
-        yield from ((plan.remote[peer], received[peer]) for peer in _peers(plan))
-        if not keep:
-            self.remote_rows.drop(layer, plan.remote_rows())
+        pending = self.comm.exchange_start(outgoing, purpose, incoming)
+        for peer in _peers(plan):  # their buffer exists from here
+            self.remote_rows.received(layer, pending.received[peer])
+        received = pending.wait()
+        for peer in _peers(plan):
+            visit(plan.remote[peer], received[peer])
 
     def remote_gradients(self, layer, kept, refetch, gradient_of, grad):
         plan = self.plan
@@ -476,7 +529,6 @@ class DomainParallelAggregation(_ShardedAggregation):
         for shard, rows in kept:
             outgoing[shard.peer] = gradient_of(shard, rows)
         kept.clear()
-        self.remote_rows.drop(layer, plan.remote_rows())
         incoming = torch.tensor([r.numel() for r in plan.send_rows], dtype=torch.int64)
         purpose = f"{self.purpose}_backward"
         self.rows.add(purpose, sum(int(o.shape[0]) for o in outgoing), int(incoming.sum()))
@@ -500,11 +552,14 @@ class _ShardedSum(torch.autograd.Function):
     def forward(ctx, x, block: Block, agg: _ShardedAggregation, layer: int, keep: bool):
         out = local_aggregate(block, x, "sum")
         kept: Kept = []
-        for shard, rows in agg.forward_shards(partial(x.index_select, 0), layer, keep):
+
+        def add(shard: Shard, rows: torch.Tensor) -> None:
             if shard.num_edges:
                 out.index_add_(0, shard.dst, shard.aggregate(rows.reshape(-1, x.shape[1])))
             if keep and agg.keeps_rows:
                 kept.append((shard, rows))
+
+        agg.forward_shards(partial(x.index_select, 0), layer, keep, add)
         ctx.block, ctx.agg, ctx.layer, ctx.kept = block, agg, layer, kept
         return out
 
@@ -531,11 +586,14 @@ class _ShardedGAT(torch.autograd.Function):
         softmax = StreamingEdgeSoftmax(er, feat.shape[2], slope)
         softmax.add(feat, el, *edge_list(block))
         kept: Kept = []
-        for shard, rows in agg.forward_shards(_gat_rows_of(feat, el), layer, keep):
+
+        def add(shard: Shard, rows: torch.Tensor) -> None:
             if shard.num_edges:
                 softmax.add(*_split_gat_rows(rows, feat.shape), *shard.edges())
             if keep and agg.keeps_rows:
                 kept.append((shard, rows))
+
+        agg.forward_shards(_gat_rows_of(feat, el), layer, keep, add)
         out = softmax.result()
         ctx.save_for_backward(feat, el, er, softmax.max, softmax.denominator, out)
         ctx.block, ctx.agg, ctx.layer, ctx.slope, ctx.kept = block, agg, layer, slope, kept

@@ -69,6 +69,11 @@ def with_self_loops(block: Block) -> Block:
     cached = getattr(block, "_with_self_loops", None)
     if cached is not None:
         return cached
+    if block.completion is not None:
+        # A vertex-cut part's completion sums partial aggregates; the edge softmax's
+        # maximum and denominator would need completing too (the DistGNN algorithms
+        # refuse model=gat), and the looped block would drop the completion unsaid.
+        raise ValueError("GAT's self-loops would drop this block's clone completion")
     degrees = block.in_degrees()
     indptr = torch.zeros_like(block.indptr)
     indptr[1:] = torch.cumsum(degrees + 1, 0)

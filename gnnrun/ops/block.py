@@ -20,7 +20,10 @@ A block of a heterogeneous graph (gnnrun.data.hetero) carries each edge's
 relation (`etypes`, aligned with `indices`) and each source's vertex type
 (`node_types`); `relation_blocks` splits it into one block per relation over
 the same vertices, `relation_rows` reads it as one block over rows `v * R + r`,
-for relational layers that aggregate each relation apart.
+for relational layers that aggregate each relation apart. A block of a
+homogeneous graph is its own only relation block and relation rows, so such
+layers keep a part's `graph_degrees`, `completion` and `sharded`; a new block built
+from a part's block would lose them, and is refused (`_check_derivable`).
 
 An edge-cut part trained full batch without halo rows (SAR) is a Block over
 the rank's own vertices only (num_src == num_dst), whose CSR holds the edges
@@ -148,11 +151,24 @@ class Block:
         The vertices stay (ids and rows keep their positions); only their edges go,
         so degree normalisations see the smaller neighbourhoods.
         """
+        self._check_derivable("without_sources")
         keep = ~dropped[self.indices]
         etypes = None if self.etypes is None else self.etypes[keep]
         return Block(
             self._kept_indptr(keep), self.indices[keep], self.num_src, self.src_ids, etypes=etypes
         )
+
+    def _check_derivable(self, how: str) -> None:
+        """Refuse to build a new Block from one with remote edges (`sharded`) or clone
+        completion (`completion`): they belong to this block's CSR, and the new block,
+        without them, would aggregate over the part's own edges only (exact-looking
+        and wrong)."""
+        if self.sharded is not None or self.completion is not None:
+            kind = "remote shards (sar, domain_parallel)" if self.sharded else "clone completion"
+            raise ValueError(
+                f"Block.{how} would drop this block's {kind}: a layer that rebuilds its "
+                "block cannot run on an edge-cut or vertex-cut part"
+            )
 
     def _kept_indptr(self, keep: torch.Tensor) -> torch.Tensor:
         """The indptr of the edges marked in `keep` (bool [num_edges]), rows kept in place."""
@@ -164,8 +180,14 @@ class Block:
         """This block's edges as a block over rows `v * R + r` (relation r's in-edges of
         destination v), the same sources: one aggregation gives every relation's mean of
         every destination, [num_dst * R, ...]. The edges of a row must be listed by
-        relation (as sampling and the typed CSR list them). Computed once per block."""
+        relation (as sampling and the typed CSR list them). Computed once per block; a
+        block without relations read as one relation is the block itself."""
+        if num_relations == 1 and self.etypes is None:
+            # Rows v * 1 + 0 are this block's rows: itself, with what it carries (a
+            # part's remote shards, completion and graph degrees).
+            return self
         if self._relation_rows is None:
+            self._check_derivable("relation_rows")
             etypes = torch.zeros_like(self.indices) if self.etypes is None else self.etypes
             key = self.dst_of_edges() * num_relations + etypes
             if key.numel() and not bool(torch.all(key[1:] >= key[:-1])):
@@ -188,6 +210,7 @@ class Block:
                     raise ValueError(f"a block without relations split into {num_relations}")
                 self._relations = [self]
             else:
+                self._check_derivable("relation_blocks")
                 self._relations = []
                 for relation in range(num_relations):
                     keep = self.etypes == relation

@@ -38,6 +38,13 @@ STRATEGIES = {
 }
 
 
+def prefetch_peak(ring_rows: list[int]) -> int:
+    """Remote rows alive at once under sar with prefetch: a shard and the next one in ring
+    order (`ring_rows`: the rows of each peer's shard, rank+1 first)."""
+    pairs = [a + b for a, b in zip(ring_rows, ring_rows[1:], strict=False)]
+    return max(pairs, default=max(ring_rows))
+
+
 def node_part(world: int) -> np.ndarray:
     """Contiguous ranges of vertex ids, one per part."""
     return np.arange(NUM_NODES) * world // NUM_NODES
@@ -145,8 +152,12 @@ def sharded_layers(rank: int, world: int, kinds: list[str], strategies: list[str
                     "bytes": sent,
                     "forward_peaks": forward_peaks,
                     "peaks": aggregation.remote_rows.peaks(),
-                    "alive_after": sum(aggregation.remote_rows.alive.values()),
+                    "peak_bytes": aggregation.remote_rows.peak_bytes,
+                    "layer_peak_bytes": aggregation.remote_rows.layer_peak_bytes,
+                    "alive_after": aggregation.remote_rows.alive_rows(),
                     "shard_rows": [s.num_rows for s in plan.remote],
+                    # In ring order: the shards of rank+1, rank+2, ...
+                    "ring_rows": [plan.remote[plan.ahead(k)].num_rows for k in plan.steps],
                     "send_rows": [int(r.numel()) for r in plan.send_rows],
                     "out_degrees": plan.out_degrees,
                 }

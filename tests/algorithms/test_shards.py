@@ -75,25 +75,30 @@ def test_plan_covers_every_edge_and_degree(on_ranks):
     assert config[world - 1]["shard_rows"][1] == 0
 
 
-def _two_largest(shard_rows: list[int]) -> int:
-    return sum(sorted(shard_rows)[-2:])
-
-
 @pytest.mark.parametrize("world", [2, 4])
 def test_remote_rows_alive_at_once(on_ranks, world):
-    """sar holds one remote shard at a time (two with prefetch); domain_parallel all of a
-    layer's remote rows, from its forward pass to its backward pass."""
+    """Measured from the received buffers' lifetimes (gnnrun.algorithms.shards.RemoteRows):
+    sar holds one remote shard at a time, the largest at its peak; with prefetch a shard
+    and the next one in ring order; domain_parallel all of a layer's remote rows, from its
+    forward pass to its backward pass, and every layer's at once. Nothing remote outlives
+    a layer under sar, and nothing outlives the backward pass."""
     for config in on_ranks(world):
         strategy = config[0]["strategy"]
+        name = f"{config[0]['kind']} {strategy} on {world}"
         for rank in config:
-            largest, total = max(rank["shard_rows"]), sum(rank["shard_rows"])
-            for peak in rank["peaks"]:
-                if strategy == "sar":
-                    assert peak == largest
-                elif strategy == "sar_prefetch":
-                    assert largest <= peak <= _two_largest(rank["shard_rows"])
-                else:
-                    assert peak == total
+            ring, total = rank["ring_rows"], sum(rank["shard_rows"])
+            expected = {
+                "sar": max(ring),
+                "sar_prefetch": shard_checks.prefetch_peak(ring),
+                "domain_parallel": total,
+            }[strategy]
+            assert rank["peaks"] == [expected, expected], name  # two layers
+            layer_bytes = rank["layer_peak_bytes"].values()
+            if strategy == "domain_parallel":
+                assert rank["peak_bytes"] == sum(layer_bytes), name
+            else:
+                assert rank["peak_bytes"] == max(layer_bytes), name
+            assert rank["alive_after"] == 0, name
     # On 4 ranks prefetch does hold two shards at once somewhere.
     if world == 4:
         prefetch = [c for c in on_ranks(world) if c[0]["strategy"] == "sar_prefetch"][0]
@@ -168,3 +173,21 @@ def test_streaming_edge_softmax_equals_the_global_one(monkeypatch, order, chunk)
         grad_el += shard_el
     for got, want in zip((grad_feat, grad_el, grads.er), inputs, strict=True):
         torch.testing.assert_close(got, want.grad)
+
+
+def test_remote_rows_count_the_tensors_alive_not_the_calls():
+    """RemoteRows counts a received tensor for as long as anything holds it: one kept by
+    the caller shows in the next peaks, one dropped at once does not."""
+    remote = shards.RemoteRows()
+    kept = torch.zeros(3, 4)
+    remote.received(0, kept)
+    remote.received(0, torch.zeros(5, 4))  # alive during the call only
+    remote.received(0, torch.zeros(2, 4))
+    remote.received(1, torch.zeros(4, 4))
+    assert remote.peaks() == [3 + 5, 4]
+    assert remote.peak_bytes == (3 + 5) * 4 * 4
+    assert remote.alive_rows() == 3
+    remote.reset()
+    assert remote.peaks() == [3] and remote.peak_bytes == 3 * 4 * 4
+    del kept
+    assert remote.alive_rows() == 0

@@ -102,3 +102,18 @@ def test_every_model_runs_on_an_empty_minibatch(name, aggregator):
     out = model([empty, empty], x)
     out.sum().backward()
     assert out.shape == (0, 3) and x.grad.shape == (0, 5)
+
+
+def test_gat_self_loops_keep_remote_shards_and_refuse_a_completion():
+    """GAT's looped block keeps a part's remote shards (sar); a vertex-cut part's completion
+    it could not keep is refused rather than dropped."""
+    from gnnrun.models.gat import with_self_loops
+
+    indptr, indices = np.array([0, 1, 2]), np.array([1, 0])
+    sharded = Block.from_csr(indptr, indices)
+    sharded.sharded = marker = object()
+    assert with_self_loops(sharded).sharded is marker
+    completed = Block.from_csr(indptr, indices)
+    completed.completion = object()
+    with pytest.raises(ValueError, match="clone completion"):
+        with_self_loops(completed)

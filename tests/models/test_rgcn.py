@@ -136,3 +136,25 @@ def test_unprojected_input_requires_one_width():
         TypedInputEncoder.width_for(mixed, hidden=8, project=False)
     assert TypedInputEncoder.width_for(SCHEMA, hidden=8, project=False) == 3
     assert TypedInputEncoder.width_for(SCHEMA, hidden=8, project=True) == 8
+
+
+def test_relation_blocks_of_a_part_keep_its_remote_edges_or_are_refused():
+    """A homogeneous part's block is its own relation rows and relation block, remote
+    shards (sar) and completion (cd0) included: RGCN and heterogeneous SAGE then aggregate
+    over every in-edge. A new block built from such a block would aggregate over the
+    part's own edges only, and is refused."""
+    block, _ = small_graph()
+    for attribute in ("sharded", "completion"):
+        part = Block(block.indptr, block.indices, block.num_src, **{attribute: object()})
+        assert part.relation_rows(1) is part
+        assert len(part.relation_blocks(1)) == 1 and part.relation_blocks(1)[0] is part
+        typed = Block(
+            block.indptr, block.indices, block.num_src, etypes=block.etypes, **{attribute: object()}
+        )
+        for rebuild in (
+            lambda b: b.relation_rows(len(SCHEMA.relations)),
+            lambda b: b.relation_blocks(len(SCHEMA.relations)),
+            lambda b: b.without_sources(torch.zeros(b.num_src, dtype=torch.bool)),
+        ):
+            with pytest.raises(ValueError, match="would drop this block's"):
+                rebuild(typed)
