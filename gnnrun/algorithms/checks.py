@@ -51,11 +51,11 @@ def _check_device(cfg, devices: tuple[str, ...]) -> None:
 
 
 def check_gpu_ranks(cluster) -> None:
-    """Refuse GPU ranks (cluster.device=cuda) that cannot start: no NCCL, no GPU, or more
-    ranks on a machine than it has GPUs."""
+    """Refuse GPU ranks (cluster.device=cuda) that cannot start: a backend that takes no
+    GPU tensors, no GPU, or more ranks on a machine than it has GPUs (under NCCL)."""
     if cluster.device != "cuda":
         return
-    if cluster.backend not in ("auto", "nccl"):
+    if cluster.backend not in ("auto", "nccl", "gloo"):
         raise GnnrunError(
             f"cluster.device=cuda exchanges GPU tensors through NCCL, not cluster.backend="
             f"{cluster.backend}: leave cluster.backend=auto (NCCL, with gloo beside it for "
@@ -75,11 +75,13 @@ def check_gpu_ranks(cluster) -> None:
         )
     key = "nproc_per_node" if cluster.name == "hosts" else "nprocs"
     ranks, gpus = getattr(cluster, key), torch.cuda.device_count()
-    if ranks > gpus:
-        # NCCL refuses two ranks on one GPU ("Duplicate GPU detected").
+    if ranks > gpus and cluster.backend != "gloo":
+        # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); gloo takes them,
+        # moving GPU tensors through host memory.
         raise GnnrunError(
             f"cluster.device=cuda runs one rank per GPU, and this machine has {gpus} GPU(s) for "
-            f"cluster.{key}={ranks} ranks: lower cluster.{key} to {gpus}"
+            f"cluster.{key}={ranks} ranks: lower cluster.{key} to {gpus} (or, to test several "
+            "ranks on fewer GPUs, cluster.backend=gloo: slower, through host memory)"
         )
 
 

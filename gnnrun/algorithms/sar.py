@@ -62,6 +62,7 @@ class ShardedFullBatch(Algorithm):
 
     partition_kind = "edge_cut"
     gradient_reduction = "sum"  # each rank's loss is its share of the one global loss
+    devices = ("cpu", "cuda")  # SAR's paper trains on CPUs and on GPUs
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
@@ -74,12 +75,14 @@ class ShardedFullBatch(Algorithm):
         )
         halos = np.asarray(part["nodes"][part.num_solid :], dtype=np.int64)
         halo_local = np.asarray(book.node_local()[halos], dtype=np.int64)
-        plan, self.graph = ShardPlan.from_part(part, halo_local, comm)
+        plan, graph = ShardPlan.from_part(part, halo_local, comm)
+        # On a GPU rank the rows, the shards and the exchanges (NCCL) are all on the GPU.
+        plan, self.graph = plan.to(self.device), graph.to(self.device)
         self.graph.graph_degrees = (plan.in_degrees, plan.out_degrees)
         self.aggregation = self.sharded_aggregation(cfg, plan, comm)
         self.graph.sharded = self.aggregation
-        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32))
-        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
+        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32)).to(self.device)
+        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64)).to(self.device)
         self.train_ids = torch.from_numpy(np.array(part["train_idx"], dtype=np.int64))
         self.eval_ids = {
             "val": torch.from_numpy(np.array(part["val_idx"], dtype=np.int64)),

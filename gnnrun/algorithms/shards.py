@@ -100,6 +100,9 @@ class Shard:
         """(position of the source among the rows, local id of the destination) per edge."""
         return edge_list(self.csr, self.dst)
 
+    def to(self, device: torch.device) -> Shard:
+        return Shard(self.peer, self.rows.to(device), self.dst.to(device), self.csr.to(device))
+
 
 @dataclass
 class ShardPlan:
@@ -112,6 +115,18 @@ class ShardPlan:
     send_rows: list[torch.Tensor]  # by peer: the local ids of the rows the peer needs
     in_degrees: torch.Tensor  # of every local vertex in the whole graph
     out_degrees: torch.Tensor  # of every local vertex in the whole graph
+
+    def to(self, device: torch.device) -> ShardPlan:
+        """The plan's index arrays on `device` (a GPU rank's), for the rows there."""
+        return ShardPlan(
+            self.rank,
+            self.world_size,
+            self.num_local,
+            [shard.to(device) for shard in self.remote],
+            [rows.to(device) for rows in self.send_rows],
+            self.in_degrees.to(device),
+            self.out_degrees.to(device),
+        )
 
     @classmethod
     def from_part(

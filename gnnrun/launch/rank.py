@@ -109,7 +109,7 @@ def process_group(
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
     torch.set_num_threads(threads)
-    if "nccl" in backend:
+    if cfg.cluster.device == "cuda":  # one GPU per rank (ranks share them only under gloo)
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     if "gloo" in backend:
         choose_gloo_interface()

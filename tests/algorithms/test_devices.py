@@ -39,6 +39,7 @@ CASES = {
         "model=gat",
         "model.batch_size=256",
     ),
+    "sar-sage": ("algorithm=sar", "cluster.nprocs=1", "model=sage"),
     "link-single-full": ("algorithm=single", "algorithm.mode=full", "task=link"),
     "link-minibatch": ("algorithm=minibatch", "cluster.nprocs=1", "task=link"),
     "hetero-rgcn": (
@@ -97,7 +98,7 @@ def test_the_device_path_on_cpu_trains_as_the_native_kernels(tmp_path, without_n
     ("overrides", "message"),
     [
         (("algorithm=hec",), "algorithm=hec runs on cluster.device=cpu, not cuda"),
-        (("cluster.backend=gloo",), "exchanges GPU tensors through NCCL"),
+        (("cluster.backend=ccl",), "exchanges GPU tensors through NCCL"),
         (
             ("cluster=slurm", "cluster.tasks_per_node=4", "cluster.gpus_per_node=2"),
             "set cluster.gpus_per_node to cluster.tasks_per_node",
@@ -134,13 +135,23 @@ def test_gpu_trains_as_the_cpu(tmp_path, case):
     assert_same_training(cpu, gpu, rel=1e-3)
 
 
+# Algorithms whose ranks exchange GPU tensors: minibatch's gradients, SAR's remote rows.
+TWO_RANKS = {
+    "minibatch-sage": ("algorithm=minibatch", "model.batch_size=256"),
+    "sar-gat": ("algorithm=sar", "model=gat"),
+    "domain_parallel-sage": ("algorithm=domain_parallel", "model=sage"),
+}
+
+
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="two ranks need two GPUs (NCCL)")
-def test_two_gpu_ranks_train_as_two_cpu_ranks(tmp_path):
-    common = ("algorithm=minibatch", "cluster.nprocs=2", "model.batch_size=256")
+@pytest.mark.parametrize("case", sorted(TWO_RANKS))
+def test_two_gpu_ranks_train_as_two_cpu_ranks(tmp_path, case):
+    """Over NCCL with two GPUs; on one GPU both ranks share it over gloo (NCCL refuses)."""
+    common = (*TWO_RANKS[case], "cluster.nprocs=2")
+    shared = () if torch.cuda.device_count() >= 2 else ("cluster.backend=gloo",)
     cpu = trained(tmp_path, "cpu", *common)
-    gpu = trained(tmp_path, "gpu", *common, "cluster.device=cuda")
+    gpu = trained(tmp_path, "gpu", *common, "cluster.device=cuda", *shared)
     assert_same_training(cpu, gpu, rel=1e-3)
 
 
