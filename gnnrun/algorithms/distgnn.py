@@ -107,6 +107,7 @@ UNSUPPORTED_BECAUSE = {
 
 class DistGNN(Algorithm):
     partition_kind = "vertex_cut"
+    devices = ("cpu", "cuda")
     # Epochs between sending and using remote partial aggregates; None: never (0c).
     delay: ClassVar[int | None] = 0
 
@@ -132,7 +133,8 @@ class DistGNN(Algorithm):
             dataset.task,
         )
         bins = self.num_bins(cfg)
-        self.tree = CloneTree(part, comm.rank, comm.world_size, bins)
+        # On a GPU rank the part, its partial sums and DRPA's exchanges (NCCL) are on the GPU.
+        self.tree = CloneTree(part, comm.rank, comm.world_size, bins).to(self.device)
         self.drpa = DelayedRemoteAggregates(
             self.tree,
             comm,
@@ -142,19 +144,21 @@ class DistGNN(Algorithm):
             self.backward_completion(cfg),
             semantics=getattr(cfg.algorithm, "semantics", "fresh"),  # cdr only
         )
-        self.graph = Block.from_csr(part["indptr"], part["indices"])
-        ones = torch.ones(self.graph.num_dst, dtype=torch.int64)
+        self.graph = Block.from_csr(part["indptr"], part["indices"]).to(self.device)
+        ones = torch.ones(self.graph.num_dst, dtype=torch.int64, device=self.device)
         local = torch.stack([self.graph.in_degrees(), self.graph.graph_out_degrees(), ones], 1)
         # One exchange at start-up: whole-graph degrees, and how many clones each vertex has.
         whole = self.drpa.complete_now(local.to(torch.float64)).round().to(torch.int64)
         self.local_degrees, self.whole_degrees = local[:, :2], whole[:, :2]
         self._degrees_in_use: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.graph.completion = self.drpa
-        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32))
-        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64))
+        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32)).to(self.device)
+        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64)).to(self.device)
         self.train_ids, self.train_weights = training_clones(
-            dataset, np.asarray(part["nodes"]), whole[:, 2]
+            dataset, np.asarray(part["nodes"]), whole[:, 2].cpu()
         )
+        self.train_ids = self.train_ids.to(self.device)
+        self.train_weights = self.train_weights.to(self.device)
         self.eval_ids = {
             "val": torch.from_numpy(np.array(part["val_idx"], dtype=np.int64)),
             "test": torch.from_numpy(np.array(part["test_idx"], dtype=np.int64)),

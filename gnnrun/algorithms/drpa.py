@@ -88,6 +88,17 @@ class CloneTree:
         self.bins = [links_of(nodes[mine] % bins == b) for b in range(bins)]
         self.everything = links_of(np.ones(mine.size, dtype=bool))
 
+    def to(self, device: torch.device) -> CloneTree:
+        """The tree's index arrays on `device` (a GPU rank's), where the partial sums are."""
+        self.split_local = self.split_local.to(device)
+        self.bins = [links.to(device) for links in self.bins]
+        self.everything = self.everything.to(device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.split_local.device
+
     @property
     def num_split(self) -> int:
         return int(self.split_local.numel())
@@ -120,6 +131,16 @@ class BinLinks:
     @property
     def num_leaf_links(self) -> int:
         return int(self.leaf_local.numel())
+
+    def to(self, device: torch.device) -> BinLinks:
+        return BinLinks(
+            self.leaf_local.to(device),
+            self.leaf_counts,
+            self.root_counts,
+            self.roots_local.to(device),
+            self.root_of_link.to(device),
+            self.result_local.to(device),
+        )
 
 
 @dataclass
@@ -407,9 +428,10 @@ class DelayedRemoteAggregates:
         for key, slot in self._slots.items():
             for exchange in slot.in_flight:
                 self._finish(exchange)
+            # On the CPU: a run resumes on GPU or CPU ranks alike.
             slots[key] = {
-                "latest": {b: sums for b, (_, sums) in slot.latest.items()},
-                "pending": [(e.epoch, e.remote) for e in slot.in_flight],
+                "latest": {b: sums.cpu() for b, (_, sums) in slot.latest.items()},
+                "pending": [(e.epoch, e.remote.cpu()) for e in slot.in_flight],
             }
         return {"format": STATE_FORMAT, "settings": self._settings(), "slots": slots}
 
@@ -439,11 +461,14 @@ class DelayedRemoteAggregates:
                 f"the checkpoint's cdr state was made with {changed}: resume with the "
                 "checkpoint's settings, or start again without train.resume"
             )
-        bins = self.tree.bins
+        bins, device = self.tree.bins, self.tree.device
         self._slots = {}
         for key, saved in state["slots"].items():
-            slot = _Slot({b: (bins[b].result_local, sums) for b, sums in saved["latest"].items()})
+            slot = _Slot(
+                {b: (bins[b].result_local, sums.to(device)) for b, sums in saved["latest"].items()}
+            )
             for epoch, remote in saved["pending"]:
+                remote = remote.to(device)
                 links = bins[epoch % self.num_bins]
                 slot.in_flight.append(
                     Exchange(

@@ -40,6 +40,7 @@ CASES = {
         "model.batch_size=256",
     ),
     "sar-sage": ("algorithm=sar", "cluster.nprocs=1", "model=sage"),
+    "cd0-sage_gcn": ("algorithm=cd0", "cluster.nprocs=1", "model=sage_gcn"),
     "link-single-full": ("algorithm=single", "algorithm.mode=full", "task=link"),
     "link-minibatch": ("algorithm=minibatch", "cluster.nprocs=1", "task=link"),
     "hetero-rgcn": (
@@ -97,7 +98,7 @@ def test_the_device_path_on_cpu_trains_as_the_native_kernels(tmp_path, without_n
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (("algorithm=hec",), "algorithm=hec runs on cluster.device=cpu, not cuda"),
+        (("algorithm=hec",), "algorithm=hec runs on cluster.device=cpu, not cuda: .* cd0"),
         (("cluster.backend=ccl",), "exchanges GPU tensors through NCCL"),
         (
             ("cluster=slurm", "cluster.tasks_per_node=4", "cluster.gpus_per_node=2"),
@@ -135,9 +136,12 @@ def test_gpu_trains_as_the_cpu(tmp_path, case):
     assert_same_training(cpu, gpu, rel=1e-3)
 
 
-# Algorithms whose ranks exchange GPU tensors: minibatch's gradients, SAR's remote rows.
+# Algorithms whose ranks exchange GPU tensors: minibatch's gradients, SAR's remote rows,
+# DistGNN's partial aggregates (cd0 at once, cdr delayed: its state in flight).
 TWO_RANKS = {
     "minibatch-sage": ("algorithm=minibatch", "model.batch_size=256"),
+    "cd0-gcn": ("algorithm=cd0", "model=gcn"),
+    "cdr-sage_gcn": ("algorithm=cdr", "model=sage_gcn", "train.epochs=4"),
     "sar-gat": ("algorithm=sar", "model=gat"),
     "domain_parallel-sage": ("algorithm=domain_parallel", "model=sage"),
 }
