@@ -135,7 +135,7 @@ class Push:
     @classmethod
     def arrived(cls, started: int, ids: torch.Tensor, rows: torch.Tensor) -> Push:
         """A push whose ids and rows are already here (kept by a checkpoint)."""
-        header = torch.tensor([ids.numel()], dtype=torch.int64)
+        header = torch.tensor([ids.numel()], dtype=torch.int64, device=ids.device)
         return cls(started, PendingExchange([torch.cat([header, ids])]), PendingExchange([rows]))
 
     def wait(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,9 +156,8 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     heterogeneous = False
     # Its local sampling would need the step's target edges left out of every part.
     tasks = ("node",)
-    # The cache lives in CPU memory and is searched by CPU kernels (as DistGNN-MB, a CPU
-    # system); a GPU rank would need the cache, its search and its pushes on the GPU.
-    devices = ("cpu",)
+    # DistGNN-MB is a CPU system; on a GPU rank the caches live in the GPU's memory.
+    devices = ("cpu", "cuda")
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
@@ -190,6 +189,12 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         self.receive_budget = self.receive_cap.repeat(layers, 1)
         self.hits, self.lookups = [0] * layers, [0] * layers
         self.lookups_by_owner = torch.zeros(layers, comm.world_size, dtype=torch.int64)
+        # What a layer's lookups and pushes index, where its rows are: on a GPU rank the
+        # caches, their searches and the pushes (NCCL) are on the GPU.
+        device = self.device
+        self.halos, self.degree = self.halos.to(device), self.degree.to(device)
+        self.halo_on = [None if mask is None else mask.to(device) for mask in self.halo_on]
+        self.owner, self.local = self.source.owner.to(device), self.source.local.to(device)
         self.steps = 0
         # Tests set a list here to see every layer's sources and every push, load and miss:
         # (kind, minibatch, layer, peer rank, ids, rows); the peer of a push is its target.
@@ -273,7 +278,7 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         with self.timer.phase("hec"):
             for stamp, ids, rows in arrived:
                 cache.store(ids, rows, stamp)
-            halo = self.source.owner[block.src_ids] != self.comm.rank
+            halo = self.owner[block.src_ids] != self.comm.rank
             self._record("sources", now, layer, self.comm.rank, block.src_ids, h[:0])
             positions = halo.nonzero().squeeze(1)
             tags = block.src_ids[positions]
@@ -282,8 +287,8 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
             self.hits[layer] += int(hit.sum())
             self.lookups[layer] += int(positions.numel())
             self.lookups_by_owner[layer] += torch.bincount(
-                self.source.owner[tags], minlength=self.comm.world_size
-            )
+                self.owner[tags], minlength=self.comm.world_size
+            ).cpu()
             if bool(hit.any()):
                 loaded = cache.load(lines[hit])
                 # Input features carry no gradient and can take the rows in place; a
@@ -295,7 +300,7 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
                 self._record("load", now, layer, self.comm.rank, tags[hit], loaded)
             if not bool(hit.all()):
                 self._record("miss", now, layer, self.comm.rank, tags[~hit], h[:0])
-                missed = torch.zeros(block.num_src, dtype=torch.bool)
+                missed = torch.zeros(block.num_src, dtype=torch.bool, device=block.device)
                 missed[positions[~hit]] = True
                 block = block.without_sources(missed)
             outgoing = self._select_pushes(layer, block.src_ids, halo, h, now) if push else None
@@ -316,7 +321,7 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         id_buffers, row_buffers = [], []
         for q, budget in enumerate(self.send_budget[layer].tolist()):
             count = ids[q].numel()
-            header = torch.tensor([count], dtype=torch.int64)
+            header = torch.tensor([count], dtype=torch.int64, device=ids[q].device)
             id_buffers.append(torch.cat([header, ids[q], ids[q].new_zeros(budget - count)]))
             row_buffers.append(
                 torch.cat([rows[q], rows[q].new_zeros(budget - count, rows[q].shape[1])])
@@ -352,7 +357,7 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         the rank's budget of them, drawn without replacement with probability by degree."""
         world, rank = self.comm.world_size, self.comm.rank
         solid = (~halo).nonzero().squeeze(1)
-        local = self.source.local[src_ids[solid]]
+        local = self.local[src_ids[solid]]
         ids, rows = [], []
         for q in range(world):
             chosen = solid[:0] if q == rank else solid[self.halo_on[q][local]]
@@ -360,11 +365,14 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
             if budget == 0:  # the rank looked up none of my vertices at this layer
                 chosen = solid[:0]
             elif chosen.numel() > budget:
-                weights = self.degree[self.source.local[src_ids[chosen]]].clamp(min=1).double()
+                weights = self.degree[self.local[src_ids[chosen]]].clamp(min=1).double()
                 key = step_key(self.cfg.train.seed, now, layer * world + q)
                 generator = torch.Generator().manual_seed(key)
-                pick = torch.multinomial(weights, budget, replacement=False, generator=generator)
-                chosen = chosen[torch.sort(pick).values]
+                # Drawn on the CPU: the same picks on CPU and GPU ranks.
+                pick = torch.multinomial(
+                    weights.cpu(), budget, replacement=False, generator=generator
+                )
+                chosen = chosen[torch.sort(pick).values.to(chosen.device)]
             ids.append(src_ids[chosen])
             rows.append(h[chosen].detach())
             self._record("push", now, layer, q, ids[-1], rows[-1])
@@ -379,9 +387,17 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
     # --------------------------------------------------------------- checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        in_flight = [[(push.started, *push.wait()) for push in queue] for queue in self.in_flight]
+        # On the CPU: a run resumes on CPU or GPU ranks alike.
+        in_flight = [
+            [(push.started, *(t.cpu() for t in push.wait())) for push in queue]
+            for queue in self.in_flight
+        ]
+        caches = [
+            None if c is None else {name: t.cpu() for name, t in c.state_dict().items()}
+            for c in self.caches
+        ]
         return {
-            "caches": [None if c is None else c.state_dict() for c in self.caches],
+            "caches": caches,
             "in_flight": in_flight,
             "budgets": (self.send_budget, self.receive_budget),
         }
@@ -403,7 +419,7 @@ class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
         for queue, saved in zip(self.in_flight, state["in_flight"], strict=True):
             queue.clear()
             for started, ids, rows in saved:
-                queue.append(Push.arrived(started, ids, rows))
+                queue.append(Push.arrived(started, ids.to(self.device), rows.to(self.device)))
 
     def _mismatch(self, what: str) -> str:
         return (

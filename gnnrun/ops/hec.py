@@ -11,7 +11,7 @@ takes the line of smallest (stamp, line): empty, expired, then the oldest
 
 The three operations (HECSearch, HECLoad, HECStore) run over a whole
 minibatch, natively (kernels/hec.cpp) or in the PyTorch reference below, the
-test oracle and the fallback without a compiler. Both implement the contract
+test oracle, the fallback without a compiler and the path of a cache on a GPU. Both implement the contract
 written at the top of kernels/hec.cpp.
 """
 
@@ -36,10 +36,12 @@ class HistoricalEmbeddingCache:
         self.tags = torch.unique(tags.to(torch.int64))  # sorted: a tag's slot is its position
         lines = min(capacity, self.tags.numel())
         self.capacity = capacity
-        self.slot_line = torch.full((self.tags.numel(),), -1, dtype=torch.int64)
-        self.line_slot = torch.full((lines,), -1, dtype=torch.int64)
-        self.line_stamp = torch.full((lines,), EMPTY, dtype=torch.int64)
-        self.data = torch.zeros(lines, width)
+        # On the tags' device: a GPU rank's cache lives in the GPU's memory.
+        device = self.tags.device
+        self.slot_line = torch.full((self.tags.numel(),), -1, dtype=torch.int64, device=device)
+        self.line_slot = torch.full((lines,), -1, dtype=torch.int64, device=device)
+        self.line_stamp = torch.full((lines,), EMPTY, dtype=torch.int64, device=device)
+        self.data = torch.zeros(lines, width, device=device)
         self.native = native
 
     @property
@@ -98,7 +100,8 @@ class HistoricalEmbeddingCache:
             current.copy_(value)
 
     def _op(self, name: str):
-        return native_op(name, "hec") if self.native else None
+        """The native kernel (CPU caches), or None: the reference, on any device."""
+        return native_op(name, "hec") if self.native and self.data.device.type == "cpu" else None
 
 
 def search_reference(
@@ -124,8 +127,8 @@ def store_reference(
     if num_lines == 0 or slots.numel() == 0:
         return 0
     # The last occurrence of each slot, in input order.
-    position = torch.arange(slots.numel())
-    last = torch.full((int(slots.max()) + 1,), -1, dtype=torch.int64)
+    position = torch.arange(slots.numel(), device=slots.device)
+    last = torch.full((int(slots.max()) + 1,), -1, dtype=torch.int64, device=slots.device)
     last.scatter_reduce_(0, slots, position, "amax")
     kept = torch.sort(last[last >= 0]).values
     kept_slots = slots[kept]

@@ -43,6 +43,7 @@ CASES = {
     "cd0-sage_gcn": ("algorithm=cd0", "cluster.nprocs=1", "model=sage_gcn"),
     "link-single-full": ("algorithm=single", "algorithm.mode=full", "task=link"),
     "link-minibatch": ("algorithm=minibatch", "cluster.nprocs=1", "task=link"),
+    "hec-2ranks": ("algorithm=hec", "cluster.nprocs=2", "model.batch_size=256"),
     "hetero-rgcn": (
         "dataset=synthetic-hetero-tiny",
         "algorithm=single",
@@ -51,7 +52,13 @@ CASES = {
     ),
 }
 # The cases the default suite runs through the device path on CPU tensors.
-CPU_CASES = ("single-full-sage", "single-full-gat", "single-minibatch-sage", "hetero-rgcn")
+CPU_CASES = (
+    "single-full-sage",
+    "single-full-gat",
+    "single-minibatch-sage",
+    "hec-2ranks",
+    "hetero-rgcn",
+)
 
 
 def trained(tmp_path: Path, name: str, *overrides: str) -> list[dict]:
@@ -98,7 +105,6 @@ def test_the_device_path_on_cpu_trains_as_the_native_kernels(tmp_path, without_n
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (("algorithm=hec",), "algorithm=hec runs on cluster.device=cpu, not cuda: .* cd0"),
         (("cluster.backend=ccl",), "exchanges GPU tensors through NCCL"),
         (
             ("cluster=slurm", "cluster.tasks_per_node=4", "cluster.gpus_per_node=2"),
@@ -142,6 +148,7 @@ TWO_RANKS = {
     "minibatch-sage": ("algorithm=minibatch", "model.batch_size=256"),
     "cd0-gcn": ("algorithm=cd0", "model=gcn"),
     "cdr-sage_gcn": ("algorithm=cdr", "model=sage_gcn", "train.epochs=4"),
+    "hec-sage": ("algorithm=hec", "model.batch_size=256"),
     "sar-gat": ("algorithm=sar", "model=gat"),
     "domain_parallel-sage": ("algorithm=domain_parallel", "model=sage"),
 }
