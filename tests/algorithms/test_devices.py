@@ -138,8 +138,16 @@ def test_more_ranks_than_gpus_are_refused():
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_gpu_trains_as_the_cpu(tmp_path, case):
     cpu = trained(tmp_path, "cpu", *CASES[case])
-    gpu = trained(tmp_path, "gpu", *CASES[case], "cluster.device=cuda")
+    gpu = trained(tmp_path, "gpu", *on_gpus(CASES[case]))
     assert_same_training(cpu, gpu, rel=1e-3)
+
+
+def on_gpus(overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """`overrides` on GPU ranks: over NCCL where there is a GPU per rank, else sharing the
+    GPUs over gloo (NCCL refuses two ranks on one GPU)."""
+    ranks = next((int(o.split("=")[1]) for o in overrides if o.startswith("cluster.nprocs=")), 1)
+    shared = ("cluster.backend=gloo",) if ranks > torch.cuda.device_count() else ()
+    return (*overrides, "cluster.device=cuda", *shared)
 
 
 # Algorithms whose ranks exchange GPU tensors: minibatch's gradients, SAR's remote rows,
@@ -160,9 +168,8 @@ TWO_RANKS = {
 def test_two_gpu_ranks_train_as_two_cpu_ranks(tmp_path, case):
     """Over NCCL with two GPUs; on one GPU both ranks share it over gloo (NCCL refuses)."""
     common = (*TWO_RANKS[case], "cluster.nprocs=2")
-    shared = () if torch.cuda.device_count() >= 2 else ("cluster.backend=gloo",)
     cpu = trained(tmp_path, "cpu", *common)
-    gpu = trained(tmp_path, "gpu", *common, "cluster.device=cuda", *shared)
+    gpu = trained(tmp_path, "gpu", *on_gpus(common))
     assert_same_training(cpu, gpu, rel=1e-3)
 
 
