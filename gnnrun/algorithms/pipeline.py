@@ -53,14 +53,15 @@ from typing import Any
 
 import torch
 
-from gnnrun.algorithms.base import AlgorithmConfig
+from gnnrun.algorithms.base import AlgorithmConfig, open_own_part
+from gnnrun.algorithms.feature_cache import FeatureCache
 from gnnrun.algorithms.link import EdgeTargets
 from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key
 from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import sample_minibatch
 from gnnrun.config import check
-from gnnrun.errors import did_you_mean
+from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.ops.block import Block
 
 STAGES = ("sample", "fetch", "device")
@@ -75,6 +76,9 @@ class PipelineConfig(AlgorithmConfig):
     # Intra-op threads of each stage's thread (sampling kernels, feature gathers);
     # the trainer keeps the rank's compute threads.
     stage_threads: int = 1
+    # Input-feature rows of the most-connected vertices kept on the rank's device (the
+    # GPU; gnnrun.algorithms.feature_cache); 0: none.
+    gpu_cache_rows: int = 0
 
     def validate(self) -> None:
         super().validate()
@@ -94,6 +98,10 @@ class PipelineConfig(AlgorithmConfig):
                 "(0 runs the stage inline)",
             )
         check(self.stage_threads >= 1, "algorithm.stage_threads must be at least 1")
+        check(
+            self.gpu_cache_rows >= 0,
+            f"algorithm.gpu_cache_rows is {self.gpu_cache_rows}: give a count of rows, 0 or more",
+        )
 
 
 @dataclass
@@ -104,7 +112,8 @@ class _Item:
     step: int
     items: torch.Tensor  # the step's training vertices, or edges under task=link
     blocks: list[Block] = field(default_factory=list)
-    x: torch.Tensor | None = None
+    x: torch.Tensor | None = None  # with a feature cache: the rows it did not hold
+    cache_slots: torch.Tensor | None = None  # with a feature cache: each input's slot or -1
     targets: torch.Tensor | EdgeTargets | None = None
     sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # bytes, by purpose
 
@@ -121,13 +130,29 @@ class PipelinedMinibatch(DistributedMinibatch):
         # Tests slow a stage down or make it fail: stage name -> called with each item first.
         self.stage_hooks: dict[str, Callable[[_Item], None]] = {}
         self._finished: dict[int, int] = defaultdict(int)  # epoch -> minibatches done by `device`
+        # Per epoch: bytes of the input rows gathered, and inputs found in the feature cache.
+        self._feature_bytes: dict[int, int] = defaultdict(int)
+        self._cache_hits: dict[int, int] = defaultdict(int)
+        self._inputs: dict[int, int] = defaultdict(int)
         self._finished_lock = threading.Lock()
+        self.feature_cache: FeatureCache | None = None
+        if cfg.algorithm.gpu_cache_rows and self.schema is not None:
+            raise GnnrunError(
+                "algorithm.gpu_cache_rows caches one feature table, and a heterogeneous "
+                "graph has one per vertex type: leave algorithm.gpu_cache_rows=0"
+            )
 
     # ------------------------------------------------------------------ the trainer's side
 
     def plan(self, start_epoch: int, end_epoch: int) -> None:
         self.close()
         steps = self.training_steps()
+        rows = self.cfg.algorithm.gpu_cache_rows
+        if rows and self.feature_cache is None:  # every rank fetches the same rows, once
+            dataset = open_own_part(self.cfg, self.comm, self.partition_kind)[0]
+            ids = FeatureCache.most_connected(dataset.indptr, rows)
+            features = self.source.features(ids).to(self.device)
+            self.feature_cache = FeatureCache(ids, features, dataset.num_nodes)
         sample_comm = self.comm.private_channel()
         fetch_comm = self.comm.private_channel()
         sample_source = self.source.talking_over(sample_comm)
@@ -144,7 +169,15 @@ class PipelinedMinibatch(DistributedMinibatch):
 
         def fetch(item: _Item) -> _Item:
             self._hook("fetch", item)
-            item.x = fetch_source.features(item.blocks[0].src_ids)
+            needed = item.blocks[0].src_ids
+            inputs = needed.numel()
+            if self.feature_cache is not None:
+                item.cache_slots, needed = self.feature_cache.lookup(needed)
+            item.x = fetch_source.features(needed)
+            with self._finished_lock:  # what a GPU rank copies of the input rows
+                self._feature_bytes[item.epoch] += item.x.numel() * item.x.element_size()
+                self._cache_hits[item.epoch] += inputs - needed.numel()
+                self._inputs[item.epoch] += inputs
             _add(item.sent, fetch_comm.bytes.reset())
             return item
 
@@ -152,6 +185,8 @@ class PipelinedMinibatch(DistributedMinibatch):
             self._hook("device", item)
             moved = Minibatch(item.blocks, item.x, item.targets).to(self.device)
             item.blocks, item.x, item.targets = moved.blocks, moved.x, moved.targets
+            if self.feature_cache is not None:
+                item.x = self.feature_cache.assemble(item.cache_slots, item.x)
             with self._finished_lock:
                 self._finished[item.epoch] += 1
             return item
@@ -196,6 +231,17 @@ class PipelinedMinibatch(DistributedMinibatch):
         with self._finished_lock:
             stats["next_epoch_ready"] = self._finished.get(self.epoch + 1, 0)
             self._finished.pop(self.epoch, None)
+            # Input-feature bytes the stages gathered for this epoch's minibatches: what a
+            # GPU rank copies to the GPU (without the rows a feature cache held).
+            stats["feature_bytes"] = self._feature_bytes.pop(self.epoch, 0)
+            hits, inputs = self._cache_hits.pop(self.epoch, 0), self._inputs.pop(self.epoch, 0)
+        if self.feature_cache is not None:
+            stats["feature_cache"] = {
+                "rows": self.feature_cache.num_rows,
+                "hits": hits,
+                "lookups": inputs,
+                "hit_rate": hits / inputs if inputs else 0.0,
+            }
         if self.epoch + 1 >= self.end:
             self.close()
         return stats

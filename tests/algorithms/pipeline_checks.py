@@ -123,3 +123,21 @@ def failing_sampler(rank: int, world: int, cfg, failing_rank: int) -> None:
             raise RuntimeError(f"sampler broke on rank {rank}")
 
     trajectory(cfg, 2, hooks={"sample": fail})
+
+
+def feature_cache(rank: int, world: int, minibatch, plain, cached, epochs: int) -> dict:
+    """`pipeline` with a feature cache against `minibatch` and against no cache: whether it
+    trained exactly as `minibatch`, and the feature bytes and cache figures of both."""
+    reference = trajectory(minibatch, epochs)
+    without = trajectory(plain, epochs)
+    with_cache = trajectory(cached, epochs)
+    return {
+        "same": same_training(reference, with_cache),
+        "feature_bytes": [
+            [e["feature_bytes"] for e in run["epochs"]] for run in (without, with_cache)
+        ],
+        "feature_requests": [
+            [e["bytes"].get("features", 0) for e in run["epochs"]] for run in (without, with_cache)
+        ],
+        "cache": [e["feature_cache"] for e in with_cache["epochs"]],
+    }

@@ -82,3 +82,29 @@ def test_a_failing_sampler_ends_the_run_naming_its_rank(configure):
     cfg = configure(*COMMON, "algorithm=pipeline", "cluster.nprocs=2")
     with pytest.raises(GnnrunError, match=r"rank 1 failed: .*sampler broke on rank 1"):
         run_on_ranks(pipeline_checks.failing_sampler, 2, cfg, 1, timeout_s=60)
+
+
+def test_a_feature_cache_trains_exactly_and_moves_fewer_bytes(configure):
+    """algorithm.gpu_cache_rows (here on CPU ranks, where the cache is in memory): the same
+    training as minibatch, input rows gathered and fetched from other ranks only for
+    the vertices the cache does not hold, and a hit rate that says so."""
+    common = (*COMMON, "cluster.nprocs=2")
+    minibatch = configure(*common, "algorithm=minibatch")
+    plain = configure(*common, "algorithm=pipeline")
+    cached = configure(*common, "algorithm=pipeline", "algorithm.gpu_cache_rows=400")
+    for rank, result in enumerate(
+        run_on_ranks(pipeline_checks.feature_cache, 2, minibatch, plain, cached, 2)
+    ):
+        assert result["same"], f"rank {rank}: training with the cache differs from minibatch"
+        (without, with_cache), (fetched, fetched_cached) = (
+            result["feature_bytes"],
+            result["feature_requests"],
+        )
+        hit_rates = [epoch["hit_rate"] for epoch in result["cache"]]
+        assert all(epoch["rows"] == 400 for epoch in result["cache"])
+        assert min(hit_rates) > 0.1, hit_rates
+        # Every row the cache holds is one fewer gathered (and, on a GPU, copied).
+        for epoch, stats in enumerate(result["cache"]):
+            row_bytes = without[epoch] / stats["lookups"]
+            assert with_cache[epoch] == pytest.approx(without[epoch] - stats["hits"] * row_bytes)
+        assert sum(fetched_cached) < sum(fetched), (fetched, fetched_cached)
