@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,23 @@ class Minibatch:
             return self
         blocks, x = inputs_on(device, self.blocks, self.x, non_blocking)
         return Minibatch(blocks, x, self.targets.to(device, non_blocking=non_blocking))
+
+
+def tensors_in(value) -> Iterator[torch.Tensor]:
+    """Every tensor a minibatch (or any of its parts) holds, through its dataclasses, lists
+    and dicts; a block's own caches (fields named `_...`) are left out."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            if not f.name.startswith("_"):
+                yield from tensors_in(getattr(value, f.name))
+    elif isinstance(value, list | tuple):
+        for part in value:
+            yield from tensors_in(part)
+    elif isinstance(value, dict):
+        for part in value.values():
+            yield from tensors_in(part)
 
 
 def inputs_on(

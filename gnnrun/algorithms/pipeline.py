@@ -9,9 +9,11 @@ blocking and failures):
             into blocks
     fetch   the input vertices' features (local rows, remote rows pulled from
             their owners)
-    device  the copy to the compute device (nothing to copy on a CPU rank; on a
-            GPU rank a plain copy on the stage thread's default stream, which the
-            trainer's kernels queue behind)
+    device  the copy to the compute device (nothing to copy on a CPU rank): on a
+            GPU rank, from pinned host memory (the fetch stage pins the input
+            rows) on a CUDA stream of its own, so that the copy of the next
+            minibatch overlaps the trainer's kernels; the trainer's stream waits
+            for the copy's event before it uses the minibatch
 
 and the trainer, which takes finished minibatches and runs forward, backward,
 the gradient all-reduce and the optimizer step. `algorithm.capacity` bounds how
@@ -45,6 +47,7 @@ this epoch ended.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -56,7 +59,7 @@ import torch
 from gnnrun.algorithms.base import AlgorithmConfig, open_own_part
 from gnnrun.algorithms.feature_cache import FeatureCache
 from gnnrun.algorithms.link import EdgeTargets
-from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key
+from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key, tensors_in
 from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import sample_minibatch
@@ -114,6 +117,7 @@ class _Item:
     blocks: list[Block] = field(default_factory=list)
     x: torch.Tensor | None = None  # with a feature cache: the rows it did not hold
     cache_slots: torch.Tensor | None = None  # with a feature cache: each input's slot or -1
+    copied: Any = None  # on a GPU rank, the event after the copy to the GPU
     targets: torch.Tensor | EdgeTargets | None = None
     sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # bytes, by purpose
 
@@ -158,6 +162,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         sample_source = self.source.talking_over(sample_comm)
         fetch_source = self.source.talking_over(fetch_comm)
         threads = self.cfg.algorithm.stage_threads
+        copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
         def sample(item: _Item) -> _Item:
             self._hook("sample", item)
@@ -174,6 +179,8 @@ class PipelinedMinibatch(DistributedMinibatch):
             if self.feature_cache is not None:
                 item.cache_slots, needed = self.feature_cache.lookup(needed)
             item.x = fetch_source.features(needed)
+            if copy_stream is not None:  # so that the copy to the GPU is asynchronous
+                item.x = item.x.pin_memory()
             with self._finished_lock:  # what a GPU rank copies of the input rows
                 self._feature_bytes[item.epoch] += item.x.numel() * item.x.element_size()
                 self._cache_hits[item.epoch] += inputs - needed.numel()
@@ -183,10 +190,14 @@ class PipelinedMinibatch(DistributedMinibatch):
 
         def to_device(item: _Item) -> _Item:
             self._hook("device", item)
-            moved = Minibatch(item.blocks, item.x, item.targets).to(self.device)
-            item.blocks, item.x, item.targets = moved.blocks, moved.x, moved.targets
-            if self.feature_cache is not None:
-                item.x = self.feature_cache.assemble(item.cache_slots, item.x)
+            with torch.cuda.stream(copy_stream) if copy_stream else contextlib.nullcontext():
+                moved = Minibatch(item.blocks, item.x, item.targets).to(self.device, True)
+                item.blocks, item.x, item.targets = moved.blocks, moved.x, moved.targets
+                if self.feature_cache is not None:
+                    item.x = self.feature_cache.assemble(item.cache_slots, item.x)
+            if copy_stream is not None:
+                item.copied = torch.cuda.Event()
+                item.copied.record(copy_stream)
             with self._finished_lock:
                 self._finished[item.epoch] += 1
             return item
@@ -222,7 +233,15 @@ class PipelinedMinibatch(DistributedMinibatch):
             )
         for purpose, sent in item.sent.items():
             self.comm.bytes.add(purpose, sent)
-        return Minibatch(item.blocks, item.x, item.targets)
+        batch = Minibatch(item.blocks, item.x, item.targets)
+        if item.copied is not None:
+            # The trainer's kernels start once the copy has landed; its tensors, made on the
+            # copy stream, are not reused there before the trainer's stream is done with them.
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(item.copied)
+            for tensor in tensors_in(batch):
+                tensor.record_stream(stream)
+        return batch
 
     def end_epoch(self, losses: list[float]) -> dict[str, Any]:
         stats = super().end_epoch(losses)

@@ -196,3 +196,24 @@ def test_predict_on_the_gpu_equals_predict_on_the_cpu(tmp_path):
         outputs[device] = read_output(out)
     for key, cpu_rows in outputs["cpu"].items():
         np.testing.assert_allclose(outputs["cuda"][key], cpu_rows, rtol=1e-4, atol=1e-5)
+
+
+def test_a_minibatch_lists_every_tensor_it_hands_over():
+    """What the pipeline's trainer marks as used on its CUDA stream (record_stream): every
+    tensor of the blocks, typed inputs and link targets, and none of a block's caches."""
+    from gnnrun.algorithms.link import EdgeTargets
+    from gnnrun.algorithms.minibatch import Minibatch, tensors_in
+    from gnnrun.models.hetero import TypedInput
+    from gnnrun.ops.block import Block
+
+    block = Block(torch.tensor([0, 1, 2]), torch.tensor([1, 0]), 2, torch.tensor([7, 9]))
+    block.etypes = torch.tensor([0, 1])
+    block.relation_rows(2)  # a cache on the block: not handed over
+    x = TypedInput(torch.tensor([0, 1]), torch.tensor([3, 4]), {0: torch.ones(1, 4)})
+    targets = EdgeTargets(torch.zeros(2, 1, dtype=torch.int64), torch.zeros(2, 3))
+    found = list(tensors_in(Minibatch([block], x, targets)))
+    expected = [block.indptr, block.indices, block.src_ids, block.etypes, *vars(x).values()]
+    expected = [t for t in expected if isinstance(t, torch.Tensor)]
+    expected += [x.feat[0], targets.positives, targets.negatives]
+    assert len(found) == len(expected)
+    assert all(any(f is e for f in found) for e in expected)
