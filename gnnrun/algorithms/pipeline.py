@@ -179,10 +179,11 @@ class PipelinedMinibatch(DistributedMinibatch):
             if self.feature_cache is not None:
                 item.cache_slots, needed = self.feature_cache.lookup(needed)
             item.x = fetch_source.features(needed)
-            if copy_stream is not None:  # so that the copy to the GPU is asynchronous
-                item.x = item.x.pin_memory()
+            if copy_stream is not None and isinstance(item.x, torch.Tensor):
+                item.x = item.x.pin_memory()  # so that the copy to the GPU is asynchronous
+            gathered = sum(t.numel() * t.element_size() for t in tensors_in(item.x))
             with self._finished_lock:  # what a GPU rank copies of the input rows
-                self._feature_bytes[item.epoch] += item.x.numel() * item.x.element_size()
+                self._feature_bytes[item.epoch] += gathered
                 self._cache_hits[item.epoch] += inputs - needed.numel()
                 self._inputs[item.epoch] += inputs
             _add(item.sent, fetch_comm.bytes.reset())
