@@ -57,6 +57,8 @@ def csr_matrix(
     """A torch sparse CSR matrix over index arrays already checked (a Block's, a tile's)."""
     with warnings.catch_warnings():  # "sparse CSR support is in beta": products are all we use
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        # torch 2.11 says the checks are off "implicitly" even when told so.
+        warnings.filterwarnings("ignore", message="Sparse invariant checks")
         return torch.sparse_csr_tensor(
             crow.contiguous(), col.to(crow.dtype).contiguous(), values, size, check_invariants=False
         )
