@@ -119,6 +119,19 @@ def test_gpu_ranks_that_cannot_start_are_refused(overrides, message):
         check_runnable(cfg)
 
 
+def test_an_algorithm_that_does_not_declare_cuda_is_refused_naming_those_that_do(monkeypatch):
+    from gnnrun.algorithms import ALGORITHMS
+
+    monkeypatch.setattr(ALGORITHMS.get("hec"), "devices", ("cpu",))
+    cfg = make_config("dataset=synthetic-tiny", "algorithm=hec", "cluster.device=cuda")
+    with pytest.raises(GnnrunError) as refused:
+        check_runnable(cfg)
+    message = str(refused.value)
+    assert "algorithm=hec runs on cluster.device=cpu, not cuda" in message
+    assert "algorithms that run on cuda: cd0, cdr, domain_parallel, minibatch" in message
+    assert "hec" not in message.split("run on cuda:")[1]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_cuda_without_a_gpu_is_refused():
     cfg = make_config("dataset=synthetic-tiny", "algorithm=single", "cluster.device=cuda")

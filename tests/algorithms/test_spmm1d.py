@@ -144,12 +144,6 @@ def test_refused_before_any_rank_starts(overrides, message):
         check_runnable(make_config("dataset=synthetic-tiny", "algorithm=spmm1d", *overrides))
 
 
-def test_other_algorithms_refuse_cuda():
-    with pytest.raises(GnnrunError, match="algorithm=cd0 runs on cluster.device=cpu, not cuda"):
-        check_runnable(
-            make_config("dataset=synthetic-tiny", "algorithm=cd0", "cluster.device=cuda")
-        )
-
 
 @pytest.mark.gpu
 @pytest.mark.skipif(
