@@ -28,6 +28,12 @@ overwrites (output > 0, times 1 / (1 - p)). The input gradient of the first
 layer is not computed. `model.input_dropout` > 0 adds one buffer, the
 dropped-out input, which the first layer's weight gradient reads.
 
+Without input dropout the input never changes: Â X is propagated once (purpose
+`spmm1d_input`) and replaces X, and the first layer is (Â X) W + b, with
+dW = G^T (Â X): the first layer runs no staged product, forward or backward
+(MG-GCN skips the first layer's backward product by taking it as the identity,
+which changes dW; this skips it exactly).
+
 `algorithm.buffers=fresh` runs the same staged products through autograd, with
 fresh tensors for every intermediate and every received block: the memory
 baseline. Its backward of a layer that multiplies by W last sends the gradient
