@@ -356,10 +356,11 @@ class Spmm1d(Algorithm):
         return _PlannedPass.apply(self.net, p, propagated, x, *params)
 
     def _fresh_logits(self, model) -> torch.Tensor:
-        h = self.x if self.propagated_x is not None else model.input_dropout(self.x)
+        propagated = self.propagated_x is not None
+        h = self.propagated_x if propagated else model.input_dropout(self.x)
         for k, layer in enumerate(model.layers):
-            if k == 0 and self.propagated_x is not None:
-                h = torch.addmm(layer.bias, self.propagated_x, layer.linear.weight.T)
+            if k == 0 and propagated:  # (Â X) W + b: autograd runs no product for it
+                h = torch.addmm(layer.bias, h, layer.linear.weight.T)
             elif layer.project_first:
                 h = _StagedAutograd.apply(self.product, layer.linear(h)) + layer.bias
             else:
