@@ -1,5 +1,6 @@
 """spmm1d on real ranks: exact against `single` full batch, independent of the permutation,
-within L + 3 dense buffers, and sending what the model predicts."""
+within L + 3 dense buffers, sending what the model predicts, no staged product for the
+first layer, and each stage's product after the next stage's broadcast with overlap."""
 
 from __future__ import annotations
 
