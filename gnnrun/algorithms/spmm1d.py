@@ -28,6 +28,12 @@ overwrites (output > 0, times 1 / (1 - p)). The input gradient of the first
 layer is not computed. `model.input_dropout` > 0 adds one buffer, the
 dropped-out input, which the first layer's weight gradient reads.
 
+Without input dropout the input never changes: Â X is propagated once (purpose
+`spmm1d_input`) and replaces X, and the first layer is (Â X) W + b, with
+dW = G^T (Â X): the first layer runs no staged product, forward or backward
+(MG-GCN skips the first layer's backward product by taking it as the identity,
+which changes dW; this skips it exactly).
+
 `algorithm.buffers=fresh` runs the same staged products through autograd, with
 fresh tensors for every intermediate and every received block: the memory
 baseline. Its backward of a layer that multiplies by W last sends the gradient
@@ -133,6 +139,7 @@ class PlannedGCN:
         self.buffers = DenseBuffers(shapes, device)
         self.inputs: torch.Tensor | None = None
         self.scale = 1.0
+        self.propagated = False
 
     def receive(self, slot: int, rows: int, width: int) -> torch.Tensor:
         return self.buffers.slot(f"bc{slot}", rows, width)
@@ -146,15 +153,22 @@ class PlannedGCN:
         """What layer k consumes: the input, then the previous layer's output buffer."""
         return x if k == 0 else self.output(k - 1)
 
-    def forward(self, x: torch.Tensor, params, dropout_p: float) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, params, dropout_p: float, propagated: bool = False
+    ) -> torch.Tensor:
         """The logits of this rank's rows; each layer's output stays in its buffer for
-        the backward pass. `dropout_p`: between layers (0 when evaluating)."""
+        the backward pass. `dropout_p`: between layers (0 when evaluating). `propagated`:
+        x is already Â X, and the first layer is a dense product alone."""
         layers = len(self.dims) - 1
         self.scale = 1.0 / (1.0 - dropout_p)
+        self.propagated = propagated
         for k in range(layers):
             weight, bias = params[2 * k], params[2 * k + 1]
             out = self.output(k)
-            self._layer_forward(self.layer_input(k, x), weight, bias, out, k)
+            if k == 0 and propagated:
+                torch.addmm(bias, x, weight.T, out=out)
+            else:
+                self._layer_forward(self.layer_input(k, x), weight, bias, out, k)
             if k < layers - 1:
                 _relu_dropout_(out, dropout_p)
         return out
@@ -178,6 +192,9 @@ class PlannedGCN:
         grads: list[torch.Tensor | None] = [None] * (2 * layers)
         g = grad_logits.contiguous()
         for k in reversed(range(layers)):
+            if k == 0 and self.propagated:  # dW = G^T (Â X): no product
+                grads[0], grads[1] = g.T @ inputs[0], g.sum(0)
+                break
             s = self.buffers.slot("hw", self.rows, self.dims[k + 1])
             self.product.multiply(g, s, self.receive, "spmm1d_backward", transposed=True)
             grads[2 * k] = s.T @ inputs[k]
@@ -211,15 +228,15 @@ class _PlannedPass(torch.autograd.Function):
     the planned backward pass."""
 
     @staticmethod
-    def forward(ctx, net: PlannedGCN, dropout_p: float, x: torch.Tensor, *params):
+    def forward(ctx, net: PlannedGCN, dropout_p: float, propagated: bool, x: torch.Tensor, *params):
         ctx.net, ctx.x, ctx.params = net, x, params
-        return net.forward(x, params, dropout_p)
+        return net.forward(x, params, dropout_p, propagated)
 
     @staticmethod
     def backward(ctx, grad_logits):
         net = ctx.net
         inputs = [net.layer_input(k, ctx.x) for k in range(len(net.dims) - 1)]
-        return (None, None, None, *net.backward(grad_logits, inputs, ctx.params))
+        return (None, None, None, None, *net.backward(grad_logits, inputs, ctx.params))
 
 
 class _StagedAutograd(torch.autograd.Function):
@@ -309,9 +326,19 @@ class Spmm1d(Algorithm):
         self.num_train = len(dataset.train_idx)
         self.planned = cfg.algorithm.buffers == "plan"
         self.net: PlannedGCN | None = None
+        # Â X, computed once where the input never changes (no input dropout); it then
+        # replaces X, which nothing reads again.
+        self.propagated_x: torch.Tensor | None = None
+        self.fixed_input = cfg.model.input_dropout == 0
 
     def logits(self, model: torch.nn.Module) -> torch.Tensor:
         """This rank's rows' logits, in its local order (`self.nodes` gives original ids)."""
+        if self.fixed_input and self.propagated_x is None:
+            x = self.x.contiguous()
+            out = torch.empty_like(x)
+            with torch.no_grad():
+                self.product.multiply(x, out, _fresh_receive(x), "spmm1d_input")
+            self.propagated_x, self.x = out, None
         if self.planned:
             return self._planned_logits(model)
         return self._fresh_logits(model)
@@ -320,17 +347,21 @@ class Spmm1d(Algorithm):
         if self.net is None:
             dims = [self.in_dim] + [layer.linear.out_features for layer in model.layers]
             self.net = PlannedGCN(self.product, dims, self.rows, self.device)
-        x = self.x
+        propagated = self.propagated_x is not None
+        x = self.propagated_x if propagated else self.x
         if model.training and self.cfg.model.input_dropout > 0:
             x = self.net.buffers.track(dropout(x, self.cfg.model.input_dropout))
         p = self.cfg.model.dropout if model.training else 0.0
         params = [t for layer in model.layers for t in (layer.linear.weight, layer.bias)]
-        return _PlannedPass.apply(self.net, p, x, *params)
+        return _PlannedPass.apply(self.net, p, propagated, x, *params)
 
     def _fresh_logits(self, model) -> torch.Tensor:
-        h = model.input_dropout(self.x)
+        propagated = self.propagated_x is not None
+        h = self.propagated_x if propagated else model.input_dropout(self.x)
         for k, layer in enumerate(model.layers):
-            if layer.project_first:
+            if k == 0 and propagated:  # (Â X) W + b: autograd runs no product for it
+                h = torch.addmm(layer.bias, h, layer.linear.weight.T)
+            elif layer.project_first:
                 h = _StagedAutograd.apply(self.product, layer.linear(h)) + layer.bias
             else:
                 h = torch.addmm(

@@ -24,6 +24,10 @@ Phases (gnnrun.timers, reported beside the epoch's additive ones):
 `spmm1d_compute` the tile products, `spmm1d_wait` the time blocked on broadcasts
 (also booked to `comm`), and on CPU `spmm1d_bcast` each broadcast's time from
 issue to arrival, summed (overlapped with compute when `overlap` is on).
+
+`events`, None unless a test sets it to a list, records the order of what a
+product does: ("issue", j) when stage j's broadcast is issued, ("product", j) when
+stage j's tile product has completed, and ("done", purpose) at the end of each product.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class StagedProduct:
         self.tiles, self.transposed_tiles = tiles, transposed_tiles
         self.block_rows, self.comm, self.timer, self.overlap = block_rows, comm, timer, overlap
         self.stages = len(block_rows)
+        self.events: list | None = None  # the order of issues and products, when a list
 
     def multiply(
         self,
@@ -90,14 +95,20 @@ class StagedProduct:
                 self._wait(current)
             with self.timer.phase("spmm1d_compute"):
                 accumulate_product_(out, tiles[j], current.block)
+            if self.events is not None:
+                self.events.append(("product", j))
             if not self.overlap and j + 1 < self.stages:
                 following = self._start(j + 1, local, receive, purpose)
         for stage in sends:
             self._wait(stage)
+        if self.events is not None:
+            self.events.append(("done", purpose))
         return out
 
     def _start(self, j: int, local: torch.Tensor, receive: Receive, purpose: str) -> _Stage:
         """Issue stage j's broadcast: rank j sends `local`, the others receive."""
+        if self.events is not None:
+            self.events.append(("issue", j))
         if self.stages == 1:
             return _Stage(local)
         mine = j == self.comm.rank

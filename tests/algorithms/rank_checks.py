@@ -23,7 +23,9 @@ from gnnrun.train.trainer import train_epoch
 
 
 def minibatch_matches_single_process(rank: int, world: int, cfg, key: int) -> dict:
-    """Blocks and features from the owners equal those sampled from the whole graph."""
+    """Blocks and features from the owners equal those sampled from the whole graph (64
+    seeds); returns the sampled edges, the remote input vertices and the feature rows
+    compared."""
     dataset = load_prepared(cfg.dataset)
     book = open_partition(
         Path(cfg.partitioner.output_dir), dataset_checksum=dataset.checksum, world_size=world
@@ -50,7 +52,9 @@ def minibatch_matches_single_process(rank: int, world: int, cfg, key: int) -> di
     remote = int(
         (torch.from_numpy(np.asarray(book.node_owner()))[blocks_d[0].src_ids] != rank).sum()
     )
-    return {"edges": len(edges), "remote_inputs": remote, "feature_rows_equal": True}
+    # The feature rows compared above (equal, or the assertion stopped the rank): one per
+    # input vertex of the first block, seeds included.
+    return {"edges": len(edges), "remote_inputs": remote, "feature_rows": int(x_d.shape[0])}
 
 
 def parameters_after_one_epoch(rank: int, world: int, cfg) -> list[float]:

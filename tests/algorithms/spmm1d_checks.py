@@ -9,12 +9,13 @@ from gnnrun.train.trainer import train_epoch
 
 
 def spmm1d_trajectory(rank: int, world: int, cfg, epochs: int) -> dict:
-    """Train `epochs` epochs; per epoch the loss, summed gradients, bytes and the algorithm's
-    figures; then the logits of this rank's rows and their original ids."""
+    """Train `epochs` epochs; per epoch the loss, summed gradients, bytes, the algorithm's
+    figures and the staged product's events (issues, products, each product's purpose); then the logits of this rank's rows and their original ids."""
     comm, algorithm, model, optimizer = algorithm_and_model(cfg)
     out = []
     for epoch in range(epochs):
         comm.bytes.reset()
+        algorithm.product.events = []
         stats = train_epoch(algorithm, model, optimizer, epoch)
         out.append(
             {
@@ -22,6 +23,7 @@ def spmm1d_trajectory(rank: int, world: int, cfg, epochs: int) -> dict:
                 "grads": [p.grad.clone() for p in model.parameters()],
                 "bytes": comm.bytes.reset(),
                 "stats": stats,
+                "events": list(algorithm.product.events),
             }
         )
     model.eval()

@@ -25,5 +25,6 @@ def test_owners_sample_exactly_and_gradients_are_identical_after_all_reduce(conf
     results = run_on_ranks(rank_checks.minibatch_samples_and_weights, nprocs, sampled, trained)
     samples, weights = zip(*results, strict=True)
     assert all(r["edges"] > 0 for r in samples)
+    assert all(r["feature_rows"] > 64 for r in samples), "features of seeds and neighbours"
     assert any(r["remote_inputs"] > 0 for r in samples), "the test must involve remote vertices"
     assert all(w == weights[0] for w in weights[1:])

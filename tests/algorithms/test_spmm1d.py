@@ -1,5 +1,6 @@
 """spmm1d on real ranks: exact against `single` full batch, independent of the permutation,
-within L + 3 dense buffers, and sending what the model predicts."""
+within L + 3 dense buffers, sending what the model predicts, no staged product for the
+first layer, and each stage's product after the next stage's broadcast with overlap."""
 
 from __future__ import annotations
 
@@ -48,18 +49,19 @@ def _assert_matches_single(result: dict, single: dict) -> None:
 
 
 def _expected_bytes(dims: list[int], received_rows: int, planned: bool) -> int:
-    """Per epoch: each layer's forward product travels at the narrower of its widths; its
-    backward product at the output width (planned), or as autograd differentiates
-    the order the forward pass used (fresh: nothing for a first layer that propagates
-    first, whose input needs no gradient)."""
+    """Per epoch: the first layer nothing (it multiplies Â X, propagated once, by W); each
+    later layer's forward product travels at the narrower of its widths; its backward
+    product at the output width (planned), or as autograd differentiates the order the
+    forward pass used (fresh)."""
     total = 0
-    for k, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+    for d_in, d_out in list(zip(dims[:-1], dims[1:], strict=True))[1:]:
         total += min(d_in, d_out)
-        if planned or d_out < d_in:
-            total += d_out
-        elif k > 0:
-            total += d_in
+        total += d_out if planned or d_out < d_in else d_in
     return received_rows * 4 * total
+
+
+def _products(events: list, purpose: str) -> int:
+    return sum(1 for e in events if e == ("done", purpose))
 
 
 @pytest.mark.parametrize(
@@ -99,10 +101,22 @@ def test_spmm1d_equals_single_full_batch(configure, tmp_path, nprocs):
             result = rank_results[r]
             _assert_matches_single(result, singles[model])
             covered.append(result["nodes"])
-            for epoch in result["epochs"]:
+            for e, epoch in enumerate(result["epochs"]):
                 expected = _expected_bytes(DIMS[model], n - result["rows"], planned)
                 sent = epoch["bytes"]
                 assert sent.get("spmm1d_forward", 0) + sent.get("spmm1d_backward", 0) == expected
+                # Â X once, at the input width, in the first epoch's first step.
+                once = (n - result["rows"]) * 4 * DIMS[model][0] if e == 0 else 0
+                assert sent.get("spmm1d_input", 0) == once
+                # No staged product for the first layer, forward or backward.
+                events = epoch["events"]
+                assert _products(events, "spmm1d_input") == (e == 0)
+                assert _products(events, "spmm1d_backward") == layers - 1
+                assert _products(events, "spmm1d_forward") == layers - 1
+                if nprocs > 1 and "algorithm.overlap=false" not in extra:
+                    # Overlap: every stage's product comes after the next stage's broadcast.
+                    for j in range(nprocs - 1):
+                        assert events.index(("issue", j + 1)) < events.index(("product", j))
                 if planned:
                     assert layers <= epoch["stats"]["dense_buffers_peak"] <= layers + 3
                     if nprocs > 2:  # both receive buffers in use (on 2 ranks, one receives)

@@ -1,10 +1,15 @@
-"""CPU topology from a fake sysfs tree, and backend probing on this machine."""
+"""CPU topology from a fake sysfs tree; backend probing: gloo on this machine, and the
+missing-bindings, no-CUDA and failed-start answers with those conditions stood in for."""
 
 from __future__ import annotations
 
+import importlib
 import os
 
-from gnnrun.launch.backends import probe_backend
+import torch
+import torch.distributed
+
+from gnnrun.launch.backends import CCL_INSTALL_HINT, BackendStatus, probe_backend
 from gnnrun.launch.topology import read_topology
 
 
@@ -30,7 +35,34 @@ def test_affinity_limits_the_cpus(tmp_path, monkeypatch):
     assert topo.sockets == {0: (1,)} and topo.numa_nodes == 1
 
 
-def test_gloo_works_and_missing_backends_say_why():
-    assert probe_backend("gloo").works
-    ccl = probe_backend("ccl")
-    assert ccl.works or "oneccl_bindings_for_pytorch" in ccl.detail
+def test_gloo_works_on_a_one_rank_group():
+    status = probe_backend("gloo")
+    assert status == BackendStatus("gloo", True, "1-rank all-reduce ok")
+
+
+def test_missing_ccl_bindings_say_how_to_install_them(monkeypatch):
+    real_import = importlib.import_module
+
+    def no_ccl(name, *args, **kwargs):
+        if name == "oneccl_bindings_for_pytorch":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", no_ccl)
+    status = probe_backend("ccl")
+    assert not status.works
+    assert status.detail == "oneccl_bindings_for_pytorch not installed: " + CCL_INSTALL_HINT
+
+
+def test_nccl_without_a_cuda_device_says_so(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert probe_backend("nccl") == BackendStatus("nccl", False, "no CUDA device")
+
+
+def test_a_backend_that_fails_to_start_reports_the_error(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no such backend here\nsecond line")
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", refuse)
+    status = probe_backend("gloo")
+    assert status == BackendStatus("gloo", False, "RuntimeError: no such backend here")

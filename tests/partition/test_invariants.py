@@ -7,7 +7,12 @@ import pytest
 
 from gnnrun.data.graph import edges_from_csr
 from gnnrun.partition import partition_dataset
-from gnnrun.partition.metis import MetisPartitionerConfig, TwoLevelPartitionerConfig
+from gnnrun.partition.metis import (
+    MetisPartitionerConfig,
+    TwoLevelPartitionerConfig,
+    metis_adjacency,
+    vertex_weights,
+)
 from gnnrun.partition.registry import PARTITIONERS, PartitionerConfig
 
 
@@ -130,13 +135,30 @@ def test_metis_cuts_fewer_edges_than_random(tiny, tmp_path):
 
 
 def test_two_level_groups_parts_by_machine(tiny, tmp_path):
-    book = partition_dataset(
-        tiny, TwoLevelPartitionerConfig(num_parts=4, num_machines=2), tmp_path / "p"
-    )
+    cfg = TwoLevelPartitionerConfig(num_parts=4, num_machines=2)
+    book = partition_dataset(tiny, cfg, tmp_path / "p")
     assert book.manifest["summary"]["machine_of_part"] == [0, 0, 1, 1]
-    # Trainers of one machine together hold about half of the training vertices.
-    train = [f["train"] for f in book.manifest["parts"]]
-    assert abs((train[0] + train[1]) - (train[2] + train[3])) < 0.2 * sum(train)
+
+    # The first level on its own: METIS over 2 machines, same graph, constraints and seed.
+    import pymetis
+
+    indptr, indices = metis_adjacency(tiny)
+    first = pymetis.part_graph(
+        2,
+        pymetis.CSRAdjacency(indptr, indices),
+        vweights=np.ascontiguousarray(vertex_weights(tiny, cfg), dtype=np.int64).ravel(),
+        options=pymetis.Options(seed=cfg.seed),
+    )
+    machine = np.asarray(first.vertex_part)
+    assert set(np.unique(machine)) == {0, 1}
+
+    # Each machine's parts (0, 1 on machine 0; 2, 3 on machine 1) together own exactly
+    # the vertices the first level gave that machine, and each of them owns some.
+    owner = book.node_owner()
+    for m, parts_of_m in enumerate(([0, 1], [2, 3])):
+        held = np.flatnonzero(np.isin(owner, parts_of_m))
+        assert np.array_equal(held, np.flatnonzero(machine == m)), m
+        assert all(np.any(owner == p) for p in parts_of_m)
 
 
 def test_partitioning_is_deterministic(tiny, tmp_path):
