@@ -17,7 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
 from gnnrun import job
-from gnnrun.errors import GnnrunError, os_error_message
+from gnnrun.errors import GnnrunError, ReportedError, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 
@@ -60,7 +60,12 @@ def cmd_partition(args: list[str]) -> int:
 
 
 def cmd_train(args: list[str]) -> int:
+    from gnnrun.launch import sweep
+
     _install_slurm_launcher(needed=any("slurm" in a for a in args))
+    sweep.install()
+    sweep.retry_failed = "--retry-failed" in args
+    args = [a for a in args if a != "--retry-failed"]
     if "--resume-sweep" in args:
         args = _resume_sweep_args(args)
     elif not any(a.startswith("-") for a in args) and _asks_for_slurm(args):
@@ -280,10 +285,10 @@ def run_hydra(
             task(cfg)
         except GnnrunError as exc:
             print_error(exc)
-            raise SystemExit(1) from None
+            raise ReportedError(str(exc)) from None
         except OSError as exc:  # the file system refused (permissions, space, ...)
             print_error(os_error_message(exc))
-            raise SystemExit(1) from None
+            raise ReportedError(os_error_message(exc)) from None
 
     # Hydra's own logging goes to the console only. Commands other than train
     # write their results under paths.data_root and need no run directory.
