@@ -446,6 +446,33 @@ def print_help() -> None:
     )
 
 
+CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
+
+
+def _import_torch_quietly() -> None:
+    """Import torch with this process's C++ log at ERROR, unless the user chose a level
+    (or GNNRUN_DEBUG=1). torch reads the level once, as it loads.
+
+    The launcher's C++ warnings are c10d's about its store connections: on a host other
+    than node 0 of a finished cluster=hosts run, the launcher's last look at node 0's
+    store (gnnrun.launch.watchdog.AbortWatcher) met it closed and logged a 30-frame
+    C++ stack. The variable is removed again at once, so that ranks and SLURM jobs
+    started from here log at torch's default level."""
+    import os
+
+    if (
+        "torch" in sys.modules
+        or CPP_LOG_LEVEL in os.environ
+        or os.environ.get("GNNRUN_DEBUG") == "1"
+    ):
+        return
+    os.environ[CPP_LOG_LEVEL] = "ERROR"
+    try:
+        import torch  # noqa: F401
+    finally:
+        os.environ.pop(CPP_LOG_LEVEL, None)
+
+
 def main(argv: list[str] | None = None) -> int:
     from gnnrun.memory import apply_memory_settings, reexec_with_allocator
 
@@ -469,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if command != "env":  # env says what is installed, a torch out of range too
+            _import_torch_quietly()
             from gnnrun.torch_support import check_torch_version
 
             check_torch_version()
