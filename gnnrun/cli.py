@@ -17,7 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
 from gnnrun import job
-from gnnrun.errors import GnnrunError, os_error_message
+from gnnrun.errors import GnnrunError, ReportedError, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 
@@ -60,7 +60,12 @@ def cmd_partition(args: list[str]) -> int:
 
 
 def cmd_train(args: list[str]) -> int:
+    from gnnrun.launch import sweep
+
     _install_slurm_launcher(needed=any("slurm" in a for a in args))
+    sweep.install()
+    sweep.retry_failed = "--retry-failed" in args
+    args = [a for a in args if a != "--retry-failed"]
     if "--resume-sweep" in args:
         args = _resume_sweep_args(args)
     elif not any(a.startswith("-") for a in args) and _asks_for_slurm(args):
@@ -280,10 +285,10 @@ def run_hydra(
             task(cfg)
         except GnnrunError as exc:
             print_error(exc)
-            raise SystemExit(1) from None
+            raise ReportedError(str(exc)) from None
         except OSError as exc:  # the file system refused (permissions, space, ...)
             print_error(os_error_message(exc))
-            raise SystemExit(1) from None
+            raise ReportedError(os_error_message(exc)) from None
 
     # Hydra's own logging goes to the console only. Commands other than train
     # write their results under paths.data_root and need no run directory.
@@ -441,6 +446,33 @@ def print_help() -> None:
     )
 
 
+CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
+
+
+def _import_torch_quietly() -> None:
+    """Import torch with this process's C++ log at ERROR, unless the user chose a level
+    (or GNNRUN_DEBUG=1). torch reads the level once, as it loads.
+
+    The launcher's C++ warnings are c10d's about its store connections: on a host other
+    than node 0 of a finished cluster=hosts run, the launcher's last look at node 0's
+    store (gnnrun.launch.watchdog.AbortWatcher) met it closed and logged a 30-frame
+    C++ stack. The variable is removed again at once, so that ranks and SLURM jobs
+    started from here log at torch's default level."""
+    import os
+
+    if (
+        "torch" in sys.modules
+        or CPP_LOG_LEVEL in os.environ
+        or os.environ.get("GNNRUN_DEBUG") == "1"
+    ):
+        return
+    os.environ[CPP_LOG_LEVEL] = "ERROR"
+    try:
+        import torch  # noqa: F401
+    finally:
+        os.environ.pop(CPP_LOG_LEVEL, None)
+
+
 def main(argv: list[str] | None = None) -> int:
     from gnnrun.memory import apply_memory_settings, reexec_with_allocator
 
@@ -464,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if command != "env":  # env says what is installed, a torch out of range too
+            _import_torch_quietly()
             from gnnrun.torch_support import check_torch_version
 
             check_torch_version()

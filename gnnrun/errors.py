@@ -18,3 +18,12 @@ def did_you_mean(name: str, choices: list[str] | tuple[str, ...]) -> str:
     """ " (did you mean X?)" with the choice closest to a misspelt `name`, or "" when none is."""
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+class ReportedError(SystemExit):
+    """Exit status 1 after the CLI printed the error: a local sweep records `message`
+    as its point's failure and goes on to the next point."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(1)
+        self.message = message

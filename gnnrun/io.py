@@ -195,6 +195,48 @@ def atomic_rows(
             raise ValueError(f"{path}: {written} of {shape[0]} rows written")
 
 
+def mapped_rows(path: Path, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A new `.npy` of `shape`, memory-mapped for writing, its blocks reserved on disk first.
+
+    A map of a sparse file (np.lib.format.open_memmap) takes its blocks as pages are
+    first written; on a full file system that write kills the process with SIGBUS.
+    Reserving them (posix_fallocate, else zeros written) turns that into a GnnrunError
+    naming the directory, before anything is mapped."""
+    path = Path(path)
+    dtype = np.dtype(dtype)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
+    try:
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, {**header, "shape": tuple(shape)})
+            f.flush()
+            offset = f.tell()
+            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if size:
+                _reserve(f, offset, size)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise write_error(path, exc) from None
+    return np.lib.format.open_memmap(path, mode="r+")
+
+
+def _reserve(f: Any, offset: int, size: int) -> None:
+    """Allocate `size` bytes of `f` from `offset`: ENOSPC now rather than SIGBUS later."""
+    try:
+        os.posix_fallocate(f.fileno(), offset, size)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+    zeros = bytes(min(size, 1 << 24))  # a file system that cannot allocate ahead: write
+    f.seek(offset)
+    left = size
+    while left:
+        left -= f.write(zeros[: min(left, len(zeros))])
+    f.flush()
+    os.fsync(f.fileno())
+
+
 # numpy's message for a short write (`tofile`, `np.save`; counted in items), an OSError
 # without errno: what a full disk looks like to it.
 _SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")

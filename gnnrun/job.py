@@ -93,15 +93,7 @@ def train(cfg: DictConfig) -> None:
     kind = algorithm.partition_kind
     slurm = config.cluster.name == "slurm"
     hosts = config.cluster.name == "hosts"
-    if slurm and kind is None and config.cluster.nprocs != 1:
-        raise GnnrunError(
-            f"algorithm={config.algorithm.name} runs one process: use cluster.nodes=1 "
-            "cluster.tasks_per_node=1 with cluster=slurm"
-        )
-    if hosts and kind is None:
-        raise GnnrunError(
-            f"algorithm={config.algorithm.name} runs one process on one machine: use cluster=local"
-        )
+    check_runnable(config)  # also before anything is submitted or started
 
     def prepare() -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""

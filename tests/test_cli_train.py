@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -220,3 +222,132 @@ def test_ctrl_c_while_ranks_start_prints_one_line(tmp_path):
     assert process.returncode == 130, err
     assert [line for line in err.splitlines() if line.strip()][-1] == "interrupted", err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+def _start_training(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """A 2-rank run in its own session, stderr in tmp_path/err; returned once both train."""
+    run_dir = tmp_path / "run"
+    gnnrun = Path(sys.executable).with_name("gnnrun")
+    command = [
+        str(gnnrun),
+        "train",
+        "dataset=synthetic-tiny",
+        "cluster.nprocs=2",
+        "train.epochs=100000",
+        f"hydra.run.dir={run_dir}",
+    ]
+    with open(tmp_path / "err", "w") as err:
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, start_new_session=True
+        )
+    training = wait_for(
+        lambda: all(
+            (run_dir / f"metrics.rank{r}.jsonl").is_file()
+            and (run_dir / f"metrics.rank{r}.jsonl").stat().st_size > 0
+            for r in range(2)
+        ),
+        180,
+        process,
+    )
+    if not training:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        pytest.fail("ranks never started training: " + (tmp_path / "err").read_text())
+    return process, run_dir
+
+
+def _ranks(processes: dict[int, str]) -> list[int]:
+    ranks = []
+    for pid in processes:
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                ranks.append(pid)
+        except OSError:
+            pass
+    return sorted(ranks)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
+def test_sigint_to_one_rank_names_it_without_the_interpreters_abort(tmp_path):
+    """kill -INT of one rank: that rank is named as interrupted, and no rank prints
+    "terminate called without an active exception" / "Fatal Python error: Aborted"."""
+    process, _ = _start_training(tmp_path)
+    try:
+        ours = descendants(process.pid)
+        ranks = _ranks(ours)
+        assert len(ranks) == 2, ours
+        os.kill(ranks[-1], signal.SIGINT)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    err = (tmp_path / "err").read_text()
+    assert process.returncode == 1, err
+    assert "failed: interrupted (SIGINT)" in err, err
+    for noise in (
+        "Fatal Python error",
+        "terminate called",
+        "Traceback",
+        "Extension modules",
+        "frame #",
+    ):
+        assert noise not in err, err
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
+def test_a_killed_launcher_leaves_no_resource_tracker_warning(tmp_path):
+    """SIGKILL of gnnrun: multiprocessing's resource tracker cleans up its semaphores
+    without warning of "leaked semaphore objects" on the terminal."""
+    process, _ = _start_training(tmp_path)
+    ours = descendants(process.pid)
+    try:
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 30  # the ranks leave with their launcher
+        while still_running(ours) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in _ranks({p: s for p, s in ours.items() if p in still_running(ours)}):
+            os.kill(pid, signal.SIGKILL)  # ours, if they outlived it
+        deadline = time.monotonic() + 30  # then the tracker, once its pipe closes
+        while still_running(ours) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        for pid in still_running(ours):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    err = (tmp_path / "err").read_text()
+    assert still_running(ours) == []
+    assert "leaked semaphore" not in err and "resource_tracker" not in err, err
+
+
+def test_the_launchers_store_client_logs_no_cpp_stack(tmp_path):
+    """A host's launcher that finds node 0's store closed (the end of a cluster=hosts
+    run) prints no c10d warning with a C++ stack; ranks keep torch's log level."""
+    script = textwrap.dedent(
+        """
+        import os, time
+        from gnnrun import cli
+        cli._import_torch_quietly()
+        assert "TORCH_CPP_LOG_LEVEL" not in os.environ  # what ranks and jobs inherit
+        import torch.distributed as dist
+        from gnnrun.launch.watchdog import AbortWatcher
+        server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        with AbortWatcher("127.0.0.1", server.port, "r", node=1):
+            time.sleep(1.2)
+            del server  # node 0's launcher left
+            time.sleep(1.5)
+        print("done")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CPP_LOG_LEVEL", "GNNRUN_DEBUG")}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    assert "frame #" not in done.stderr and "[c10d]" not in done.stderr, done.stderr

@@ -187,3 +187,80 @@ def test_every_sweep_config_expands_to_valid_points(name):
                     assert str(getattr(getattr(config, section), field)) == value
                 else:
                     assert getattr(config, key).name == value
+
+
+BAD_POINTS = [
+    # (sweep, the bad point's overrides as named)
+    (["algorithm=cdr", "model=sage,gat"], "model=gat"),
+    (["partitioner=metis,libra"], "partitioner=libra"),
+    (["task=node,link", "algorithm=sar"], "task=link"),
+    (["algorithm=single,cd0", "train.precision=bf16"], "algorithm=cd0"),
+    (["cluster.nprocs=1,5000"], "cluster.nprocs=5000"),
+    (["dataset=synthetic-hetero-tiny", "algorithm=single,hec"], "algorithm=hec"),
+]
+
+
+@pytest.mark.parametrize(("swept", "bad"), BAD_POINTS)
+def test_every_point_is_checked_before_the_first_runs(
+    tmp_path, monkeypatch, capsys, trained, swept, bad
+):
+    """What a single run refuses at its start (check_runnable, and what the dataset's
+    config or prepared copy already tells) is refused for every point before any runs."""
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    command = ["train", "-m", "dataset=synthetic-tiny", *swept, "train.epochs=1"]
+    assert main([*command, f"hydra.sweep.dir={sweep}"]) == 1
+    assert trained == []  # not even the good point 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "point 1 (" in err and bad in err.split("point 1 (")[1].split(")")[0]
+    assert "1 of 2 sweep point(s) cannot run (1), so none was run" in err
+    assert not (sweep / "0").exists()
+
+
+def fail_at_seed(monkeypatch, seed: int) -> list[int]:
+    """That point fails at run time with a GnnrunError; returns the seeds trained."""
+    from gnnrun.errors import GnnrunError
+
+    seeds: list[int] = []
+    real = trainer.train
+
+    def failing(cfg, run_dir, display=None):
+        seeds.append(cfg.train.seed)
+        if cfg.train.seed == seed:
+            raise GnnrunError("the probe's failure")
+        return real(cfg, run_dir, display)
+
+    monkeypatch.setattr(trainer, "train", failing)
+    return seeds
+
+
+def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    with monkeypatch.context() as m:
+        seeds = fail_at_seed(m, 1)
+        assert main(["train", "-m", *SWEEP, f"hydra.sweep.dir={sweep}"]) == 1
+    assert seeds == [0, 1, 2]  # the sweep went on after point 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "point 1 (dataset=synthetic-tiny algorithm=single train.epochs=2 train.seed=1): failed: the probe's failure"
+        in err
+    )
+    assert "1 of 3 point(s) failed: 1 (" in err and "--retry-failed" in err
+    failures = json.loads((sweep / "failed_points.json").read_text())
+    assert list(failures) == ["1"] and failures["1"]["error"] == "the probe's failure"
+    for point in ("0", "2"):
+        assert json.loads((sweep / point / "summary.json").read_text())["complete"] is True
+
+    # Resumed: the failed point is named and skipped, and the sweep still fails.
+    counted = count_trainings(monkeypatch)
+    assert main(["train", "--resume-sweep", str(sweep)]) == 1
+    assert counted == []
+    err = " ".join(capsys.readouterr().err.split())
+    assert "point 1 (" in err and "failed before (the probe's failure), skipped" in err
+
+    # Asked for: it runs again, and with its cause gone the sweep is complete.
+    assert main(["train", "--resume-sweep", str(sweep), "--retry-failed"]) == 0
+    assert counted == [1]
+    assert not (sweep / "failed_points.json").exists()
+    assert json.loads((sweep / "1" / "summary.json").read_text())["complete"] is True

@@ -9,7 +9,12 @@ evaluation metrics, checkpoints, timers and metrics files.
 """
 
 from gnnrun.algorithms.base import Algorithm, open_own_part
-from gnnrun.algorithms.checks import check_dataset, check_runnable, check_training_vertices
+from gnnrun.algorithms.checks import (
+    check_dataset,
+    check_known_dataset,
+    check_runnable,
+    check_training_vertices,
+)
 from gnnrun.algorithms.registry import ALGORITHMS
 
 # Importing an algorithm's module registers it.
@@ -19,6 +24,7 @@ __all__ = [
     "ALGORITHMS",
     "Algorithm",
     "check_dataset",
+    "check_known_dataset",
     "check_runnable",
     "check_training_vertices",
     "open_own_part",

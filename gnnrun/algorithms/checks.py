@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from gnnrun.algorithms.registry import ALGORITHMS
@@ -17,6 +20,16 @@ from gnnrun.partition.book import PartitionBook
 def check_runnable(cfg) -> None:
     """Refuse, before anything is prepared, partitioned or queued, what cfg's algorithm cannot run."""
     algorithm = ALGORITHMS.get(cfg.algorithm.name)
+    if algorithm.partition_kind is None:  # one process on the whole dataset
+        if cfg.cluster.name == "slurm" and cfg.cluster.nprocs != 1:
+            raise GnnrunError(
+                f"algorithm={cfg.algorithm.name} runs one process: use cluster.nodes=1 "
+                "cluster.tasks_per_node=1 with cluster=slurm"
+            )
+        if cfg.cluster.name == "hosts":
+            raise GnnrunError(
+                f"algorithm={cfg.algorithm.name} runs one process on one machine: use cluster=local"
+            )
     if cfg.task.name not in algorithm.tasks:
         able = ", ".join(n for n in ALGORITHMS.names() if cfg.task.name in ALGORITHMS.get(n).tasks)
         raise GnnrunError(
@@ -100,6 +113,53 @@ def _check_precision(cfg, precisions: tuple[str, ...]) -> None:
         )
 
 
+def check_known_dataset(cfg) -> None:
+    """What `check_dataset` and the partitioner refuse, from what is known of the dataset
+    without preparing it (its prepared copy's meta.json, or its config): a heterogeneous
+    graph for an algorithm of homogeneous ones, more parts than vertices. A sweep runs it
+    for every point before the first one starts; what cannot be known here is checked
+    when the point starts."""
+    heterogeneous, num_nodes = _dataset_facts(cfg.dataset)
+    if heterogeneous:
+        _refuse_heterogeneous(cfg, cfg.dataset.name, "")
+    kind = ALGORITHMS.get(cfg.algorithm.name).partition_kind
+    if kind is not None and num_nodes is not None and cfg.partitioner.num_parts > num_nodes:
+        raise GnnrunError(
+            f"partitioner.num_parts={cfg.partitioner.num_parts} exceeds the {num_nodes} "
+            f"vertices of {cfg.dataset.name}: choose at most {num_nodes} parts (cluster.nprocs "
+            "ranks, one part each)"
+        )
+
+
+def _dataset_facts(dataset_cfg) -> tuple[bool | None, int | None]:
+    """(heterogeneous, vertex count) where known cheaply, else None: from the prepared
+    copy's meta.json when it was made from this config, else from a synthetic config."""
+    from gnnrun.data import dataset_identity
+
+    meta_file = Path(dataset_cfg.prepared_dir) / "meta.json"
+    try:
+        meta = json.loads(meta_file.read_text())
+        if meta["info"]["config"] == dataset_identity(dataset_cfg):
+            return "hetero" in meta, int(meta["num_nodes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if dataset_cfg.source == "synthetic_hetero":
+        return True, None
+    if dataset_cfg.source == "synthetic":
+        return False, int(dataset_cfg.num_nodes)
+    return None, None
+
+
+def _refuse_heterogeneous(cfg, name: str, detail: str) -> None:
+    if ALGORITHMS.get(cfg.algorithm.name).heterogeneous:
+        return
+    able = ", ".join(n for n in ALGORITHMS.names() if ALGORITHMS.get(n).heterogeneous)
+    raise GnnrunError(
+        f"algorithm={cfg.algorithm.name} trains homogeneous graphs only, and {name} "
+        f"is heterogeneous{detail}: choose algorithm= one of {able}"
+    )
+
+
 def check_dataset(cfg, dataset: GraphDataset) -> None:
     """Refuse what the dataset rules out: a heterogeneous dataset where the algorithm
     trains homogeneous graphs only, model settings that do not fit its types, relations
@@ -121,14 +181,11 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
                 "give the fanouts in model.fanouts"
             )
         return
-    algorithm = ALGORITHMS.get(cfg.algorithm.name)
-    if not algorithm.heterogeneous:
-        able = ", ".join(n for n in ALGORITHMS.names() if ALGORITHMS.get(n).heterogeneous)
-        raise GnnrunError(
-            f"algorithm={cfg.algorithm.name} trains homogeneous graphs only, and {dataset.name} "
-            f"is heterogeneous ({schema.num_types} vertex types, {schema.num_relations} "
-            f"relations): choose algorithm= one of {able}"
-        )
+    _refuse_heterogeneous(
+        cfg,
+        dataset.name,
+        f" ({schema.num_types} vertex types, {schema.num_relations} relations)",
+    )
     names = schema.relation_names()
     for name in model.relation_fanouts:
         if name not in names:

@@ -51,7 +51,7 @@ from gnnrun.infer.output import (
     refuse_occupied,
     write_shard,
 )
-from gnnrun.io import atomic_rows, read_json, write_json, write_json_atomic
+from gnnrun.io import atomic_rows, mapped_rows, read_json, write_json, write_json_atomic
 from gnnrun.memory import PeakMemory, anonymous_mb
 from gnnrun.models import GNN, build_model, layer_widths
 from gnnrun.ops.precision import autocast
@@ -436,10 +436,11 @@ def _rows(array: np.ndarray) -> torch.Tensor:
 
 def _scratch_rows(path: Path, count: int, width: int) -> torch.Tensor:
     """A [count, width] float32 tensor backed by a file (not the heap), for rows a layer
-    reads: the page cache holds them, and the kernel writes them out under pressure."""
+    reads: the page cache holds them, and the kernel writes them out under pressure. Its
+    blocks are reserved first, so that a full disk is an error naming it, not a SIGBUS."""
     if not count:
         return torch.zeros(0, width)
-    rows = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(count, width))
+    rows = mapped_rows(path, (count, width), np.float32)
     return torch.from_numpy(rows)
 
 

@@ -32,6 +32,7 @@ import re
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import uuid
@@ -185,6 +186,7 @@ def _launch_once(
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {sig: signal.getsignal(sig) for sig in _AGENT_SIGNALS} if main_thread else {}
     os.environ[RANK_STARTING_ENV] = "1"  # inherited by the ranks only while they start
+    _start_resource_tracker_quietly()
     try:
         with _quiet_agent(), watcher:
             results = elastic_launch(launch, entrypoint)(*args)
@@ -249,6 +251,34 @@ _SECONDARY = (
 _RELAYED = re.compile(r"rank \d+ on node \d+ ")
 
 
+def _start_resource_tracker_quietly() -> None:
+    """Start multiprocessing's resource tracker (the launch's queues and the ranks use
+    it) with its stderr on /dev/null, unless it runs already.
+
+    It unlinks the semaphores of a launcher that died without doing so (SIGKILL), and
+    then warns "There appear to be N leaked semaphore objects to clean up at shutdown"
+    on the terminal: nothing for the user to do, since it has cleaned them up."""
+    from multiprocessing import resource_tracker
+
+    if getattr(resource_tracker._resource_tracker, "_fd", None) is not None:
+        return
+    if os.environ.get("GNNRUN_DEBUG") == "1":
+        resource_tracker.ensure_running()
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)  # the tracker inherits this process's stderr as it starts
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 @contextlib.contextmanager
 def _quiet_agent():
     """Keep the elastic agent's logs off the console: it logs every failed rank's whole
@@ -303,7 +333,9 @@ def _describe_failures(failures: dict, log_dir: Path, ranks: range) -> tuple[str
         )
     # An exception that is not one of gnnrun's own (those name the fix) is a bug:
     # its traceback helps. A rank killed by a signal has none.
-    if not messages[first].startswith(("GnnrunError: ", "killed by signal", "exit code")):
+    if not messages[first].startswith(
+        ("GnnrunError: ", "killed by signal", "exit code", "interrupted")
+    ):
         text += "; GNNRUN_DEBUG=1 shows every rank's traceback"
     own_cause = not (cause_order(first)[0] or message.startswith("killed by signal"))
     return text, own_cause
@@ -318,10 +350,16 @@ def _failure_message(failure) -> str:
     data = failure.error_file_data or {}
     message = data.get("message")
     if isinstance(message, dict):
-        return _first_line(message.get("message", "")) or str(message)
+        text = _first_line(message.get("message", ""))
+        if text and text != "<NONE>":  # <NONE>: torch's placeholder for no error file
+            return text
+    if failure.exitcode in (128 + signal.SIGINT, -signal.SIGINT):  # gnnrun.launch.worker
+        return "interrupted (SIGINT)"
     if failure.exitcode and failure.exitcode < 0:
         return f"killed by signal {-failure.exitcode}"
-    return message or f"exit code {failure.exitcode}"
+    if isinstance(message, str) and message and message != "<NONE>":
+        return message
+    return f"exit code {failure.exitcode}"
 
 
 def run_ranks(cfg, run_dir: Path) -> Any:

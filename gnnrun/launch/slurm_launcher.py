@@ -10,8 +10,8 @@ the stock launcher). On top of the stock launcher this one:
   and submits one job array per resource shape, so `cluster.tasks_per_node=1,2`
   really gets 1 and 2 tasks (the stock launcher uses the first config's for all);
 - skips points whose summary.json is complete (resumed sweeps), with one line;
-- validates every point's config, and that its algorithm can run it, before anything
-  is queued;
+- validates every point's config, that its algorithm can run it, and what the
+  dataset's config or prepared copy already tells against it, before anything is queued;
 - prints each job's id, its log files and its run directory, and each point's
   result as its job ends;
 - waits by watching result files and `squeue`, so it works without SLURM
@@ -155,9 +155,6 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
     def _plan(self, job_overrides, initial_job_idx: int) -> list[_Point]:
         """Each point's run directory and resources; finished points are answered at once."""
-        from gnnrun.algorithms import check_runnable
-        from gnnrun.config import to_objects
-
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
         hydra_config = HydraConfig.instance()
@@ -180,7 +177,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 with read_write(task_cfg), open_dict(task_cfg):
                     del task_cfg["hydra"]
                 try:
-                    check_runnable(to_objects(task_cfg))
+                    sweep.check_point(task_cfg)  # as a local sweep checks its points
                     done = sweep.finished_point(run_dir, overrides)
                 except GnnrunError as exc:
                     point.error = str(exc)

@@ -9,19 +9,38 @@ partial files moved to `interrupted/<n>/` inside the point's directory (unless
 train.resume=true continues from its checkpoint). Each point records its
 overrides in `point.json`, so that a sweep directory made by another command is
 refused instead of being mistaken for finished work.
+
+Local sweeps (cluster=local or hosts) run through `LocalSweepLauncher`: every point
+is checked before the first one runs, and a point that fails is recorded in the
+sweep directory's `failed_points.json` while the sweep goes on. A resumed sweep
+skips the points that failed, naming their error, unless `--retry-failed` asks
+for them again.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
+from omegaconf import OmegaConf, open_dict, read_write
 
-from gnnrun.errors import GnnrunError
+from gnnrun.errors import GnnrunError, ReportedError
+from gnnrun.progress import console, print_error
 
 POINT_FILE = "point.json"
+FAILURES_FILE = "failed_points.json"  # in the sweep directory: point number -> overrides, error
 PARTIAL_FILES = ("summary.json", "metrics.rank*.jsonl")
 # Hydra overrides gnnrun adds itself (cli.run_hydra), or that --resume-sweep replaces.
 _OWN_HYDRA_OVERRIDES = (
@@ -123,3 +142,170 @@ def _quote(value: str) -> str:
     if all(c.isalnum() or c in "/._-:+@" for c in value):
         return value
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# ------------------------------------------------------------- local sweeps
+
+# `gnnrun train --retry-failed` (cli.cmd_train): run points that failed before again.
+retry_failed = False
+
+
+def recorded_failures(sweep_dir: Path) -> dict[str, dict]:
+    """The sweep's points that failed, by number: {"overrides": [...], "error": "..."}."""
+    try:
+        failures = json.loads((Path(sweep_dir) / FAILURES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return failures if isinstance(failures, dict) else {}
+
+
+def _record(sweep_dir: Path, index: int, overrides: list[str], error: str | None) -> None:
+    failures = recorded_failures(sweep_dir)
+    if error is None:
+        if failures.pop(str(index), None) is None:
+            return
+    else:
+        failures[str(index)] = {"overrides": list(overrides), "error": error}
+    path = Path(sweep_dir) / FAILURES_FILE
+    if not failures:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(failures, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def check_point(task_cfg) -> None:
+    """What a single `gnnrun train` of this point refuses before preparing anything."""
+    from gnnrun.algorithms import check_known_dataset, check_runnable
+    from gnnrun.config import to_objects
+
+    config = to_objects(task_cfg)
+    check_runnable(config)
+    check_known_dataset(config)
+
+
+class LocalSweepLauncher(BasicLauncher):
+    """Hydra's basic launcher, gnnrun's way: every point checked before the first runs,
+    and a failed point recorded and named while the sweep goes on to the next."""
+
+    def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
+        setup_globals()
+        assert self.config is not None and self.hydra_context is not None
+        assert self.task_function is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        points = self._check(job_overrides, initial_job_idx)
+        failures = recorded_failures(sweep_dir)
+        failed: list[str] = []
+        for index, overrides, cfg in points:
+            label = " ".join(filter_overrides(overrides)) or "(defaults)"
+            before = failures.get(str(index))
+            if before is not None and before.get("overrides") == overrides:
+                if not retry_failed:
+                    console.print(
+                        f"point {index} ({label}): failed before ({before.get('error')}), "
+                        "skipped; --retry-failed runs it again",
+                        soft_wrap=True,
+                        markup=False,
+                    )
+                    failed.append(f"{index} ({label})")
+                    continue
+                console.print(
+                    f"point {index} ({label}): failed before; running it again",
+                    soft_wrap=True,
+                    markup=False,
+                )
+            error = self._run(cfg)
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            _record(sweep_dir, index, overrides, error)
+            if error is not None:
+                console.print(
+                    f"point {index} ({label}): failed: {error}; going on with the next point",
+                    soft_wrap=True,
+                    markup=False,
+                )
+                failed.append(f"{index} ({label})")
+        if failed:
+            print_error(
+                f"{len(failed)} of {len(points)} point(s) failed: {', '.join(failed)} "
+                f"(recorded in {sweep_dir / FAILURES_FILE}). Once their cause is fixed: "
+                f"gnnrun train --resume-sweep {sweep_dir} --retry-failed"
+            )
+            raise SystemExit(1)
+        return [JobReturn(overrides=o, status=JobStatus.COMPLETED) for _, o, _ in points]
+
+    def _check(self, job_overrides, initial_job_idx: int) -> list[tuple[int, list[str], object]]:
+        """Each point's config, every one checked; bad points named, and then nothing runs."""
+        assert self.config is not None and self.hydra_context is not None
+        loader = self.hydra_context.config_loader
+        hydra_config = HydraConfig.instance()
+        saved = hydra_config.cfg
+        points, bad = [], []
+        try:
+            for index, overrides in enumerate(job_overrides, initial_job_idx):
+                overrides = list(overrides)
+                cfg = loader.load_sweep_config(self.config, overrides)
+                with open_dict(cfg):
+                    cfg.hydra.job.id = index
+                    cfg.hydra.job.num = index
+                points.append((index, overrides, cfg))
+                hydra_config.set_config(cfg)  # the ${hydra:job.num} of sweep.subdir
+                run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+                task_cfg = copy.deepcopy(cfg)
+                with read_write(task_cfg), open_dict(task_cfg):
+                    del task_cfg["hydra"]
+                try:
+                    check_point(task_cfg)
+                    finished_point(run_dir, overrides)
+                except GnnrunError as exc:
+                    label = " ".join(filter_overrides(overrides)) or "(defaults)"
+                    print_error(exc, where=f"point {index} ({label}): ")
+                    bad.append(str(index))
+        finally:
+            hydra_config.cfg = saved
+        if bad:
+            print_error(
+                f"{len(bad)} of {len(points)} sweep point(s) cannot run ({', '.join(bad)}), "
+                "so none was run: change or leave out the values named above"
+            )
+            raise SystemExit(1)
+        return points
+
+    def _run(self, cfg) -> str | None:
+        """Run one point; its error, or None when it finished."""
+        import traceback
+
+        try:
+            ret = run_job(
+                hydra_context=self.hydra_context,
+                task_function=self.task_function,
+                config=cfg,
+                job_dir_key="hydra.sweep.dir",
+                job_subdir_key="hydra.sweep.subdir",
+            )
+        except ReportedError as exc:  # printed already
+            return exc.message
+        except SystemExit as exc:
+            return None if exc.code in (0, None) else f"exited with status {exc.code}"
+        if ret.status == JobStatus.FAILED:  # not a GnnrunError: a bug, with its traceback
+            exc = ret._return_value
+            assert isinstance(exc, BaseException)
+            console.print(
+                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                markup=False,
+                highlight=False,
+            )
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+def install() -> None:
+    """Have Hydra instantiate LocalSweepLauncher wherever the config names the basic launcher."""
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance().class_name_to_class[BASIC_LAUNCHER] = LocalSweepLauncher

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from gnnrun.launch.rank import infer_rank, process_group, rank_cpus, train_rank
+
+INTERRUPTED_EXIT = 128 + signal.SIGINT  # a rank's exit status after SIGINT (as the shell's)
 
 # `job` -> what a rank runs: fn(cfg, rank, *args).
 RANK_JOBS = {"train": train_rank, "infer": infer_rank}
@@ -22,10 +26,25 @@ def rank_main(cfg, backend: str, job: str, *args):
     # The second must not interrupt the first one's cleanup with a traceback.
     signal.signal(signal.SIGINT, _interrupt_once)
     cpus, threads = rank_cpus(rank, world, cfg.cluster.threads_per_rank, cfg.cluster.comm_cores)
-    with process_group(cfg, backend, local_rank, cpus, threads):
-        return RANK_JOBS[job](cfg, rank, *args)
+    try:
+        with process_group(cfg, backend, local_rank, cpus, threads):
+            return RANK_JOBS[job](cfg, rank, *args)
+    except KeyboardInterrupt:
+        _leave_interrupted()
 
 
 def _interrupt_once(signum, frame):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+def _leave_interrupted() -> None:
+    """Exit 130 once the rank has left its process group, skipping the interpreter's
+    teardown: with a peer gone mid-collective, the exit's C++ destructors (torch's
+    threads) can abort it, printing "terminate called without an active exception",
+    "Fatal Python error: Aborted" and the module list. The launcher names the rank as
+    interrupted (gnnrun.launch.elastic)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(INTERRUPTED_EXIT)
