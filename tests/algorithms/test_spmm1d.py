@@ -158,7 +158,6 @@ def test_refused_before_any_rank_starts(overrides, message):
         check_runnable(make_config("dataset=synthetic-tiny", "algorithm=spmm1d", *overrides))
 
 
-
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device: the GPU path is not exercised"
