@@ -63,7 +63,6 @@ def cmd_train(args: list[str]) -> int:
     from gnnrun.launch import sweep
 
     _install_slurm_launcher(needed=any("slurm" in a for a in args))
-    sweep.install()
     sweep.retry_failed = "--retry-failed" in args
     args = [a for a in args if a != "--retry-failed"]
     if "--resume-sweep" in args:
@@ -74,7 +73,8 @@ def cmd_train(args: list[str]) -> int:
         register_schemas()
         check_overrides(args)  # as for any single run, before anything is submitted
         args = _slurm_run_args(args)
-    return run_hydra(job.train, "train", args, keep_run_dir=True)
+    with sweep.installed():  # training sweeps only: a partition sweep checks no training
+        return run_hydra(job.train, "train", args, keep_run_dir=True)
 
 
 def cmd_predict(args: list[str]) -> int:

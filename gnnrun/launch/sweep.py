@@ -19,9 +19,11 @@ for them again.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
@@ -304,8 +306,20 @@ class LocalSweepLauncher(BasicLauncher):
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
-def install() -> None:
-    """Have Hydra instantiate LocalSweepLauncher wherever the config names the basic launcher."""
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """Within: Hydra instantiates LocalSweepLauncher wherever the config names the basic
+    launcher (a `gnnrun train -m`); the basic one again afterwards (`partition -m`, or a
+    later command in the same process)."""
     from hydra.core.plugins import Plugins
 
-    Plugins.instance().class_name_to_class[BASIC_LAUNCHER] = LocalSweepLauncher
+    plugins = Plugins.instance().class_name_to_class
+    previous = plugins.get(BASIC_LAUNCHER)
+    plugins[BASIC_LAUNCHER] = LocalSweepLauncher
+    try:
+        yield
+    finally:
+        if previous is None:
+            plugins.pop(BASIC_LAUNCHER, None)
+        else:
+            plugins[BASIC_LAUNCHER] = previous
