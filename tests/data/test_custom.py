@@ -357,3 +357,43 @@ def test_a_deleted_input_keeps_the_prepared_copy(tmp_path, capsys):
     assert prepare_dataset(cfg).checksum == first.checksum
     assert load_prepared(cfg).checksum == first.checksum
     assert "preparing it again" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content, what",
+    [
+        (b"edge_index,feat,label\n0,1,2\n", "text"),
+        (b"", "empty"),
+        (b"PK\x03\x04 cut short", "a damaged or cut short zip archive"),
+        (b"\x80\x04\x95 pickled", "a Python pickle"),
+        (None, "a single .npy array (numpy.save)"),
+    ],
+)
+def test_a_npz_that_is_not_a_zip_is_named_for_what_it_is(tmp_path, content, what):
+    path = tmp_path / "graph.npz"
+    if content is None:
+        with open(path, "wb") as f:
+            np.save(f, FEAT)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(path))
+    message = str(failure.value)
+    assert message == (
+        f"cannot read {path} as a .npz: it is {what}, not a zip archive of .npy arrays; write it "
+        "with numpy.savez (or savez_compressed), or set dataset.path to a folder of .npy files"
+    )
+    assert "pickled" not in message
+
+
+def test_a_npy_in_a_folder_that_is_not_one_is_named(tmp_path):
+    folder = tmp_path / "graph"
+    folder.mkdir()
+    np.save(folder / "edge_index.npy", np.stack([SRC, DST]))
+    (folder / "label.npy").write_text("0 1 2\n")
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(folder))
+    assert str(failure.value) == (
+        f"cannot read {folder / 'label.npy'} as a .npy: it is text, not a numpy array file; "
+        "write it with numpy.save"
+    )
