@@ -31,7 +31,7 @@ def read_arrays(path: Path, expected: str) -> dict[str, np.ndarray]:
         )
     if not zipfile.is_zipfile(path):  # numpy would call any other bytes "pickled (object) data"
         raise GnnrunError(
-            f"cannot read {path} as a .npz: it is {_what_it_is(path)}, not a zip archive of "
+            f"cannot read {path} as a .npz: it is {what_it_is(path)}, not a zip archive of "
             ".npy arrays; write it with numpy.savez (or savez_compressed), or set dataset.path "
             "to a folder of .npy files"
         )
@@ -45,7 +45,7 @@ def read_arrays(path: Path, expected: str) -> dict[str, np.ndarray]:
         ) from None
 
 
-def _what_it_is(path: Path) -> str:
+def what_it_is(path: Path) -> str:
     """What the bytes at `path` look like, for a file that should be a .npz."""
     with open(path, "rb") as f:
         head = f.read(512)
@@ -82,7 +82,7 @@ def _load_directory(path: Path) -> dict[str, np.ndarray]:
             magic = f.read(6)
         if magic != b"\x93NUMPY":
             raise GnnrunError(
-                f"cannot read {file} as a .npy: it is {_what_it_is(file)}, not a numpy array "
+                f"cannot read {file} as a .npy: it is {what_it_is(file)}, not a numpy array "
                 "file; write it with numpy.save"
             )
         try:
