@@ -186,7 +186,8 @@ def config_mismatch(configs: list[dict[str, str]], shown: int = 5) -> str:
         for rank, config in enumerate(configs):
             by_value.setdefault(config.get(key, "(unset)"), []).append(rank)
         return "; ".join(
-            f"{'ranks' if len(r) > 1 else 'rank'} {','.join(map(str, r))}: {v}"
+            f"{'ranks' if len(r) > 1 else 'rank'} {','.join(map(str, r))}: "
+            + (v if len(v) <= 60 else v[:57] + "...")
             for v, r in by_value.items()
         )
 

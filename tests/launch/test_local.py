@@ -158,3 +158,19 @@ def test_two_hosts_on_loopback_with_different_settings_both_refuse(tmp_path):
             "optimizer.lr (rank 0: 0.003; rank 1: 0.1)" in err
         ), err
         assert "Traceback" not in err
+
+
+def test_the_refusal_lists_a_few_keys_and_shortens_long_values():
+    from gnnrun.launch.rank import config_mismatch
+
+    first = {f"k{i}": str(i) for i in range(8)} | {"same": "1", "long": '"' + "x" * 100 + '"'}
+    second = {f"k{i}": str(i + 1) for i in range(8)} | {"same": "1", "long": '"y"'}
+    message = config_mismatch([first, second, first])
+    assert message.startswith(
+        "the ranks were started with different settings: k0 (ranks 0,2: 0; rank 1: 1), "
+    )
+    assert f'long (ranks 0,2: "{"x" * 56}...; rank 1: "y")' not in message  # 5 keys shown
+    assert "and 4 more;" in message and "same (" not in message
+    assert config_mismatch([{"long": "x" * 100}, {"long": "y"}]).startswith(
+        f"the ranks were started with different settings: long (rank 0: {'x' * 57}...; rank 1: y)"
+    )
