@@ -9,6 +9,7 @@ value fails at once with the key, the allowed choices and the fix.
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -134,32 +135,74 @@ def _as_trained(run_dir: Path, run: list[str], given: list[str]) -> list[str]:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
+    from gnnrun.infer.overrides import merge_overrides
     from gnnrun.partition import PARTITIONERS
     from gnnrun.schemas import register_schemas
     from gnnrun.train.checkpoint import CHECKPOINT
 
     register_schemas()
+    keys = {a.split("=", 1)[0].lstrip("+~") for a in given}
+    # The run's own data root (its prepared dataset, partition, checkpoints), wherever and
+    # with whatever GNNRUN_DATA_ROOT this command runs; paths given now replace it.
+    given_paths = any(k == "paths" or k.startswith("paths.") for k in keys)
+    extra = (
+        []
+        if given_paths
+        else [f"paths.{name}={_quoted(value)}" for name, value in _run_paths(run_dir, run).items()]
+    )
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
-            trained = compose("config", overrides=run)
+            paths = [a for a in given if a.split("=", 1)[0].lstrip("+~").startswith("paths")]
+            trained = compose("config", overrides=merge_overrides(run, paths + extra))
         except HydraException as exc:
             raise GnnrunError(
                 f"the run's overrides no longer compose ({exc}); give the run's settings "
                 "that changed name as overrides"
             ) from None
-    keys = {a.split("=", 1)[0].lstrip("+~") for a in given}
-    extra = []
     if "train.checkpoint_dir" not in keys:
         kept = (run_dir / CHECKPOINT).is_file()
         shared = Path(OmegaConf.select(trained, "train.checkpoint_dir"))
         directory = str((run_dir if kept else shared).absolute())
-        # Quoted for Hydra's override grammar (a path may hold spaces, brackets, commas).
-        quoted = directory.replace("\\", "\\\\").replace("'", "\\'")
-        extra.append(f"train.checkpoint_dir='{quoted}'")
+        extra.append(f"train.checkpoint_dir={_quoted(directory)}")
     name = OmegaConf.select(trained, "partitioner.name")
     if "partitioner" not in keys and PARTITIONERS.get(name).kind != "edge_cut":
         extra.append("partitioner=metis")
     return extra
+
+
+def _quoted(value: str) -> str:
+    """`value` quoted for Hydra's override grammar (a path may hold spaces, brackets, commas)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _run_paths(run_dir: Path, run: list[str]) -> dict[str, str]:
+    """The data and raw roots the run used, absolute: as it recorded them
+    (gnnrun.job.PATHS_RECORD), or, for a run from before that record, its config's
+    relative defaults taken from the directory it was started in (Hydra's hydra.yaml)."""
+    import yaml
+
+    from gnnrun.job import PATHS_RECORD
+
+    try:
+        recorded = yaml.safe_load((run_dir / PATHS_RECORD).read_text())
+    except (OSError, yaml.YAMLError):
+        recorded = None
+    if isinstance(recorded, dict):
+        return {
+            k: v
+            for k, v in recorded.items()
+            if k in ("data_root", "raw_root") and isinstance(v, str)
+        }
+    try:
+        hydra = yaml.safe_load((run_dir / ".hydra" / "hydra.yaml").read_text())
+        started_in = hydra["hydra"]["runtime"]["cwd"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return {}
+    data_root = os.environ.get("GNNRUN_DATA_ROOT", "data")
+    set_by_run = any(o.split("=", 1)[0].lstrip("+~").startswith("paths") for o in run)
+    if not isinstance(started_in, str) or Path(data_root).is_absolute() or set_by_run:
+        return {}
+    return {"data_root": str(Path(started_in) / data_root)}
 
 
 def _own_output_dir(args: list[str]) -> list[str]:

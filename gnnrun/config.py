@@ -208,7 +208,7 @@ def _world_size(
     and cluster=hosts (checked here because partitioner.num_parts, validated first, follows it)."""
     for name, value in ((nodes_key, nodes), (per_node_key, per_node)):
         if int(value) < 1:
-            raise ValueError(f"cluster.{name} must be at least 1")
+            raise GnnrunError(f"cluster.{name} must be at least 1, not {value}")
     return int(nodes) * int(per_node)
 
 
@@ -401,12 +401,26 @@ RENAMED_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _one_line(exc: Exception) -> str:
+    """omegaconf's error in one line: a check of ours that failed while an interpolation
+    was resolved (gnnrun.world_size, which names the key it checks) as it is, without the
+    key whose interpolation it was; otherwise the first line and the key."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, GnnrunError):
+            return str(cause)
+        cause = cause.__cause__ or cause.__context__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    key = getattr(exc, "full_key", None)
+    return f"{first} (full_key: {key})" if key and str(key) not in first else first
+
+
 def to_objects(cfg: DictConfig) -> GnnrunConfig:
     """Resolve interpolations, build the dataclasses and validate every section."""
     try:
         obj = OmegaConf.to_object(cfg)
     except Exception as exc:  # omegaconf raises a zoo of types; the message is what matters
-        raise GnnrunError(f"invalid config: {exc}") from None
+        raise GnnrunError(f"invalid config: {_one_line(exc)}") from None
     # cluster before partitioner: partitioner.num_parts follows cluster.nprocs.
     sections = (
         "dataset",

@@ -1,11 +1,15 @@
 """Atomic writes, checksums and writers' locks: an interrupted write never leaves
 something that loads, a damaged file is never trusted, two writers never race.
 
-Prepared datasets and partitions record each file's size and sha256. Hashing
-every file at every load would cost seconds on big graphs, so `check_files`
-re-hashes a file only when its size or modification time differs from the
-last time it was verified, remembered in `.verified.json` beside the files
-(not written where the directory is read-only: then every load re-hashes).
+Prepared datasets and partitions record each file's size and sha256. Files up
+to `REHASHED_BYTES` (64 MiB: labels, splits, a small graph's arrays) are hashed
+at every load. Hashing the bigger ones at every load would cost seconds on big
+graphs, so `check_files` re-hashes such a file only when its size or
+modification time differs from the last time it was verified, remembered in
+`.verified.json` beside the files (not written where the directory is
+read-only: then every load re-hashes). A big file rewritten in place with its
+size and modification time kept is not found by its hash: the loaders check
+what they read instead (an out-of-range id is refused, not trained on).
 """
 
 from __future__ import annotations
@@ -400,13 +404,16 @@ def load_recorded_array(
 
 
 VERIFIED = ".verified.json"
+# Files up to this size are hashed at every load; bigger ones when their size or mtime changed.
+REHASHED_BYTES = 64 << 20
 
 
-def check_files(directory: Path, records: dict[str, dict[str, Any]], fix: str) -> None:
-    """Refuse a recorded file that is missing, of another size or of another sha256.
+def check_files(directory: Path, records: dict[str, dict[str, Any]], fix: str) -> list[str]:
+    """Refuse a recorded file that is missing, of another size or of another sha256;
+    return the files trusted without hashing (see the module docstring).
 
-    Only files whose size or modification time changed since they were last
-    verified are hashed again (see the module docstring).
+    Files up to REHASHED_BYTES are hashed every time; bigger ones only when their size
+    or modification time changed since they were last verified.
     """
     directory = Path(directory)
     try:
@@ -415,13 +422,21 @@ def check_files(directory: Path, records: dict[str, dict[str, Any]], fix: str) -
         verified = {}
     if not isinstance(verified, dict):
         verified = {}
-    changed = False
+    changed, trusted = False, []
     for rel, record in records.items():
         file = directory / rel
         check_recorded_file(file, record, fix)
         stat = file.stat()
         stamp = {"sha256": record["sha256"], "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-        if verified.get(rel) == stamp:
+        if verified.get(rel) == stamp and stat.st_size > REHASHED_BYTES:
+            trusted.append(rel)
+            continue
+        if verified.get(rel) == stamp:  # small: hashed again, nothing new to remember
+            if sha256_file(file) != record["sha256"]:
+                raise GnnrunError(
+                    f"{file} does not match its checksum (it changed after it was written, "
+                    f"its size and modification time kept): {fix}"
+                )
             continue
         if sha256_file(file) != record["sha256"]:
             raise GnnrunError(
@@ -431,6 +446,7 @@ def check_files(directory: Path, records: dict[str, dict[str, Any]], fix: str) -
     if changed:
         with contextlib.suppress(GnnrunError):  # a read-only directory: verify every time
             write_json_atomic(directory / VERIFIED, verified)
+    return trusted
 
 
 def mark_verified(directory: Path, records: dict[str, dict[str, Any]]) -> None:

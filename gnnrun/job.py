@@ -89,6 +89,7 @@ def train(cfg: DictConfig) -> None:
             sweep.skip_message(hydra.job.num, overrides, run_dir), soft_wrap=True, markup=False
         )
         return
+    record_paths(config, run_dir)
     algorithm = ALGORITHMS.get(config.algorithm.name)
     kind = algorithm.partition_kind
     slurm = config.cluster.name == "slurm"
@@ -143,6 +144,27 @@ def train(cfg: DictConfig) -> None:
         summary = run_ranks(config, run_dir)
     out.print(summary_table(summary))
     out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
+
+
+# The run's data and raw roots as it resolved them (absolute): Hydra's config.yaml keeps
+# `${oc.env:GNNRUN_DATA_ROOT,data}`, which another directory or environment resolves to
+# another place. `gnnrun predict run=DIR` reads them (gnnrun.cli.inference_overrides).
+PATHS_RECORD = Path(".hydra") / "paths.yaml"
+
+
+def record_paths(config, run_dir: Path) -> None:
+    import yaml
+
+    from gnnrun.io import atomic_file
+
+    paths = {
+        "data_root": str(Path(config.paths.data_root).absolute()),
+        "raw_root": str(Path(config.paths.raw_root).absolute()),
+    }
+    if not (run_dir / ".hydra").is_dir():  # Hydra writes it first; a test calling train() may not
+        return
+    with atomic_file(run_dir / PATHS_RECORD) as f:
+        yaml.safe_dump(paths, f)
 
 
 def infer(cfg: DictConfig, kind: str, run_dir: Path) -> None:

@@ -222,3 +222,31 @@ def test_cluster_slurm_without_the_slurm_extra_names_it(capsys, monkeypatch):
     assert code == 1 and "pip install 'gnnrun[slurm]'" in err
     code, _, err = run(capsys, "train", "--cfg", "job")  # other runs do not need it
     assert code == 0, err
+
+
+ENDPOINT = "cluster.rdzv_endpoint=127.0.0.1:29400"
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ["cluster=hosts", "cluster.nnodes=0", "cluster.node_rank=0", ENDPOINT],
+            "error: invalid config: cluster.nnodes must be at least 1, not 0\n",
+        ),
+        (
+            ["cluster=hosts", "cluster.nproc_per_node=0", "cluster.node_rank=0", ENDPOINT],
+            "error: invalid config: cluster.nproc_per_node must be at least 1, not 0\n",
+        ),
+        (
+            ["dataset=custom"],
+            "error: invalid config: Structured config of type `CustomDatasetConfig` has "
+            "missing mandatory value: path (full_key: dataset.path)\n",
+        ),
+    ],
+)
+def test_invalid_config_is_one_line_naming_the_key_given(capsys, args, expected):
+    """Not the interpolation that follows the key (partitioner.num_parts), not omegaconf's
+    several lines."""
+    code, _, err = run(capsys, "train", "dataset=synthetic-tiny", *args)
+    assert code == 1 and err == expected, err

@@ -322,3 +322,42 @@ def test_a_run_predicts_with_its_own_model_after_another_run_resumed_from_it(
     assert main(["predict", f"run={first}", "predict.output_dir=again"]) == 1
     assert "was written by another run than the one in" in _errors(capsys)
     assert not (tmp_path / "again").exists()
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "before-the-record"])
+def test_predict_from_another_directory_uses_the_runs_data_root(
+    tmp_path, monkeypatch, capsys, recorded
+):
+    """`gnnrun predict run=/abs/run` started elsewhere reads the run's own prepared dataset
+    and checkpoint (its data root, relative to where it was trained), prepares nothing."""
+    monkeypatch.delenv("GNNRUN_DATA_ROOT")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    run = _train(tmp_path, capsys, "algorithm=single", "cluster.nprocs=1", "train.epochs=2")
+    (run / "checkpoint.pt").unlink()  # the shared one in the run's data root is the run's
+    if not recorded:  # a run of an earlier gnnrun: its data root from where it started
+        (run / ".hydra" / "paths.yaml").unlink()
+    monkeypatch.chdir(tmp_path / "b")
+    assert main(["predict", f"run={run}", "cluster.nprocs=1"]) == 0, _errors(capsys)
+    assert "preparing" not in capsys.readouterr().err
+    assert list((tmp_path / "b").iterdir()) == []  # no data/ prepared anew here
+    manifest = json.loads((run / "predict" / "synthetic-tiny" / "manifest.json").read_text())
+    assert manifest["checkpoint"].startswith(str(tmp_path / "a" / "data" / "checkpoints"))
+
+
+def test_predict_under_another_data_root_uses_the_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GNNRUN_DATA_ROOT", str(tmp_path / "first"))
+    monkeypatch.chdir(tmp_path)
+    run = _train(tmp_path, capsys, "algorithm=single", "cluster.nprocs=1", "train.epochs=2")
+    (run / "checkpoint.pt").unlink()
+    monkeypatch.setenv("GNNRUN_DATA_ROOT", str(tmp_path / "other"))
+    assert main(["predict", f"run={run}", "cluster.nprocs=1"]) == 0, _errors(capsys)
+    assert not (tmp_path / "other").exists()
+    capsys.readouterr()
+    # paths given now still win: there, the dataset is prepared and the checkpoint looked for.
+    given = f"paths.data_root={tmp_path / 'given'}"
+    args = ["predict", f"run={run}", "cluster.nprocs=1", given, "predict.output_dir=out"]
+    assert main(args) == 1
+    err = _errors(capsys)
+    assert f"no checkpoint at {tmp_path / 'given' / 'checkpoints'}" in err

@@ -29,6 +29,12 @@ def read_arrays(path: Path, expected: str) -> dict[str, np.ndarray]:
             f"custom dataset file {path} not found; set dataset.path to your .npz "
             f"(it must hold {expected})"
         )
+    if not zipfile.is_zipfile(path):  # numpy would call any other bytes "pickled (object) data"
+        raise GnnrunError(
+            f"cannot read {path} as a .npz: it is {what_it_is(path)}, not a zip archive of "
+            ".npy arrays; write it with numpy.savez (or savez_compressed), or set dataset.path "
+            "to a folder of .npy files"
+        )
     try:
         with np.load(path, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
@@ -37,6 +43,23 @@ def read_arrays(path: Path, expected: str) -> dict[str, np.ndarray]:
             f"cannot read {path} as a .npz of plain arrays ({exc}); write it with numpy.savez "
             "and no object arrays"
         ) from None
+
+
+def what_it_is(path: Path) -> str:
+    """What the bytes at `path` look like, for a file that should be a .npz."""
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if not head:
+        return "empty"
+    if head.startswith(b"\x93NUMPY"):
+        return "a single .npy array (numpy.save)"
+    if head.startswith(b"PK"):
+        return "a damaged or cut short zip archive"
+    if head.startswith(b"\x80"):
+        return "a Python pickle"
+    if b"\0" not in head:
+        return "text"
+    return "of another format"
 
 
 def npy_files(path: Path) -> list[Path]:
@@ -55,6 +78,13 @@ def _load_directory(path: Path) -> dict[str, np.ndarray]:
         )
     arrays = {}
     for file in files:
+        with open(file, "rb") as f:
+            magic = f.read(6)
+        if magic != b"\x93NUMPY":
+            raise GnnrunError(
+                f"cannot read {file} as a .npy: it is {what_it_is(file)}, not a numpy array "
+                "file; write it with numpy.save"
+            )
         try:
             arrays[file.stem] = np.load(file, allow_pickle=False)
         except (OSError, ValueError, EOFError) as exc:

@@ -24,6 +24,7 @@ import numpy as np
 from omegaconf import MISSING
 
 from gnnrun.config import check
+from gnnrun.data.custom_files import what_it_is
 from gnnrun.data.dataset import GraphDataset, task_for, too_many_classes
 from gnnrun.data.graph import csr_from_edges
 from gnnrun.data.registry import DatasetConfig, register_source
@@ -55,6 +56,11 @@ def load(cfg: HeterophilousDatasetConfig) -> GraphDataset:
     if not path.is_file():
         raise GnnrunError(
             f"{path} not found: place the dataset's .npz there or set dataset.file; {SOURCE_HINT}"
+        )
+    if not zipfile.is_zipfile(path):  # numpy would call any other bytes "pickled (object) data"
+        raise GnnrunError(
+            f"cannot read {path} as .npz (it is {what_it_is(path)}, not a zip archive): the file "
+            f"looks cut short or damaged; download it again ({SOURCE_HINT})"
         )
     try:
         with np.load(path, allow_pickle=False) as npz:

@@ -56,6 +56,11 @@ class MusaeDatasetConfig(DatasetConfig):
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
+# Feature ids above this many times max(distinct feature ids, vertices) are refused: the
+# bag of feature ids gets one column per id up to the largest (a dense matrix with
+# dataset.feature_dim=0, singular vectors that long otherwise).
+MAX_FEATURE_ID_SPREAD = 16
+
 SOURCE_HINT = (
     "get them from https://github.com/benedekrozemberczki/MUSAE (input/) or "
     "https://snap.stanford.edu/data/facebook-large-page-page-network.html"
@@ -112,6 +117,9 @@ def _read_target(path: Path, label_column: str) -> tuple[np.ndarray, list[str]]:
     n = len(target)
     if not np.issubdtype(ids.dtype, np.integer) or not np.array_equal(np.sort(ids), np.arange(n)):
         raise GnnrunError(f"{path}: column id must hold each vertex id 0..{n - 1} exactly once")
+    missing = target[label_column].isna().to_numpy()
+    if missing.any():  # a row cut short: "22469," or "22469"
+        raise _damaged(path, f"vertex {ids[missing][0]} has no {label_column}")
     names = target[label_column].astype(str).to_numpy()
     classes = sorted(set(names.tolist()))
     lookup = {name: i for i, name in enumerate(classes)}
@@ -149,6 +157,15 @@ def _read_features(path: Path, n: int) -> sp.csr_matrix:
     if col.size and col.min() < 0:
         raise GnnrunError(f"{path}: feature ids must be non-negative")
     dim = int(col.max()) + 1 if col.size else 1
+    distinct = np.unique(col).size
+    if dim > MAX_FEATURE_ID_SPREAD * max(distinct, n):
+        top = int(np.argmax(col))
+        raise _damaged(
+            path,
+            f"feature id {col[top]} of vertex {row[top]} is far beyond the {distinct} distinct "
+            f"feature ids of its {n} vertices: feature ids number the features 0..F-1, and "
+            f"this one would make {dim:,} feature columns",
+        )
     bag = sp.csr_matrix((np.ones(row.size, dtype=np.float64), (row, col)), shape=(n, dim))
     bag.sum_duplicates()
     bag.data[:] = 1.0  # a feature id listed twice is still one active feature
@@ -192,6 +209,13 @@ def load(cfg: MusaeDatasetConfig) -> GraphDataset:
             f"{files['edges']} must have the header id_1,id_2 (found {', '.join(map(str, edges.columns))})"
         )
     src, dst = edges["id_1"].to_numpy(), edges["id_2"].to_numpy()
+    beyond = max(int(src.max()), int(dst.max())) if src.size else -1
+    if beyond >= n:  # the target file lists vertices 0..n-1 exactly once (checked above)
+        raise GnnrunError(
+            f"{files['target']} lists {n} vertices (ids 0..{n - 1}) but {files['edges'].name} "
+            f"names vertex {beyond}: the target file looks cut short, download it again "
+            f"({SOURCE_HINT}); or the edges are another graph's"
+        )
     try:
         indptr, indices = csr_from_edges(src, dst, n, symmetrize=True)
     except ValueError as exc:

@@ -5,12 +5,15 @@ generating a graph) and names the files it reads. `prepare_dataset` runs it
 once and caches the result as the prepared format under `dataset.prepared_dir`,
 recording the config and those input files (size, modification time, and a
 sha256 for files up to 1 GiB); later calls memory-map the prepared copy and
-prepare it again when the config or an input's content changed. An input whose
-size and mtime are as recorded is trusted without hashing; one that was only
-moved or touched keeps the copy (and its new size and mtime are recorded, so it
-is hashed once); one that is gone (raw files deleted after preparing) keeps it
-too. `load_prepared`, which ranks use, refuses a stale copy instead of
-preparing it.
+prepare it again when the config or an input's content changed. An input of up
+to 1 GiB is hashed at every `prepare_dataset`, so a file rewritten with the same
+size and modification time (`cp --preserve=timestamps`) is found; a bigger one
+whose size and mtime are as recorded is trusted without hashing (and one whose
+mtime changed counts as changed). One that was only moved or touched keeps the
+copy; one that is gone (raw files deleted after preparing) keeps it too.
+`load_prepared`, which ranks use after the launching process prepared the
+dataset, refuses a stale copy instead of preparing it, and trusts size and mtime
+(every rank hashing the inputs again would cost each of them the same seconds).
 """
 
 from __future__ import annotations
@@ -104,9 +107,13 @@ def _input_paths(cfg: DatasetConfig) -> list[Path] | None:
         return None
 
 
-def _stale(dataset: GraphDataset, cfg: DatasetConfig) -> tuple[str | None, dict[int, Path]]:
+def _stale(
+    dataset: GraphDataset, cfg: DatasetConfig, rehash: bool = True
+) -> tuple[str | None, dict[int, Path]]:
     """(why the prepared `dataset` no longer matches `cfg` and its input files, None: it
-    does; the inputs that were only moved or touched, by position, whose records to refresh)."""
+    does; the inputs that were only moved or touched, by position, whose records to refresh).
+    `rehash`: hash every input that has a recorded sha256 even where its size and mtime
+    are as recorded (a rewrite may keep both)."""
     if dataset.info.get("config") != dataset_identity(cfg):
         return "it was prepared from a different config", {}
     recorded = dataset.info.get("inputs")
@@ -126,11 +133,13 @@ def _stale(dataset: GraphDataset, cfg: DatasetConfig) -> tuple[str | None, dict[
         if not path.is_file():  # raw files deleted after preparing: the copy stands
             continue
         stat = path.stat()
-        if stat.st_size == then.get("size") and stat.st_mtime_ns == then.get("mtime_ns"):
+        same_stamp = stat.st_size == then.get("size") and stat.st_mtime_ns == then.get("mtime_ns")
+        if same_stamp and not (rehash and "sha256" in then):
             continue  # trusted without hashing
         if change := _input_change(path, stat.st_size, then):
             return f"{path} changed since it was prepared ({change})", {}
-        touched[i] = path
+        if not same_stamp:
+            touched[i] = path
     return None, touched
 
 
@@ -177,7 +186,7 @@ def load_prepared(cfg: DatasetConfig) -> GraphDataset:
             f"{cfg.prepared_dir} was prepared from a different config than dataset={cfg.name} now "
             f"gives; run `gnnrun data prepare dataset={cfg.name}` again"
         )
-    reason, _ = _stale(dataset, cfg)
+    reason, _ = _stale(dataset, cfg, rehash=False)
     if reason is not None:
         raise GnnrunError(
             f"{cfg.prepared_dir} is out of date: {reason}; run "

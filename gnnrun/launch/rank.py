@@ -9,8 +9,11 @@ rendezvous come from.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
+import hashlib
 import ipaddress
+import json
 import os
 import socket
 import struct
@@ -115,10 +118,86 @@ def process_group(
         choose_gloo_interface()
     dist.init_process_group(backend, timeout=collective_timeout(cfg), **init)
     try:
+        check_same_config(cfg)
         with watching(dist.get_rank(), dist.get_world_size()):
             yield
     finally:
         dist.destroy_process_group()
+
+
+# Settings that may differ between the ranks of one run: a host's own place and CPUs,
+# and where files are (a shared file system may be mounted elsewhere on each host).
+PER_HOST_KEYS = frozenset({"cluster.node_rank", "cluster.threads_per_rank", "cluster.comm_cores"})
+_LOCATION_NAMES = frozenset({"path", "file", "root", "raw_dir"})
+_LOCATION_SUFFIXES = ("_dir", "_root", "_path")
+
+
+def is_per_host_key(key: str) -> bool:
+    """Whether `key` (dotted) may differ between the ranks of one run."""
+    last = key.rsplit(".", 1)[-1]
+    return (
+        key in PER_HOST_KEYS
+        or key.startswith("paths.")
+        or last in _LOCATION_NAMES
+        or last.endswith(_LOCATION_SUFFIXES)
+    )
+
+
+def comparable_config(cfg) -> dict[str, str]:
+    """The resolved config flattened to dotted keys (values as JSON), per-host keys left out."""
+    flat: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), item)
+        elif not is_per_host_key(prefix):
+            flat[prefix] = json.dumps(value, sort_keys=True, default=str)
+
+    walk("", dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg))
+    return flat
+
+
+def check_same_config(cfg) -> None:
+    """Refuse, on every rank, ranks started with different settings (say, one host given
+    optimizer.lr and the other not): they would train apart without a word. Each rank
+    gathers every rank's config hash, and the flattened configs where the hashes differ."""
+    world = dist.get_world_size()
+    if world == 1:
+        return
+    flat = comparable_config(cfg)
+    digest = hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()
+    digests: list[Any] = [None] * world
+    dist.all_gather_object(digests, digest)
+    if len(set(digests)) == 1:
+        return
+    configs: list[Any] = [None] * world
+    dist.all_gather_object(configs, flat)
+    raise GnnrunError(config_mismatch(configs))
+
+
+def config_mismatch(configs: list[dict[str, str]], shown: int = 5) -> str:
+    """The one-line refusal naming the keys on which the ranks' `configs` differ."""
+    every_key = {key for config in configs for key in config}
+    keys = sorted(k for k in every_key if len({c.get(k) for c in configs}) > 1)
+
+    def values(key: str) -> str:
+        by_value: dict[str, list[int]] = {}
+        for rank, config in enumerate(configs):
+            by_value.setdefault(config.get(key, "(unset)"), []).append(rank)
+        return "; ".join(
+            f"{'ranks' if len(r) > 1 else 'rank'} {','.join(map(str, r))}: "
+            + (v if len(v) <= 60 else v[:57] + "...")
+            for v, r in by_value.items()
+        )
+
+    listed = ", ".join(f"{key} ({values(key)})" for key in keys[:shown])
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return (
+        f"the ranks were started with different settings: {listed}{more}; start every host "
+        "(or SLURM task) with the same command and overrides, only cluster.node_rank and "
+        "paths differing"
+    )
 
 
 def infer_rank(cfg, rank: int, plan) -> dict[str, Any]:

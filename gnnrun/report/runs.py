@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from gnnrun.errors import GnnrunError
+from gnnrun.io import shape_problem
 
 # Overrides that set the rank count: plots put them on the x axis rather than
 # in a series' name.
@@ -140,8 +141,11 @@ def load_run(path: Path, point: str) -> Run:
     if summary_file.is_file():
         try:
             summary = json.loads(summary_file.read_text())
-        except (OSError, ValueError) as exc:  # half written, or damaged
+        except (OSError, ValueError) as exc:  # half written, or damaged (ValueError: bad UTF-8 too)
             problem = f"unreadable summary.json ({exc.__class__.__name__})"
+        else:
+            if (wrong := summary_problem(summary)) is not None:
+                summary, problem = None, f"damaged summary.json ({wrong})"
     return Run(
         path=path,
         point=point,
@@ -153,13 +157,57 @@ def load_run(path: Path, point: str) -> Run:
     )
 
 
+# What the report reads of a summary.json, and the types the trainer writes.
+_NUMBER = (int, float)
+SUMMARY_FIELDS: dict[str, Any] = {"ranks": int, "epochs": int}
+OPTIONAL_SUMMARY_FIELDS: dict[str, Any] = {
+    "algorithm": str,
+    "dataset": str,
+    "model": str,
+    "complete": bool,
+    "final": dict,
+    "best": dict,
+    "time_median": dict,
+    "to_target": dict,
+    "hit_rate": list,
+    "epoch_s_median": _NUMBER,
+    "bytes_per_epoch_rank0": _NUMBER,
+    "peak_rss_mb_rank0": _NUMBER,
+    "comm_hidden_rank0": _NUMBER,
+}
+
+
+def summary_problem(summary: Any) -> str | None:
+    """Why `summary` is not a summary.json the trainer writes (None: it is one)."""
+    if problem := shape_problem(summary, SUMMARY_FIELDS, "it"):
+        return problem
+    for key, kind in OPTIONAL_SUMMARY_FIELDS.items():
+        value = summary.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kind) or (kind is _NUMBER and isinstance(value, bool)):
+            return f"{key!r} is {type(value).__name__}"
+        if kind is dict and key != "to_target":
+            numbers = (v for k, v in value.items() if k != "epoch")
+            if not all(v is None or isinstance(v, _NUMBER) for v in numbers):
+                return f"{key!r} holds values that are not numbers"
+    if summary["ranks"] < 1 or summary["epochs"] < 0:
+        return "'ranks' or 'epochs' out of range"
+    return None
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Per-epoch records of one rank. A line that does not parse is skipped: the
-    last one may be half written while the run is still going."""
+    last one may be half written while the run is still going; so is one that is not
+    UTF-8 (a damaged file)."""
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text().splitlines():
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except ValueError:

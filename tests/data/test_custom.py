@@ -286,7 +286,7 @@ def test_load_prepared_refuses_a_copy_whose_file_changed(tmp_path):
     assert prepare_dataset(cfg).num_nodes == 3 and load_prepared(cfg).num_nodes == 3
 
 
-def test_a_touched_file_is_hashed_once_then_trusted(tmp_path, monkeypatch):
+def test_a_touched_file_is_kept_and_hashed_at_every_prepare(tmp_path, monkeypatch):
     import os
 
     import gnnrun.data.prepare as prepare_module
@@ -303,8 +303,48 @@ def test_a_touched_file_is_hashed_once_then_trusted(tmp_path, monkeypatch):
     assert prepare_dataset(cfg).checksum == first.checksum  # kept, not prepared again
     assert hashed == [path]
     prepare_dataset(cfg)
+    assert hashed == [path, path]  # under 1 GiB: hashed every time
     load_prepared(cfg)
-    assert hashed == [path]  # the new mtime was recorded: trusted from then on
+    assert hashed == [path, path]  # ranks trust the launcher's check (size and mtime)
+
+
+def _rewrite_keeping_stamp(path, write) -> None:
+    """Rewrite `path` with `write(path)`, then put its old modification time back
+    (as `cp --preserve=timestamps other mine` does); the size must come out the same."""
+    import os
+
+    stat = path.stat()
+    write(path)
+    assert path.stat().st_size == stat.st_size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_a_rewrite_of_the_same_size_and_mtime_is_prepared_again(tmp_path, capsys):
+    from gnnrun.data import prepare_dataset
+
+    path = _save(tmp_path, _encodings()["edges"])
+    cfg = _prepared_cfg(tmp_path, path)
+    first = prepare_dataset(cfg)
+    (tmp_path / "other").mkdir()
+    other = _save(tmp_path / "other", _encodings()["edges"], label=LABEL[::-1].copy())
+    _rewrite_keeping_stamp(path, lambda p: p.write_bytes(other.read_bytes()))
+    again = prepare_dataset(cfg)
+    assert again.checksum != first.checksum
+    assert np.array_equal(again.label, LABEL[::-1])
+    assert "same size, other content" in capsys.readouterr().err
+
+
+def test_a_small_prepared_file_zeroed_with_its_mtime_kept_is_refused(tmp_path):
+    from gnnrun.data import load_prepared, prepare_dataset
+    from gnnrun.data.dataset import GraphDataset
+
+    cfg = _prepared_cfg(tmp_path, _save(tmp_path, _encodings()["edges"]))
+    prepare_dataset(cfg)
+    label = tmp_path / "prepared" / "mine" / "label.npy"
+    GraphDataset.load(label.parent)  # verified and remembered
+    _rewrite_keeping_stamp(label, lambda p: np.save(p, np.zeros_like(np.load(p))))
+    with pytest.raises(GnnrunError, match=r"label.npy does not match its checksum .*--force"):
+        load_prepared(cfg)
 
 
 def test_a_deleted_input_keeps_the_prepared_copy(tmp_path, capsys):
@@ -317,3 +357,43 @@ def test_a_deleted_input_keeps_the_prepared_copy(tmp_path, capsys):
     assert prepare_dataset(cfg).checksum == first.checksum
     assert load_prepared(cfg).checksum == first.checksum
     assert "preparing it again" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content, what",
+    [
+        (b"edge_index,feat,label\n0,1,2\n", "text"),
+        (b"", "empty"),
+        (b"PK\x03\x04 cut short", "a damaged or cut short zip archive"),
+        (b"\x80\x04\x95 pickled", "a Python pickle"),
+        (None, "a single .npy array (numpy.save)"),
+    ],
+)
+def test_a_npz_that_is_not_a_zip_is_named_for_what_it_is(tmp_path, content, what):
+    path = tmp_path / "graph.npz"
+    if content is None:
+        with open(path, "wb") as f:
+            np.save(f, FEAT)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(path))
+    message = str(failure.value)
+    assert message == (
+        f"cannot read {path} as a .npz: it is {what}, not a zip archive of .npy arrays; write it "
+        "with numpy.savez (or savez_compressed), or set dataset.path to a folder of .npy files"
+    )
+    assert "pickled" not in message
+
+
+def test_a_npy_in_a_folder_that_is_not_one_is_named(tmp_path):
+    folder = tmp_path / "graph"
+    folder.mkdir()
+    np.save(folder / "edge_index.npy", np.stack([SRC, DST]))
+    (folder / "label.npy").write_text("0 1 2\n")
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(folder))
+    assert str(failure.value) == (
+        f"cannot read {folder / 'label.npy'} as a .npy: it is text, not a numpy array file; "
+        "write it with numpy.save"
+    )

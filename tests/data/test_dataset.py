@@ -127,7 +127,17 @@ def test_sorted_unique_and_stratified_split():
     assert np.array_equal(train, stratified_split(label, (0.5, 0.2, 0.3), seed=0)[0])
 
 
+def test_small_files_are_hashed_at_every_load(tmp_path, monkeypatch):
+    prepare_dataset(tiny_cfg(tmp_path))
+    hashed = []
+    real = gnnrun.io.sha256_file
+    monkeypatch.setattr(gnnrun.io, "sha256_file", lambda p: hashed.append(p.name) or real(p))
+    GraphDataset.load(tmp_path / "t")
+    assert sorted(hashed) == sorted(f"{n}.npy" for n in ARRAY_NAMES)
+
+
 def test_verified_files_are_not_hashed_again_until_they_change(tmp_path, monkeypatch):
+    monkeypatch.setattr(gnnrun.io, "REHASHED_BYTES", 0)  # every file counts as big
     prepare_dataset(tiny_cfg(tmp_path))
     stamps = json.loads((tmp_path / "t" / ".verified.json").read_text())
     assert sorted(stamps) == sorted(f"{n}.npy" for n in ARRAY_NAMES)  # written with the data
@@ -249,3 +259,25 @@ def test_a_read_only_data_root_is_read_without_the_writers_lock(tmp_path, monkey
     assert prepare_dataset(tiny_cfg(tmp_path)).checksum == first.checksum
     with pytest.raises(GnnrunError, match=r"cannot write .*other/\.t\.lock: read-only file"):
         prepare_dataset(tiny_cfg(tmp_path / "other"))  # none there to read: refused
+
+
+def test_a_big_file_rewritten_with_its_stamp_kept_is_refused_by_its_ids(tmp_path, monkeypatch):
+    """Files over REHASHED_BYTES are trusted by size and mtime: damaged ids are still
+    refused as the dataset loads, in one line, before any kernel reads them."""
+    monkeypatch.setattr(gnnrun.io, "REHASHED_BYTES", 0)
+    prepare_dataset(tiny_cfg(tmp_path))
+    GraphDataset.load(tmp_path / "t")  # verified and remembered
+    indices = tmp_path / "t" / "indices.npy"
+    stat = indices.stat()
+    array = np.load(indices)
+    array[:10] = 10**6
+    np.save(indices, array)
+    os.utime(indices, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(GnnrunError) as refused:
+        load_prepared(tiny_cfg(tmp_path))
+    assert str(refused.value) == (
+        f"{tmp_path / 't'} is damaged (indices has ids outside [0, num_nodes): a file was "
+        "rewritten with its size and modification time kept): "
+        f"prepare it again with `gnnrun data prepare dataset=t --force` (the directory is "
+        f"{tmp_path / 't'})"
+    )

@@ -104,3 +104,16 @@ def test_sparse_class_ids_are_refused(tmp_path):
     _write(path, node_labels=np.arange(12) * 1000)  # 11,001 classes for 12 vertices
     with pytest.raises(GnnrunError, match=r"labels run up to 11000 for 12 labelled vertices"):
         build_dataset(_cfg(path))
+
+
+def test_a_file_that_is_not_a_zip_is_named_for_what_it_is(tmp_path):
+    path = tmp_path / "tolokers.npz"
+    path.write_text("<html>404 Not Found</html>\n")  # a download that went wrong
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(path))
+    message = str(failure.value)
+    assert message.startswith(
+        f"cannot read {path} as .npz (it is text, not a zip archive): the file looks cut short "
+        "or damaged; download it again"
+    )
+    assert "pickled" not in message

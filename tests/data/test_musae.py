@@ -148,3 +148,51 @@ def test_a_cut_file_is_named_in_one_line(tmp_path, suffix, cut):
         build_dataset(_cfg(tmp_path, feature_dim=0))
     message = str(failure.value)
     assert str(victim) in message and "\n" not in message
+
+
+def _sorted_target(raw_dir) -> None:
+    """The target file in id order, as the published Facebook file is."""
+    path = raw_dir / "facebook_target.csv"
+    pd.read_csv(path).sort_values("id").to_csv(path, index=False)
+
+
+def test_a_target_file_cut_at_a_line_end_is_blamed_not_the_edges(tmp_path):
+    _write_tiny(tmp_path)
+    _sorted_target(tmp_path)
+    target = tmp_path / "facebook_target.csv"
+    lines = target.read_text().splitlines(keepends=True)
+    target.write_text("".join(lines[:21]))  # the header and vertices 0..19 of 40
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(tmp_path, feature_dim=0))
+    message = str(failure.value)
+    assert message.startswith(f"{target} lists 20 vertices (ids 0..19) but facebook_edges.csv ")
+    assert "the target file looks cut short, download it again" in message
+
+
+@pytest.mark.parametrize("cut", ["19,", "19"], ids=["label-gone", "comma-gone"])
+def test_a_target_row_cut_short_is_damaged_not_a_class(tmp_path, cut):
+    _write_tiny(tmp_path)
+    _sorted_target(tmp_path)
+    target = tmp_path / "facebook_target.csv"
+    lines = target.read_text().splitlines(keepends=True)
+    target.write_text("".join(lines[:20]) + cut)  # vertex 19's row cut short
+    with pytest.raises(GnnrunError, match=r"facebook_target.csv \(vertex 19 has no page_type\)"):
+        build_dataset(_cfg(tmp_path, feature_dim=0))
+
+
+@pytest.mark.parametrize("feature_dim", [0, 4])
+def test_a_huge_feature_id_is_refused_with_the_id_and_the_vertex_count(tmp_path, feature_dim):
+    _write_tiny(tmp_path)
+    features = tmp_path / "facebook_features.json"
+    table = json.loads(features.read_text())
+    table["7"] = [1, 999_999_999_999]
+    features.write_text(json.dumps(table))
+    with pytest.raises(GnnrunError) as failure:
+        build_dataset(_cfg(tmp_path, feature_dim=feature_dim))
+    message = str(failure.value)
+    assert message.startswith(
+        f"cannot read {features} (feature id 999999999999 of vertex 7 is far beyond the 13 "
+        "distinct feature ids of its 40 vertices: feature ids number the features 0..F-1, and "
+        "this one would make 1,000,000,000,000 feature columns): the file looks cut short or "
+        "damaged"
+    ), message

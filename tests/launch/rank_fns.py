@@ -25,3 +25,18 @@ def kill_on_rank(rank: int, world: int, bad: int) -> None:
     if rank == bad:
         os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
+
+
+def check_config(rank: int, world: int, overrides_by_rank: list[list[str]]) -> None:
+    """Compose the config the CLI would from this rank's overrides and compare it across ranks."""
+    from hydra import compose, initialize_config_dir
+
+    from gnnrun.cli import CONFIG_DIR
+    from gnnrun.config import to_objects
+    from gnnrun.launch.rank import check_same_config
+    from gnnrun.schemas import register_schemas
+
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = to_objects(compose("config", overrides=overrides_by_rank[rank]))
+    check_same_config(cfg)

@@ -100,3 +100,77 @@ def test_hosts_that_never_meet_are_told_what_to_start(node_rank, message):
     with pytest.raises(GnnrunError, match=message):
         launch_elastic(rank_fns.sum_of_ranks, (), group)
     assert time.monotonic() - start < 30
+
+
+HOST = ["cluster=hosts", "cluster.rdzv_endpoint=127.0.0.1:29400", "dataset=synthetic-tiny"]
+
+
+def test_ranks_started_with_different_settings_are_refused_on_every_rank(monkeypatch):
+    monkeypatch.delenv("GNNRUN_DEBUG", raising=False)
+    # Node 1 was given optimizer.lr=0.1 and node 0 was not: every rank refuses, naming it.
+    apart = [[*HOST, "cluster.node_rank=0"], [*HOST, "cluster.node_rank=1", "optimizer.lr=0.1"]]
+    with pytest.raises(GnnrunError) as refused:
+        run_on_ranks(rank_fns.check_config, 2, apart, timeout_s=60)
+    message = str(refused.value)
+    assert "different settings: optimizer.lr (rank 0: 0.003; rank 1: 0.1)" in message, message
+    assert "(rank 1 failed too)" in message and "\n" not in message
+    assert "GNNRUN_DEBUG" not in message  # gnnrun's own refusal, not a traceback
+    # A host's own place, CPUs and paths may differ.
+    own = [
+        [*HOST, "cluster.node_rank=0", "paths.data_root=/mnt/a"],
+        [*HOST, "cluster.node_rank=1", "paths.data_root=/b", "cluster.threads_per_rank=3"],
+    ]
+    assert run_on_ranks(rank_fns.check_config, 2, own, timeout_s=60) == [None, None]
+
+
+def test_two_hosts_on_loopback_with_different_settings_both_refuse(tmp_path):
+    import subprocess
+
+    from gnnrun.launch.elastic import _free_port
+
+    endpoint = f"cluster.rdzv_endpoint=127.0.0.1:{_free_port()}"
+    run = ["cluster=hosts", endpoint, "dataset=synthetic-tiny", "train.epochs=2"]
+    run.append("cluster.join_timeout_s=60")
+    hosts = [["cluster.node_rank=0"], ["cluster.node_rank=1", "optimizer.lr=0.1"]]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gnnrun.cli",
+                "train",
+                *run,
+                *own,
+                f"hydra.run.dir={tmp_path}/h{n}",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n, own in enumerate(hosts)
+    ]
+    errors = [proc.communicate(timeout=120)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [1, 1], errors
+    for node, err in enumerate(errors):
+        assert (
+            f"error: rank {node} failed: the ranks were started with different settings: "
+            "optimizer.lr (rank 0: 0.003; rank 1: 0.1)" in err
+        ), err
+        assert "Traceback" not in err
+
+
+def test_the_refusal_lists_a_few_keys_and_shortens_long_values():
+    from gnnrun.launch.rank import config_mismatch
+
+    first = {f"k{i}": str(i) for i in range(8)} | {"same": "1", "long": '"' + "x" * 100 + '"'}
+    second = {f"k{i}": str(i + 1) for i in range(8)} | {"same": "1", "long": '"y"'}
+    message = config_mismatch([first, second, first])
+    assert message.startswith(
+        "the ranks were started with different settings: k0 (ranks 0,2: 0; rank 1: 1), "
+    )
+    assert f'long (ranks 0,2: "{"x" * 56}...; rank 1: "y")' not in message  # 5 keys shown
+    assert "and 4 more;" in message and "same (" not in message
+    assert config_mismatch([{"long": "x" * 100}, {"long": "y"}]).startswith(
+        f"the ranks were started with different settings: long (rank 0: {'x' * 57}...; rank 1: y)"
+    )

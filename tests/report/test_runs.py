@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gnnrun.errors import GnnrunError
@@ -49,3 +51,47 @@ def test_a_sweep_whose_points_have_not_started(tmp_path):
 def test_a_directory_of_something_else(tmp_path):
     with pytest.raises(GnnrunError, match="neither a run nor a sweep directory"):
         load_run_set(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"ranks": "two"}, "it has 'ranks' of type str, expected int"),
+        ({"ranks": None}, "it has 'ranks' of type NoneType, expected int"),
+        ({"epochs": 2.5}, "it has 'epochs' of type float, expected int"),
+        ({"final": [0.5]}, "'final' is list"),
+        ({"best": {"val_acc": "high"}}, "'best' holds values that are not numbers"),
+        ({"epoch_s_median": "slow"}, "'epoch_s_median' is str"),
+    ],
+)
+def test_a_summary_of_wrong_types_is_a_status_not_a_crash(sweep, capsys, change, problem):
+    from gnnrun.cli import main
+
+    path = sweep / "0" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    run = load_run_set(sweep).runs[0]
+    assert run.summary is None and run.status == f"damaged summary.json ({problem})"
+    assert main(["report", str(sweep)]) == 0
+    assert "damaged summary.json" in capsys.readouterr().out
+
+
+def test_a_summary_that_is_a_list_or_binary_is_a_status(sweep):
+    path = sweep / "0" / "summary.json"
+    path.write_text("[1, 2]")
+    assert load_run_set(sweep).runs[0].status == "damaged summary.json (it is list, not an object)"
+    path.write_bytes(bytes(range(256)))
+    assert load_run_set(sweep).runs[0].status == "unreadable summary.json (UnicodeDecodeError)"
+
+
+def test_a_binary_metrics_file_is_read_as_far_as_it_parses(sweep, capsys):
+    from gnnrun.cli import main
+
+    (sweep / "1" / "summary.json").unlink()
+    metrics = sweep / "1" / "metrics.rank0.jsonl"
+    metrics.write_bytes(metrics.read_bytes() + bytes(range(128, 256)) + b"\n")
+    run = load_run_set(sweep).runs[1]
+    assert [r["epoch"] for r in run.history] == [0, 1]
+    metrics.write_bytes(bytes(range(256)) * 4)
+    assert load_run_set(sweep).runs[1].history == []
+    assert main(["report", str(sweep)]) == 0
+    assert "no results yet" in capsys.readouterr().out
