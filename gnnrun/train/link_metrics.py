@@ -7,7 +7,10 @@ Two ways to rank a held-out edge's score:
   `negatives[i]`; its rank is 1 + the negatives scored above it, ties counted
   half (the mean of the optimistic rank, ties below, and the pessimistic
   one, ties above). MRR is the mean of 1 / rank, Hits@K the share of ranks
-  <= K;
+  <= K. Scores equal up to float32 rounding (within `tie_tolerance`) are
+  ties: a model whose scores have collapsed to one value ranks every positive
+  in the middle of its negatives (MRR about 2 / (k + 1)), not first because
+  of the last bit of a sum;
 - against one shared set of negatives (`hits_against_shared`, OGB's Hits@K
   evaluator, as for ogbl-collab): a positive is a hit when its score beats
   the K-th highest negative score strictly; with fewer than K negatives every
@@ -23,6 +26,14 @@ from collections.abc import Sequence
 import torch
 
 HITS_AT = (10, 50, 100)
+# Scores this close, relative to their size (at least 1), are ties: float32 scores of
+# the same pair computed in another order differ by a few units of 2^-24 (6e-8).
+TIE_RELATIVE = 1e-6
+
+
+def tie_tolerance(scores: torch.Tensor) -> torch.Tensor:
+    """How far from each score another one still ties with it."""
+    return TIE_RELATIVE * scores.to(torch.float64).abs().clamp(min=1.0)
 
 
 def ranks(positives: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
@@ -32,10 +43,22 @@ def ranks(positives: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
             f"negatives must be [len(positives), k], got {tuple(negatives.shape)} "
             f"for {positives.numel()} positives"
         )
-    column = positives.reshape(-1, 1)
-    above = (negatives > column).sum(dim=1)
-    at_least = (negatives >= column).sum(dim=1)
+    column = positives.reshape(-1, 1).to(torch.float64)
+    tolerance = tie_tolerance(column)
+    negatives = negatives.to(torch.float64)
+    above = (negatives > column + tolerance).sum(dim=1)
+    at_least = (negatives >= column - tolerance).sum(dim=1)
     return 0.5 * (above + at_least).to(torch.float64) + 1
+
+
+def collapsed(positives: torch.Tensor, negatives: torch.Tensor) -> bool:
+    """Whether every score, positive and negative, ties with every other one: the model
+    gives every pair the same score (it has collapsed) and ranks nothing."""
+    scores = torch.cat([positives.reshape(-1), negatives.reshape(-1)]).to(torch.float64)
+    if scores.numel() < 2:
+        return False
+    low, high = scores.min(), scores.max()
+    return bool(high - low <= tie_tolerance(high.abs().maximum(low.abs())))
 
 
 def ranking_metrics(

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from gnnrun.comm import Communicator
-from gnnrun.train.link_metrics import ranks
+from gnnrun.train.link_metrics import collapsed, ranks, tie_tolerance
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -34,13 +34,15 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 
 def pairwise_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
     """ROC-AUC of positive against negative scores, ties counted half: `roc_auc` of the two
-    together, by one sort of the negatives (link prediction has k times more of them)."""
+    together, by one sort of the negatives (link prediction has k times more of them).
+    Scores equal up to rounding are ties (gnnrun.train.link_metrics.tie_tolerance)."""
     if not positive.numel() or not negative.numel():
         return float("nan")
     ordered = torch.sort(negative.reshape(-1).to(torch.float64)).values
     positive = positive.to(torch.float64)
-    below = torch.searchsorted(ordered, positive, side="left")
-    not_above = torch.searchsorted(ordered, positive, side="right")
+    tolerance = tie_tolerance(positive)
+    below = torch.searchsorted(ordered, positive - tolerance, side="left")
+    not_above = torch.searchsorted(ordered, positive + tolerance, side="right")
     wins = (below + not_above).sum().item() / 2
     return wins / (positive.numel() * ordered.numel())
 
@@ -73,7 +75,10 @@ def link_metrics(
         result[f"{split}_mrr"] = float(sums[0]) / count if count else float("nan")
         for i, k in enumerate(hits_at):
             result[f"{split}_hits@{k}"] = float(sums[1 + i]) / count if count else float("nan")
-        result[f"{split}_auc"] = pairwise_auc(*_gathered(comm, (positive, negative.reshape(-1))))
+        gathered = _gathered(comm, (positive, negative.reshape(-1)))
+        result[f"{split}_auc"] = pairwise_auc(*gathered)
+        if collapsed(*gathered):
+            result[f"{split}_collapsed"] = 1.0
     return result
 
 

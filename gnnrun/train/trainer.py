@@ -20,6 +20,7 @@ from gnnrun.io import atomic_file
 from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
 from gnnrun.ops.precision import autocast
+from gnnrun.progress import print_warning
 from gnnrun.timers import PhaseTimer
 from gnnrun.train.checkpoint import algorithm_checkpoint, keep_with_run, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
@@ -108,6 +109,17 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                 # NaN: an empty split (or AUC on one class) was not evaluated; left out.
                 record.update({k: v for k, v in figures.items() if not math.isnan(v)})
                 record["eval_bytes"] = comm.bytes.reset()
+                if (
+                    comm.rank == 0
+                    and COLLAPSED in record
+                    and not any(COLLAPSED in r for r in history)
+                ):
+                    print_warning(
+                        f"the model's scores collapsed at epoch {epoch + 1}: every held-out pair "
+                        "scores the same, so it ranks nothing (its MRR and AUC are those of "
+                        "ties) and this evaluation is never the best; lower optimizer.lr or "
+                        "raise model.dropout"
+                    )
             record["time"] = timer.reset()
             record["peak_rss_mb"] = memory.run_peak_mb()
             with open(metrics_file, "a") as f:
@@ -275,10 +287,16 @@ def headline_metric(history: list[dict[str, Any]]) -> str:
     return "val_acc"
 
 
+# The key of an evaluation whose validation scores collapsed (gnnrun.train.metrics).
+COLLAPSED = "val_collapsed"
+
+
 def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
-    """Final and best accuracies, median epoch time and its split, bytes per epoch (rank 0)."""
+    """Final and best accuracies, median epoch time and its split, bytes per epoch (rank 0).
+    An evaluation whose scores collapsed is never the best."""
     metric = headline_metric(history)
-    best = max((r for r in history if metric in r), key=lambda r: r[metric], default={})
+    candidates = (r for r in history if metric in r and COLLAPSED not in r)
+    best = max(candidates, key=lambda r: r[metric], default={})
     last = next((r for r in reversed(history) if any(map(is_metric, r))), {})
     evaluated = {k.split("_")[0] for r in history for k in r if is_metric(k)}
     phases = (
@@ -299,6 +317,11 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
             "epoch": best.get("epoch"),
             **{k: v for k, v in best.items() if is_metric(k)},
         },
+        **(
+            {"collapsed_epochs": collapsed}
+            if (collapsed := [r["epoch"] + 1 for r in history if COLLAPSED in r])
+            else {}
+        ),
         # Splits without a figure: empty ones, or none evaluated yet.
         "not_evaluated": [s for s in ("val", "test") if s not in evaluated],
         "epoch_s_median": float(np.median([r["epoch_s"] for r in history])) if history else None,

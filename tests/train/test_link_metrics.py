@@ -59,3 +59,60 @@ def test_equal_to_ogbs_evaluators_on_random_scores(monkeypatch):
         assert k == evaluator.K
         theirs = evaluator.eval({"y_pred_pos": positives, "y_pred_neg": shared})
         assert hits_against_shared(positives, shared, k) == pytest.approx(theirs[f"hits@{k}"])
+
+
+K = 1000  # negatives per positive, as task.eval_negatives
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.2e-7, 5e-7])  # 0, 2 and 8 float32 units
+def test_scores_equal_up_to_rounding_rank_as_ties(spread):
+    """A collapsed model (every score log 2 up to the last bits of a float32 sum) ranks each
+    positive in the middle of its negatives: MRR 2 / (k + 2), AUC 0.5. Before, a positive a
+    rounding above its negatives ranked first: MRR and AUC 1.0."""
+    from gnnrun.train.link_metrics import collapsed
+    from gnnrun.train.metrics import pairwise_auc
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.tensor(0.6931472, dtype=torch.float32)
+    positives = (base + spread).expand(64).clone()
+    negatives = base + spread * torch.rand(64, K, generator=g) - spread
+    assert (positives[:, None] > negatives).all() or spread == 0  # a strict win, were it not a tie
+    metrics = ranking_metrics(positives, negatives, hits_at=(10,))
+    assert metrics["mrr"] == pytest.approx(2 / (K + 2))
+    assert metrics["hits@10"] == 0.0
+    assert pairwise_auc(positives, negatives) == pytest.approx(0.5)
+    assert collapsed(positives, negatives)
+
+
+def test_scores_apart_still_rank_and_do_not_collapse():
+    from gnnrun.train.link_metrics import collapsed
+    from gnnrun.train.metrics import pairwise_auc
+
+    positives = torch.tensor([0.70, 0.60])
+    negatives = torch.tensor([[0.69, 0.50, 0.71], [0.61, 0.62, 0.10]])
+    # 0.70: one above (0.71) -> rank 2; 0.60: two above -> rank 3.
+    assert ranks(positives, negatives).tolist() == [2.0, 3.0]
+    assert pairwise_auc(positives, negatives) == pytest.approx(5 / 6 * 0.5 + 2 / 6 * 0.5)
+    assert not collapsed(positives, negatives)
+
+
+def test_a_collapsed_evaluation_is_never_the_best_and_is_listed():
+    from types import SimpleNamespace
+
+    from gnnrun.train.trainer import summarize
+
+    def record(epoch, mrr, collapsed=False):
+        r = {"epoch": epoch, "epoch_s": 1.0, "bytes": {}, "time": {}, "peak_rss_mb": 1.0}
+        r |= {"val_mrr": mrr, "test_mrr": mrr} | ({"val_collapsed": 1.0} if collapsed else {})
+        return r
+
+    cfg = SimpleNamespace(
+        dataset=SimpleNamespace(name="d"),
+        model=SimpleNamespace(name="gcn"),
+        algorithm=SimpleNamespace(name="single"),
+        task=SimpleNamespace(name="link"),
+        train=SimpleNamespace(epochs=3, target=None),
+    )
+    summary = summarize([record(0, 0.1), record(1, 0.9, collapsed=True), record(2, 0.2)], cfg, 1)
+    assert summary["best"]["epoch"] == 2
+    assert summary["collapsed_epochs"] == [2]

@@ -30,8 +30,9 @@ def test_pairwise_auc_is_roc_auc_of_positives_and_negatives_together(ties):
     from gnnrun.train.metrics import pairwise_auc
 
     rng = np.random.default_rng(1)
-    positive = torch.from_numpy(rng.random(300) + 0.2)
-    negative = torch.from_numpy(rng.random((300, 7)))
+    # Scores at least 1e-4 apart: closer ones tie (gnnrun.train.link_metrics.tie_tolerance).
+    distinct = torch.from_numpy(rng.permutation(2400) / 2000)
+    positive, negative = distinct[:300] + 0.2001, distinct[300:].reshape(300, 7)
     if ties:
         positive, negative = positive.round(decimals=1), negative.round(decimals=1)
     scores = torch.cat([positive, negative.reshape(-1)])
