@@ -20,6 +20,7 @@ from gnnrun.algorithms.sources import (
     hop_fanouts,
     make_minibatch,
 )
+from gnnrun.errors import GnnrunError
 from gnnrun.models.hetero import TypedInput
 from gnnrun.ops.block import Block
 
@@ -97,6 +98,23 @@ class SampledTraining(Algorithm):
     train_ids: torch.Tensor
     eval_ids: dict[str, torch.Tensor]
     link: LinkObjective | None = None
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        # Fanouts matter where blocks are sampled: full batch takes every neighbour.
+        model = cfg.model
+        if cls.samples(cfg) and len(model.fanouts) != model.layers:
+            example = [*model.fanouts, *[model.fanouts[-1]] * model.layers][: model.layers]
+            raise GnnrunError(
+                f"model.fanouts={list(model.fanouts)} has {len(model.fanouts)} entries and "
+                f"model.layers={model.layers}: give one per layer, seeds first, e.g. "
+                f"model.fanouts=[{','.join(map(str, example))}]"
+            )
+
+    @staticmethod
+    def samples(cfg) -> bool:
+        """Whether this run samples its blocks (and so reads model.fanouts)."""
+        return True
 
     def labels_of(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -54,6 +54,10 @@ class Single(SampledTraining):
         if cfg.task.link:
             self.set_link(dataset, None)
 
+    @staticmethod
+    def samples(cfg) -> bool:
+        return cfg.algorithm.mode != "full"
+
     def labels_of(self, ids):
         return self.label[ids]
 

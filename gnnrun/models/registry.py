@@ -51,7 +51,6 @@ class ModelConfig:
         check(self.hidden >= 1, "model.hidden must be positive")
         check(0 <= self.dropout < 1, "model.dropout must be in [0, 1)")
         check(0 <= self.input_dropout < 1, "model.input_dropout must be in [0, 1)")
-        check(len(self.fanouts) == self.layers, "model.fanouts needs one entry per layer")
         check(
             all(f >= 1 or f == -1 for f in self.fanouts),
             f"model.fanouts {list(self.fanouts)}: each entry is the neighbours sampled per "

@@ -44,3 +44,13 @@ def test_bf16_is_refused_on_a_cpu_without_bf16_instructions(monkeypatch):
     monkeypatch.setattr(checks, "bf16_matmul_supported", lambda: False)
     with pytest.raises(GnnrunError, match="needs a CPU with bfloat16 instructions"):
         check_runnable(make_config("dataset=synthetic-tiny", "train.precision=bf16"))
+
+
+def test_fanouts_are_asked_for_only_where_blocks_are_sampled():
+    """Full batch takes every neighbour: a third layer needs no third fanout there."""
+    full = ("dataset=synthetic-tiny", "algorithm=single", "algorithm.mode=full", "model.layers=3")
+    check_runnable(make_config(*full))
+    for sampled in (("algorithm=single", "algorithm.mode=minibatch"), ("algorithm=minibatch",)):
+        cfg = make_config("dataset=synthetic-tiny", "model.layers=3", *sampled)
+        with pytest.raises(GnnrunError, match=r"model.fanouts=\[10, 25\] has 2 entries and "):
+            check_runnable(cfg)
