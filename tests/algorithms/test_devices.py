@@ -165,12 +165,14 @@ def on_gpus(overrides: tuple[str, ...]) -> tuple[str, ...]:
 
 
 # Algorithms whose ranks exchange GPU tensors: minibatch's gradients, SAR's remote rows,
-# DistGNN's partial aggregates (cd0 at once, cdr delayed: its state in flight).
+# DistGNN's partial aggregates (cd0 at once, cdr delayed: its state in flight), HEC's
+# pushes, MG-GCN's staged broadcasts.
 TWO_RANKS = {
     "minibatch-sage": ("algorithm=minibatch", "model.batch_size=256"),
     "cd0-gcn": ("algorithm=cd0", "model=gcn"),
     "cdr-sage_gcn": ("algorithm=cdr", "model=sage_gcn", "train.epochs=4"),
     "hec-sage": ("algorithm=hec", "model.batch_size=256"),
+    "spmm1d-gcn": ("algorithm=spmm1d", "model=gcn"),
     "sar-gat": ("algorithm=sar", "model=gat"),
     "domain_parallel-sage": ("algorithm=domain_parallel", "model=sage"),
 }
