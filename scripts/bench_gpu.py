@@ -343,6 +343,8 @@ def main() -> None:
         if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
         else "cpu"
     )
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"--device cuda: this torch ({torch.__version__}) sees no CUDA device")
     torch.set_num_threads(args.threads)
     try:
         import torch_geometric

@@ -21,8 +21,13 @@ if compgen -G ".whl/*.whl" >/dev/null; then
         --target "$site" .whl/*.whl || exit 1
 fi
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee "$out/gpu.txt"
+if ! python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+    echo "no CUDA device here: the GPU tests skip, and the benchmark is not run" | tee -a "$out/gpu.txt"
+    python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/tests.log"
+    exit "${PIPESTATUS[0]}"
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee -a "$out/gpu.txt"
 # The tests run gnnrun through `python -m gnnrun.cli` and in-process; ranks re-import it.
 python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/tests.log"
 tests=${PIPESTATUS[0]}
