@@ -110,6 +110,19 @@ def still_running(processes: dict[int, str]) -> list[int]:
     ]
 
 
+def ranks_training(run_dir, process, ranks: int = 2) -> bool:
+    """Whether every rank has written an epoch's metrics before `process` ended (180 s)."""
+    return wait_for(
+        lambda: all(
+            (run_dir / f"metrics.rank{r}.jsonl").is_file()
+            and (run_dir / f"metrics.rank{r}.jsonl").stat().st_size > 0
+            for r in range(ranks)
+        ),
+        180,
+        process,
+    )
+
+
 def wait_for(condition, timeout_s: float, process: subprocess.Popen) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -162,15 +175,7 @@ def test_a_signal_stops_every_rank(tmp_path, whom, sig, code, message, algorithm
             command, stdout=out, stderr=err, cwd=tmp_path, start_new_session=True
         )
     try:
-        training = wait_for(
-            lambda: all(
-                (run_dir / f"metrics.rank{r}.jsonl").is_file()
-                and (run_dir / f"metrics.rank{r}.jsonl").stat().st_size > 0
-                for r in range(2)
-            ),
-            180,
-            process,
-        )
+        training = ranks_training(run_dir, process)
         assert training, "ranks never started training: " + (tmp_path / "err").read_text()
         ours = descendants(process.pid)
         assert len(ours) >= 2, ours  # at least the two ranks
@@ -240,15 +245,7 @@ def _start_training(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
         process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, start_new_session=True
         )
-    training = wait_for(
-        lambda: all(
-            (run_dir / f"metrics.rank{r}.jsonl").is_file()
-            and (run_dir / f"metrics.rank{r}.jsonl").stat().st_size > 0
-            for r in range(2)
-        ),
-        180,
-        process,
-    )
+    training = ranks_training(run_dir, process)
     if not training:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
