@@ -83,10 +83,11 @@ bench-sar: setup
 bench-pipeline: setup
 	$(BIN)/python scripts/bench_pipeline.py
 
-# gnnrun beside PyG on this machine's device (its GPU where it has one, else the CPU).
+# gnnrun beside PyG on this machine's device: its GPU (synthetic-medium and -large) where
+# it has one, else the CPU (synthetic-small).
 bench-gpu: setup
 	$(BIN)/pip install --quiet "torch-geometric>=2.6"
-	$(BIN)/python scripts/bench_gpu.py --graphs synthetic-medium
+	$(BIN)/python scripts/bench_gpu.py
 
 # DGL 2.1 beside gnnrun, for the benchmarks' --dgl-python: in a venv of its own,
 # since DGL 2.1 does not import on gnnrun's torch (torch 2.2.1 from the index is
