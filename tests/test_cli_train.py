@@ -110,19 +110,6 @@ def still_running(processes: dict[int, str]) -> list[int]:
     ]
 
 
-def ranks_training(run_dir, process, ranks: int = 2) -> bool:
-    """Whether every rank has written an epoch's metrics before `process` ended (180 s)."""
-    return wait_for(
-        lambda: all(
-            (run_dir / f"metrics.rank{r}.jsonl").is_file()
-            and (run_dir / f"metrics.rank{r}.jsonl").stat().st_size > 0
-            for r in range(ranks)
-        ),
-        180,
-        process,
-    )
-
-
 def wait_for(condition, timeout_s: float, process: subprocess.Popen) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -156,27 +143,11 @@ def wait_for(condition, timeout_s: float, process: subprocess.Popen) -> bool:
     ],
 )
 def test_a_signal_stops_every_rank(tmp_path, whom, sig, code, message, algorithm):
-    run_dir = tmp_path / "run"
-    gnnrun = Path(sys.executable).with_name("gnnrun")
-    command = [
-        str(gnnrun),
-        "train",
-        "dataset=synthetic-tiny",
-        "model=sage",
-        f"algorithm={algorithm}",
-        "cluster.nprocs=2",
-        "cluster.max_restarts=1",  # a signal is the user's word: never restarted
-        "train.epochs=100000",  # still training when the signal comes
-        f"hydra.run.dir={run_dir}",
-    ]
-    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
-        # Its own session and process group: the group is what a terminal's Ctrl-C reaches.
-        process = subprocess.Popen(
-            command, stdout=out, stderr=err, cwd=tmp_path, start_new_session=True
-        )
+    # A signal is the user's word: never restarted, restarts allowed or not.
+    process, _ = _start_training(
+        tmp_path, "model=sage", f"algorithm={algorithm}", "cluster.max_restarts=1"
+    )
     try:
-        training = ranks_training(run_dir, process)
-        assert training, "ranks never started training: " + (tmp_path / "err").read_text()
         ours = descendants(process.pid)
         assert len(ours) >= 2, ours  # at least the two ranks
         start = time.monotonic()
@@ -229,8 +200,9 @@ def test_ctrl_c_while_ranks_start_prints_one_line(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
-def _start_training(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
-    """A 2-rank run in its own session, stderr in tmp_path/err; returned once both train."""
+def _start_training(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, Path]:
+    """A 2-rank run (with `overrides`) in its own session and process group (what a
+    terminal's Ctrl-C reaches), stderr in tmp_path/err; returned once both ranks train."""
     run_dir = tmp_path / "run"
     gnnrun = Path(sys.executable).with_name("gnnrun")
     command = [
@@ -238,14 +210,23 @@ def _start_training(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
         "train",
         "dataset=synthetic-tiny",
         "cluster.nprocs=2",
-        "train.epochs=100000",
+        "train.epochs=100000",  # still training when a signal comes
         f"hydra.run.dir={run_dir}",
+        *overrides,
     ]
     with open(tmp_path / "err", "w") as err:
         process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, start_new_session=True
         )
-    training = ranks_training(run_dir, process)
+    training = wait_for(
+        lambda: all(
+            (run_dir / f"metrics.rank{r}.jsonl").is_file()
+            and (run_dir / f"metrics.rank{r}.jsonl").stat().st_size > 0
+            for r in range(2)
+        ),
+        180,
+        process,
+    )
     if not training:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -292,6 +273,7 @@ def test_sigint_to_one_rank_names_it_without_the_interpreters_abort(tmp_path):
         assert noise not in err, err
 
 
+@pytest.mark.slow  # make test-slow: a warning on the terminal, not a result
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
 def test_a_killed_launcher_leaves_no_resource_tracker_warning(tmp_path):
     """SIGKILL of gnnrun: multiprocessing's resource tracker cleans up its semaphores
