@@ -123,6 +123,7 @@ def test_ranks_started_with_different_settings_are_refused_on_every_rank(monkeyp
     assert run_on_ranks(rank_fns.check_config, 2, own, timeout_s=60) == [None, None]
 
 
+@pytest.mark.faults  # two gnnrun processes as hosts; 2 local ranks above cover the check
 def test_two_hosts_on_loopback_with_different_settings_both_refuse(tmp_path):
     import subprocess
 
