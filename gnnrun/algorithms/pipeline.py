@@ -62,12 +62,13 @@ from gnnrun.algorithms.link import EdgeTargets
 from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key, tensors_in
 from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.sources import sample_minibatch
+from gnnrun.algorithms.sources import PartitionGraphSource, sample_minibatch
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.ops.block import Block
 
 STAGES = ("sample", "fetch", "device")
+REMOTE_REQUESTS = ("served", "collective")
 
 
 @dataclass
@@ -82,6 +83,10 @@ class PipelineConfig(AlgorithmConfig):
     # Input-feature rows of the most-connected vertices kept on the rank's device (the
     # GPU; gnnrun.algorithms.feature_cache); 0: none.
     gpu_cache_rows: int = 0
+    # How a rank asks the owners of remote vertices: "served", their server threads
+    # answer whenever asked (DistDGLv2's sampler servers; no rank waits for another's
+    # loop); "collective", all-to-alls that pair every rank's step with every other's.
+    remote_requests: str = "served"
 
     def validate(self) -> None:
         super().validate()
@@ -102,6 +107,12 @@ class PipelineConfig(AlgorithmConfig):
             )
         check(self.stage_threads >= 1, "algorithm.stage_threads must be at least 1")
         check(
+            self.remote_requests in REMOTE_REQUESTS,
+            f"algorithm.remote_requests={self.remote_requests!r}"
+            f"{did_you_mean(self.remote_requests, REMOTE_REQUESTS)}: give one of "
+            + ", ".join(REMOTE_REQUESTS),
+        )
+        check(
             self.gpu_cache_rows >= 0,
             f"algorithm.gpu_cache_rows is {self.gpu_cache_rows}: give a count of rows, 0 or more",
         )
@@ -116,6 +127,7 @@ class _Item:
     items: torch.Tensor  # the step's training vertices, or edges under task=link
     blocks: list[Block] = field(default_factory=list)
     x: torch.Tensor | None = None  # with a feature cache: the rows it did not hold
+    rows_at: torch.Tensor | None = None  # x's rows come in the order x[rows_at] (served)
     cache_slots: torch.Tensor | None = None  # with a feature cache: each input's slot or -1
     copied: Any = None  # on a GPU rank, the event after the copy to the GPU
     targets: torch.Tensor | EdgeTargets | None = None
@@ -140,6 +152,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         self._inputs: dict[int, int] = defaultdict(int)
         self._finished_lock = threading.Lock()
         self.feature_cache: FeatureCache | None = None
+        self.served: PartitionGraphSource | None = None  # the stages' source, when served
         if cfg.algorithm.gpu_cache_rows and self.schema is not None:
             raise GnnrunError(
                 "algorithm.gpu_cache_rows caches one feature table, and a heterogeneous "
@@ -157,19 +170,26 @@ class PipelinedMinibatch(DistributedMinibatch):
             ids = FeatureCache.most_connected(dataset.indptr, rows)
             features = self.source.features(ids).to(self.device)
             self.feature_cache = FeatureCache(ids, features, dataset.num_nodes)
-        sample_comm = self.comm.private_channel()
-        fetch_comm = self.comm.private_channel()
-        sample_source = self.source.talking_over(sample_comm)
-        fetch_source = self.source.talking_over(fetch_comm)
-        threads = self.cfg.algorithm.stage_threads
         copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        if self.cfg.algorithm.remote_requests == "served" and self.comm.distributed:
+            self.served = sample_source = fetch_source = self.source.served()
+            sample_bytes = self.served.sampling.bytes
+            fetch_bytes = self.served.fetching.bytes
+        else:
+            sample_comm, fetch_comm = self.comm.private_channel(), self.comm.private_channel()
+            sample_source = self.source.talking_over(sample_comm)
+            fetch_source = self.source.talking_over(fetch_comm)
+            sample_bytes, fetch_bytes = sample_comm.bytes, fetch_comm.bytes
+        # One buffer per minibatch, each byte copied into it once, reordered on the device.
+        one_copy = self.served is not None and self.schema is None
+        threads = self.cfg.algorithm.stage_threads
 
         def sample(item: _Item) -> _Item:
             self._hook("sample", item)
             key = step_key(self.cfg.train.seed, item.epoch, item.step)
             seeds, exclude, item.targets = self.step_targets(item.items, key)
             item.blocks = sample_minibatch(sample_source, seeds, self.fanouts, key, exclude)
-            _add(item.sent, sample_comm.bytes.reset())
+            _add(item.sent, sample_bytes.reset())
             return item
 
         def fetch(item: _Item) -> _Item:
@@ -178,15 +198,19 @@ class PipelinedMinibatch(DistributedMinibatch):
             inputs = needed.numel()
             if self.feature_cache is not None:
                 item.cache_slots, needed = self.feature_cache.lookup(needed)
-            item.x = fetch_source.features(needed)
-            if copy_stream is not None and isinstance(item.x, torch.Tensor):
-                item.x = item.x.pin_memory()  # so that the copy to the GPU is asynchronous
+            pin = copy_stream is not None  # so that the copy to the GPU is asynchronous
+            if one_copy:
+                item.x, item.rows_at = fetch_source.gather_rows(needed, pin=pin)
+            else:
+                item.x = fetch_source.features(needed)
+                if pin and isinstance(item.x, torch.Tensor):
+                    item.x = item.x.pin_memory()
             gathered = sum(t.numel() * t.element_size() for t in tensors_in(item.x))
             with self._finished_lock:  # what a GPU rank copies of the input rows
                 self._feature_bytes[item.epoch] += gathered
                 self._cache_hits[item.epoch] += inputs - needed.numel()
                 self._inputs[item.epoch] += inputs
-            _add(item.sent, fetch_comm.bytes.reset())
+            _add(item.sent, fetch_bytes.reset())
             return item
 
         def to_device(item: _Item) -> _Item:
@@ -194,6 +218,8 @@ class PipelinedMinibatch(DistributedMinibatch):
             with torch.cuda.stream(copy_stream) if copy_stream else contextlib.nullcontext():
                 moved = Minibatch(item.blocks, item.x, item.targets).to(self.device, True)
                 item.blocks, item.x, item.targets = moved.blocks, moved.x, moved.targets
+                if item.rows_at is not None:  # the buffer's rows, in the blocks' order
+                    item.x = item.x[item.rows_at.to(self.device, non_blocking=True)]
                 if self.feature_cache is not None:
                     item.x = self.feature_cache.assemble(item.cache_slots, item.x)
             if copy_stream is not None:
@@ -270,6 +296,9 @@ class PipelinedMinibatch(DistributedMinibatch):
         if self.pipeline is not None:
             self.pipeline.close()
             self.pipeline = None
+        if self.served is not None:  # after the stages: they may still be asking
+            self.served.close()
+            self.served = None
 
     # ------------------------------------------------------------------ the stages' side
 

@@ -22,7 +22,7 @@ import copy
 import numpy as np
 import torch
 
-from gnnrun.comm import Communicator
+from gnnrun.comm import Communicator, RequestService
 from gnnrun.data.dataset import GraphDataset, typed_feat_name
 from gnnrun.data.hetero import HeteroSchema, relation_indptr
 from gnnrun.models.hetero import TypedInput
@@ -202,6 +202,10 @@ class PartitionGraphSource(GraphSource):
     keep each row in global order).
     """
 
+    # Served sources only (`served()`): this rank's servers, and its side as their client.
+    sampling: RequestService | None = None
+    fetching: RequestService | None = None
+
     def __init__(
         self, book: PartitionBook, comm: Communicator, schema: HeteroSchema | None = None
     ) -> None:
@@ -242,6 +246,31 @@ class PartitionGraphSource(GraphSource):
         source.comm = comm
         return source
 
+    def served(self) -> PartitionGraphSource:
+        """This part (its arrays shared), asking the other ranks' servers instead of
+        exchanging with them: each rank answers requests in threads of its own
+        (gnnrun.comm.requests), so a rank's sampling and feature fetches never wait for
+        another rank to reach the same exchange. Collective to create (every rank, in the
+        same order); `close()` ends it. The same blocks and rows as `talking_over`."""
+        source = copy.copy(self)
+        source.sampling = self.comm.request_service(self._answer_sampling)
+        source.fetching = self.comm.request_service(self._answer_fetch)
+        return source
+
+    def close(self) -> None:
+        for service in (self.sampling, self.fetching):
+            if service is not None:
+                service.close()
+        self.sampling = self.fetching = None
+
+    def sent(self) -> dict[str, int]:
+        """Bytes sent (served: sent and received) since the last call, by purpose."""
+        total = self.comm.bytes.reset()
+        for service in (self.sampling, self.fetching):
+            for purpose, count in ({} if service is None else service.bytes.reset()).items():
+                total[purpose] = total.get(purpose, 0) + count
+        return total
+
     def _route(
         self, nodes: torch.Tensor, owner: torch.Tensor
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -249,18 +278,29 @@ class PartitionGraphSource(GraphSource):
         counts = torch.bincount(owner, minlength=self.comm.world_size).tolist()
         return order, list(nodes[order].split(counts))
 
+    # ------------------------------------------------------------------ sampling
+
     def sample_rows(self, rows, fanouts, key, hop):
         order, requests = self._route(rows, self.owner[rows // self.num_relations])
-        received = self.comm.exchange(requests, "sample_requests")
-        replies_counts, replies_neighbours = [], []
-        for ids in received:
-            offsets, neighbours = sample_relations(
-                self.indptr, self.indices, ids, fanouts, key, hop
+        if self.sampling is None:
+            received = self.comm.exchange(requests, "sample_requests")
+            replies = [self._sample_own(ids, fanouts, key, hop) for ids in received]
+            counts = torch.cat(self.comm.exchange([c for c, _ in replies], "sample_replies"))
+            neighbours = torch.cat(self.comm.exchange([n for _, n in replies], "sample_replies"))
+        else:
+            header = torch.tensor([hop, key, len(fanouts), *fanouts], dtype=torch.int64)
+            pending = self.sampling.ask(
+                [torch.cat([header, ids]) if ids.numel() else None for ids in requests],
+                [(torch.int64, ()), (torch.int64, ())],
+                ("sample_requests", "sample_replies"),
             )
-            replies_counts.append(offsets[1:] - offsets[:-1])
-            replies_neighbours.append(self.nodes[neighbours])
-        counts = torch.cat(self.comm.exchange(replies_counts, "sample_replies"))
-        neighbours = torch.cat(self.comm.exchange(replies_neighbours, "sample_replies"))
+            own = self._sample_own(requests[self.comm.rank], fanouts, key, hop)
+            answers = pending.wait()
+            answers[self.comm.rank] = list(own)
+            empty = torch.zeros(0, dtype=torch.int64)
+            replies = [answers.get(r, (empty, empty)) for r in range(self.comm.world_size)]
+            counts = torch.cat([c for c, _ in replies])
+            neighbours = torch.cat([n for _, n in replies])
         # Undo the routing order: rows came back grouped by owner.
         starts = torch.zeros(counts.numel() + 1, dtype=torch.int64)
         torch.cumsum(counts, 0, out=starts[1:])
@@ -279,19 +319,44 @@ class PartitionGraphSource(GraphSource):
             gather = neighbours[gather]
         return offsets, gather
 
+    def _sample_own(
+        self, rows: torch.Tensor, fanouts: list[int], key: int, hop: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of this part, sampled: (each row's count, the neighbours' global ids)."""
+        offsets, neighbours = sample_relations(self.indptr, self.indices, rows, fanouts, key, hop)
+        return offsets[1:] - offsets[:-1], self.nodes[neighbours]
+
+    def _answer_sampling(self, payload: torch.Tensor) -> list[torch.Tensor]:
+        hop, key, num_fanouts = payload[:3].tolist()
+        fanouts = payload[3 : 3 + num_fanouts].tolist()
+        return list(self._sample_own(payload[3 + num_fanouts :], fanouts, key, hop))
+
+    # ------------------------------------------------------------------ features
+
     def features(self, nodes):
         if self.schema is None:
-            return self.fetch_rows(nodes, self.feat, 0)
+            return self._input_rows(nodes, -1)
         offsets = self.schema.offsets
         return typed_input(
             self.schema,
             nodes,
-            lambda t, typed_ids: self.fetch_rows(typed_ids + int(offsets[t]), *self.typed_feat[t]),
+            lambda t, typed_ids: self._input_rows(typed_ids + int(offsets[t]), t),
         )
+
+    def _input_rows(self, nodes: torch.Tensor, node_type: int) -> torch.Tensor:
+        """Input features of global vertices `nodes` (of `node_type`; -1: homogeneous)."""
+        if self.fetching is not None:
+            rows, position = self.gather_rows(nodes, node_type)
+            return rows[position]
+        return self.fetch_rows(nodes, *self._table(node_type))
+
+    def _table(self, node_type: int) -> tuple[np.ndarray, int]:
+        """A feature table and the local id of its first row (-1: the homogeneous one)."""
+        return (self.feat, 0) if node_type < 0 else self.typed_feat[node_type]
 
     def fetch_rows(self, nodes: torch.Tensor, table: np.ndarray, first_row: int) -> torch.Tensor:
         """Rows of global vertices `nodes` from their owners' `table`, whose row of the
-        owner's local id l is l - first_row."""
+        owner's local id l is l - first_row, over all-to-alls."""
         # This rank's own rows are gathered straight into place while the others are
         # on their way: through the exchange they would be copied three more times.
         owner = self.owner[nodes]
@@ -311,6 +376,49 @@ class PartitionGraphSource(GraphSource):
         )
         out.index_copy_(0, remote[order], torch.cat(pending.wait()))
         return out
+
+    def gather_rows(
+        self, nodes: torch.Tensor, node_type: int = -1, pin: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows, position): the feature rows of global vertices `nodes` (of `node_type`,
+        -1 on a homogeneous graph) in one buffer, and each vertex's row in it, so that
+        rows[position] lists them in order. Served sources only.
+
+        The buffer holds this rank's own rows first, gathered into it, then each other
+        owner's, received into it: one copy per byte (DistDGLv2's pinned buffer, with
+        `pin`), where putting them in order would take a second. The reordering is left to
+        the reader: on a GPU rank, the GPU's after the buffer's copy."""
+        assert self.fetching is not None, "gather_rows needs a served source"
+        table, first_row = self._table(node_type)
+        order, requests = self._route(nodes, self.owner[nodes])
+        me, world = self.comm.rank, self.comm.world_size
+        sizes = [ids.numel() for ids in requests]
+        ranks = [me, *[r for r in range(world) if r != me]]  # the buffer's order
+        starts = dict(zip(ranks, np.cumsum([0, *[sizes[r] for r in ranks]]).tolist(), strict=False))
+        dtype = torch.from_numpy(np.empty(0, dtype=table.dtype)).dtype
+        rows = torch.empty((nodes.numel(), *table.shape[1:]), dtype=dtype, pin_memory=pin)
+        part = {r: rows[starts[r] : starts[r] + sizes[r]] for r in ranks}
+        pending = self.fetching.ask(
+            [
+                torch.cat([torch.tensor([node_type]), ids]) if ids.numel() else None
+                for ids in requests
+            ],
+            [(dtype, tuple(table.shape[1:]))],
+            ("feature_requests", "features"),
+            into={r: [part[r]] for r in ranks[1:]},
+        )
+        take_rows(table, (self.local[requests[me]] - first_row).numpy(), out=part[me].numpy())
+        pending.wait()
+        # nodes[order] are grouped by owner in rank order, the buffer's with this rank first.
+        in_buffer = torch.cat([torch.arange(starts[r], starts[r] + sizes[r]) for r in range(world)])
+        position = torch.empty_like(order)
+        position[order] = in_buffer
+        return rows, position
+
+    def _answer_fetch(self, payload: torch.Tensor) -> list[torch.Tensor]:
+        table, first_row = self._table(int(payload[0]))
+        ids = payload[1:]  # global ids
+        return [torch.from_numpy(take_rows(table, (self.local[ids] - first_row).numpy()))]
 
     def labels(self, nodes: torch.Tensor) -> torch.Tensor:
         """Labels of vertices this rank owns."""

@@ -12,26 +12,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-
-@dataclass
-class ByteCounter:
-    sent: dict[str, int] = field(default_factory=dict)  # by purpose, e.g. "features", "allreduce"
-
-    def add(self, purpose: str, nbytes: int) -> None:
-        self.sent[purpose] = self.sent.get(purpose, 0) + int(nbytes)
-
-    def total(self) -> int:
-        return sum(self.sent.values())
-
-    def reset(self) -> dict[str, int]:
-        sent, self.sent = self.sent, {}
-        return sent
+from gnnrun.comm.bytes import ByteCounter
+from gnnrun.comm.requests import RequestService
 
 
 @dataclass
@@ -79,6 +67,13 @@ class Communicator:
         # A GPU job's default group is NCCL beside gloo; the pipeline's threads move CPU tensors.
         group = dist.new_group(backend="gloo" if "gloo" in backend else backend)
         return Communicator(group=group)
+
+    def request_service(
+        self, handler: Callable[[torch.Tensor], list[torch.Tensor]]
+    ) -> RequestService | None:
+        """A `RequestService` answering the other ranks' requests with `handler` (collective:
+        every rank calls it, in the same order); None when not distributed."""
+        return RequestService(handler) if self.distributed else None
 
     def exchange(self, outgoing: list[torch.Tensor], purpose: str) -> list[torch.Tensor]:
         """All-to-all-v: send outgoing[r] to rank r, receive one tensor from every rank.

@@ -34,6 +34,15 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
         )
         for name, c in CAPACITIES.items()
     }
+    # Remote requests as all-to-alls, in lock-step with the other ranks: byte for byte
+    # minibatch's traffic on every rank.
+    pipelines["collective"] = configure(
+        *COMMON,
+        "algorithm=pipeline",
+        f"cluster.nprocs={nprocs}",
+        f"algorithm.capacity={CAPACITIES['four']}",
+        "algorithm.remote_requests=collective",
+    )
     results = run_on_ranks(
         pipeline_checks.pipeline_equals_minibatch, nprocs, minibatch, pipelines, 2
     )
@@ -41,7 +50,19 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
         assert result["steps"] >= 4, "the test needs several steps per epoch"
         for name, run in result["results"].items():
             assert run["same"], f"rank {rank}, capacities {name}: training differs from minibatch"
-            assert run["same_bytes"], f"rank {rank}, capacities {name}: bytes differ"
+            if name == "collective":
+                assert run["bytes"] == result["minibatch_bytes"], f"rank {rank}: bytes differ"
+                continue
+            # Served: a rank books the requests it sends and the replies it receives, so
+            # the feature rows summed over the ranks are the rows the all-to-alls sent
+            # (whose count also has the row counts every rank sends each rank per step).
+            for epoch, (served, reference) in enumerate(
+                zip(run["bytes"], result["minibatch_bytes"], strict=True)
+            ):
+                assert served["allreduce"] == reference["allreduce"], (rank, name, epoch)
+                rows = sum(r["results"][name]["bytes"][epoch]["features"] for r in results)
+                sent = sum(r["minibatch_bytes"][epoch]["features"] for r in results)
+                assert rows > 0 and sent - rows == result["steps"] // 2 * nprocs * nprocs * 8
             for epoch in run["pipeline"]:
                 for stage, figures in epoch.items():
                     capacity = int(CAPACITIES[name].split(f"{stage}: ")[1][0])
@@ -76,6 +97,21 @@ def test_slow_stages_show_where_the_time_goes(configure):
         assert first["sample"]["blocked_s"] > 0
         assert all(epoch["ready"] >= 1 for epoch in result["slow_compute"][:-1])
         assert result["slow_compute"][-1]["ready"] == 0  # no epoch after the last
+
+
+def test_a_stalled_rank_does_not_stall_the_others_sampling(configure):
+    """Served requests: rank 0 builds its minibatches while rank 1's sampler is held up,
+    since rank 1's server threads answer for it; with all-to-alls it builds none until
+    rank 1 catches up."""
+    common = (*COMMON, "algorithm=pipeline", "cluster.nprocs=2")
+    capacity = "algorithm.capacity={sample: 3, fetch: 3, device: 1}"
+    configs = {
+        mode: configure(*common, capacity, f"algorithm.remote_requests={mode}")
+        for mode in ("served", "collective")
+    }
+    built = run_on_ranks(pipeline_checks.built_while_a_rank_stalls, 2, configs, 3.0)[0]
+    assert built["served"] >= 4, built  # every step of the epoch, or its buffers' worth
+    assert built["collective"] == 0, built
 
 
 def test_a_failing_sampler_ends_the_run_naming_its_rank(configure):
