@@ -20,6 +20,8 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 
+import torch
+
 PHASES = ("mbc", "fwd", "bwd", "comm", "ared", "opt", "sync", "eval")
 # Phases that keep the collectives inside them (see the module docstring).
 KEEPS_COMMUNICATION = ("ared", "comm", "eval")
@@ -66,3 +68,42 @@ class PhaseTimer:
         out.update({name: self.seconds[name] for name in sorted(self.seconds) if name not in out})
         self.seconds = defaultdict(float)
         return out
+
+
+class DeviceBusy:
+    """Seconds the rank's compute device spent on the training steps of an epoch, from each
+    step's forward to its optimizer step (the gradient all-reduce included): what the
+    pipeline must keep fed. On a GPU, CUDA events around each step's kernels, read once
+    the epoch ends (reading them earlier would wait for the GPU); on a CPU, the steps' wall
+    time. The share of the epoch it covers is the GPU-busy share; the rest is the device
+    waiting (for minibatches, for the host launching kernels)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._seconds = 0.0
+
+    def start(self) -> None:
+        """A step's device work starts (its forward)."""
+        if self.cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._began = time.perf_counter()
+
+    def stop(self) -> None:
+        """The step's device work is all issued (its optimizer step)."""
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((self._start, end))
+        else:
+            self._seconds += time.perf_counter() - self._began
+
+    def take(self) -> float:
+        """The epoch's busy seconds (synchronising with a GPU), and start afresh."""
+        if self._events:
+            self._events[-1][1].synchronize()
+        seconds = self._seconds + sum(s.elapsed_time(e) for s, e in self._events) / 1000
+        self._events, self._seconds = [], 0.0
+        return seconds

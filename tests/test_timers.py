@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+import torch
 
 from gnnrun import timers
 from gnnrun.cli import main
@@ -56,6 +57,18 @@ def test_phases_time_the_real_clock():
     assert timer.reset()["opt"] >= 0.01
 
 
+def test_device_busy_on_a_cpu_is_the_steps_wall_time(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(timers, "time", clock)
+    busy = timers.DeviceBusy(torch.device("cpu"))
+    for seconds in (2, 3):
+        clock.sleep(10)  # waiting for a minibatch: not busy
+        busy.start()
+        clock.sleep(seconds)
+        busy.stop()
+    assert busy.take() == 5 and busy.take() == 0
+
+
 @pytest.mark.parametrize(
     ("algorithm", "extra"),
     [
@@ -75,4 +88,9 @@ def test_phases_sum_to_the_epoch_on_real_ranks(tmp_path, monkeypatch, capsys, al
             booked = sum(record["time"][p] for p in training)
             assert booked == pytest.approx(record["epoch_s"], rel=0.05), record["time"]
             assert record["time"]["comm"] > 0  # both send megabytes every epoch
+            # The device's busy time on a CPU rank: the steps' compute, all-reduce and update
+            # (and what of `comm` they waited; the rest of it is the sampler's).
+            steps = sum(record["time"][p] for p in ("fwd", "bwd", "ared", "opt"))
+            assert steps * 0.99 <= record["device_busy_s"] <= steps + record["time"]["comm"]
+            assert 0 < record["device_busy_s"] < record["epoch_s"]
             print(algorithm, rank, record["epoch"], f"{booked / record['epoch_s']:.4f}")

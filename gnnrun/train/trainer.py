@@ -21,7 +21,7 @@ from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
 from gnnrun.ops.precision import autocast
 from gnnrun.progress import print_warning
-from gnnrun.timers import PhaseTimer
+from gnnrun.timers import DeviceBusy, PhaseTimer
 from gnnrun.train.checkpoint import algorithm_checkpoint, keep_with_run, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.metrics import evaluate_outputs
@@ -210,9 +210,11 @@ def train_epoch(
     dense = [p for p in model.parameters() if all(p is not t for t in tables)]
     precision = algorithm.cfg.train.precision
     losses: list[float] = []
+    busy = DeviceBusy(algorithm.device)  # the device's share of the epoch: is it kept fed?
     for step in range(steps):
         with timer.phase("mbc"):
             batch = algorithm.batch(step)
+        busy.start()
         with timer.phase("fwd"), autocast(precision, algorithm.device):
             optimizer.zero_grad(set_to_none=False)
             loss = algorithm.loss(model, batch, step)
@@ -231,10 +233,11 @@ def train_epoch(
                     table.grad = combine_sparse(algorithm.comm, table, algorithm.gradient_reduction)
         with timer.phase("opt"):
             optimizer.step()
+        busy.stop()
         algorithm.on_step(step + 1, steps)
     with timer.phase("sync"):
         stats = algorithm.end_epoch(losses)
-    return {**stats, "steps": steps}
+    return {**stats, "steps": steps, "device_busy_s": busy.take()}
 
 
 def combine_sparse(comm: Communicator, table: torch.nn.Parameter, reduction: str) -> torch.Tensor:
