@@ -112,13 +112,17 @@ class Algorithm:
         raise NotImplementedError(f"{type(self).__name__} keeps no state")
 
 
-def open_own_part(cfg, comm: Communicator, kind: str) -> tuple[GraphDataset, PartitionBook]:
-    """The dataset and the partition this run trains on, checked against both and the ranks."""
+def open_own_part(
+    cfg, comm: Communicator, kind: str, shared_parts: bool = False
+) -> tuple[GraphDataset, PartitionBook]:
+    """The dataset and the partition this run trains on, checked against both and the ranks
+    (`shared_parts`: the algorithm trains several ranks on one part, a machine's)."""
     dataset = load_for_task(cfg.dataset, cfg.task)
     book = open_partition(
         Path(cfg.partitioner.output_dir),
         dataset_checksum=dataset.checksum,
         world_size=comm.world_size,
         kind=kind,
+        shared_parts=shared_parts,
     )
     return dataset, book

@@ -150,6 +150,7 @@ class Push:
 
 @ALGORITHMS.register("hec", HistoricalEmbeddingCacheConfig)
 class HistoricalEmbeddingCacheTraining(DistributedMinibatch):
+    shares_parts = False  # its caches are per part: one part per rank
     # The cache keeps and pushes layer outputs; its bf16 form is not built yet.
     precisions = ("fp32",)
     # The cache's halo rows would need the typed input encoded per layer 0.

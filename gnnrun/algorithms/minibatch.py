@@ -260,17 +260,29 @@ class DistributedMinibatch(SampledTraining):
 
     partition_kind = "edge_cut"
     trains_on_every_rank = True
+    # Trains on parts that a machine's trainers share (partitioner=two_level's "machines"
+    # layout), each taking the seeds the partition assigns it.
+    shares_parts = True
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
-        dataset, book = open_own_part(cfg, comm, self.partition_kind)
+        dataset, book = open_own_part(cfg, comm, self.partition_kind, self.shares_parts)
         self.schema = dataset.hetero if self.heterogeneous else None
         self.source = PartitionGraphSource(book, comm, self.schema)
-        self.part = part = book.load_part(comm.rank)
+        self.part = part = book.load_part(book.part_of_rank(comm.rank))
         nodes = self.source.nodes
+        trainers = book.trainers_per_part
+        # This rank's vertices of its part: all of them, or those assigned to it.
+        self.mine = torch.arange(part.num_solid)
+        if trainers > 1:
+            assigned = torch.from_numpy(np.asarray(part["trainer"], dtype=np.int64))
+            self.mine = torch.nonzero(assigned == comm.rank % trainers).squeeze(1)
+        is_mine = torch.zeros(part.num_solid, dtype=torch.bool)
+        is_mine[self.mine] = True
 
         def owned(split: str) -> torch.Tensor:
-            return nodes[torch.from_numpy(np.array(part[split], dtype=np.int64))]
+            local = torch.from_numpy(np.array(part[split], dtype=np.int64))
+            return nodes[local[is_mine[local]]]
 
         self.train_ids = owned("train_idx")
         self.eval_ids = {"val": owned("val_idx"), "test": owned("test_idx")}
@@ -280,13 +292,18 @@ class DistributedMinibatch(SampledTraining):
             dataset.task,
         )
         if cfg.task.link:
+            if trainers > 1:
+                raise GnnrunError(
+                    "task=link trains on one part per rank: partition with "
+                    "partitioner.layout=trainers"
+                )
             self.set_link(dataset, self.source.owner)
 
     def labels_of(self, ids):
         return self.source.labels(ids)
 
     def embedded_vertices(self) -> torch.Tensor:
-        return self.source.nodes[: self.part.num_solid]
+        return self.source.nodes[self.mine]
 
     def rows_of(self, table):
         rows = table.cpu().numpy()  # owners answer from CPU memory, as for features

@@ -209,9 +209,15 @@ class PartitionGraphSource(GraphSource):
     def __init__(
         self, book: PartitionBook, comm: Communicator, schema: HeteroSchema | None = None
     ) -> None:
-        part = book.load_part(comm.rank)
+        part = book.load_part(book.part_of_rank(comm.rank))
         self.comm, self.schema = comm, schema
-        self.owner = torch.from_numpy(np.array(book.node_owner(), dtype=np.int64))
+        # The rank to ask for each vertex. Where T trainers share each part (a machine's,
+        # partitioner=two_level), the one with this rank's place on the owner's machine:
+        # this rank itself for its own machine's vertices, and the machine's trainers
+        # share the answering of the others'.
+        trainers = book.trainers_per_part
+        owner_part = torch.from_numpy(np.array(book.node_owner(), dtype=np.int64))
+        self.owner = owner_part * trainers + comm.rank % trainers
         self.local = torch.from_numpy(np.array(book.node_local(), dtype=np.int64))
         self.nodes = torch.from_numpy(np.array(part["nodes"], dtype=np.int64))
         n, rows_per_vertex = self.owner.numel(), self.num_relations

@@ -93,7 +93,10 @@ KIND_ARRAYS = {
     + ("train_idx", "val_idx", "test_idx"),
 }
 # Arrays a kind's parts hold only in some partitions: all of them in every part, or none.
-OPTIONAL_ARRAYS = {"block1d": ("tile_t_indptr", "tile_t_indices", "tile_t_values")}
+OPTIONAL_ARRAYS = {
+    "block1d": ("tile_t_indptr", "tile_t_indices", "tile_t_values"),
+    "edge_cut": ("trainer",),  # parts shared by several trainers: each vertex's trainer
+}
 
 
 # The partitioner a message about a partition of the wrong kind suggests.
@@ -143,6 +146,19 @@ class PartitionBook:
         return self.manifest["kind"]
 
     @property
+    def trainers_per_part(self) -> int:
+        """Ranks that share each part (a machine's trainers, `partitioner=two_level`)."""
+        return int(self.manifest.get("trainers_per_part", 1))
+
+    @property
+    def num_ranks(self) -> int:
+        return self.num_parts * self.trainers_per_part
+
+    def part_of_rank(self, rank: int) -> int:
+        """Ranks r * T .. r * T + T - 1 share part r."""
+        return rank // self.trainers_per_part
+
+    @property
     def dataset_checksum(self) -> str:
         return self.manifest["dataset"]["checksum"]
 
@@ -178,14 +194,15 @@ def open_partition(
     dataset_checksum: str | None = None,
     world_size: int | None = None,
     kind: str | None = None,
+    shared_parts: bool = False,
 ) -> PartitionBook:
     """Open a partition directory, refusing one that does not fit the run.
 
     Checks, each with a message that says how to fix it: the directory and its
     manifest exist (an interrupted write leaves neither), the format version,
     every listed file is present with the recorded size, the partition was made
-    from this dataset, it has one part per rank, and it is of the kind the
-    algorithm needs.
+    from this dataset, it has one part per rank (or per `trainers_per_part` ranks, where
+    the algorithm reads `shared_parts`), and it is of the kind the algorithm needs.
     """
     path = Path(path)
     redo = _REDO.format(path=path)
@@ -209,7 +226,19 @@ def open_partition(
             f"{book.dataset_checksum[:12]}, but the dataset now has checksum {dataset_checksum[:12]}: "
             "partition this dataset again with `gnnrun partition dataset=...`"
         )
-    if world_size is not None and book.num_parts != world_size:
+    if world_size is not None and book.trainers_per_part > 1 and not shared_parts:
+        raise GnnrunError(
+            f"{path} has one part for every {book.trainers_per_part} trainers (a machine's), "
+            "which only algorithm=minibatch and algorithm=pipeline share: partition with "
+            "partitioner.layout=trainers, or choose one of those algorithms"
+        )
+    if world_size is not None and book.trainers_per_part > 1 and book.num_ranks != world_size:
+        raise GnnrunError(
+            f"{path} has {book.num_parts} parts for {book.trainers_per_part} trainers each, "
+            f"but the run has {world_size} ranks: use cluster.nprocs={book.num_ranks}, or "
+            f"partition again with partitioner.num_parts={world_size}"
+        )
+    if world_size is not None and book.trainers_per_part == 1 and book.num_parts != world_size:
         raise GnnrunError(
             f"{path} has {book.num_parts} parts but the run has {world_size} ranks: use "
             f"cluster.nprocs={book.num_parts}, or partition again with partitioner.num_parts={world_size}"

@@ -41,8 +41,15 @@ class EdgeCutBuilder:
 
     kind = "edge_cut"
 
-    def __init__(self, dataset: GraphDataset, node_part: np.ndarray, num_parts: int) -> None:
-        self.dataset, self.num_parts = dataset, num_parts
+    def __init__(
+        self,
+        dataset: GraphDataset,
+        node_part: np.ndarray,
+        num_parts: int,
+        trainer: np.ndarray | None = None,
+    ) -> None:
+        """`trainer`: of parts shared by several trainers, each vertex's trainer."""
+        self.dataset, self.num_parts, self.trainer = dataset, num_parts, trainer
         self.node_owner = node_part.astype(np.int32)
         self.node_local = local_ids(node_part, num_parts)
 
@@ -73,6 +80,8 @@ class EdgeCutBuilder:
                 arrays[split] = np.sort(node_local[ids[node_part[ids] == part]])
             if dataset.hetero is not None:
                 arrays |= self._typed_arrays(solid)
+            if self.trainer is not None:
+                arrays["trainer"] = self.trainer[solid].astype(np.int32)
             figures = {
                 "solid": int(solid.size),
                 "halo": int(halo.size),

@@ -22,14 +22,24 @@ class MetisPartitionerConfig(PartitionerConfig):
     balance_edges: bool = True
 
 
+TWO_LEVEL_LAYOUTS = ("machines", "trainers")
+
+
 @dataclass
 class TwoLevelPartitionerConfig(MetisPartitionerConfig):
     name: str = "two_level"
     num_machines: int = 1  # first level; num_parts / num_machines trainers per machine
+    # "machines": one part per machine, its training (and evaluation) vertices assigned to
+    # its trainers by the second level (DistDGLv2); "trainers": one part per trainer.
+    layout: str = "machines"
 
     def validate(self) -> None:
         super().validate()
         check(self.num_machines >= 1, "partitioner.num_machines must be at least 1")
+        check(
+            self.layout in TWO_LEVEL_LAYOUTS,
+            f"partitioner.layout={self.layout!r}: give one of {', '.join(TWO_LEVEL_LAYOUTS)}",
+        )
         check(
             self.num_parts % self.num_machines == 0,
             f"partitioner.num_parts ({self.num_parts}) must be a multiple of "
@@ -151,8 +161,11 @@ def metis_partition(dataset: GraphDataset, cfg: MetisPartitionerConfig) -> Assig
 def two_level_partition(dataset: GraphDataset, cfg: TwoLevelPartitionerConfig) -> Assignment:
     """METIS over machines, then METIS over the trainers of each machine (DistDGLv2).
 
-    Part `m * T + t` is trainer t of machine m. Both levels balance the same
-    constraints, so each trainer gets its share of the training vertices.
+    Layout "machines": one part per machine, shared by its T trainers (each loads it
+    whole, so every vertex of the machine is local to each of them); the second level
+    only says which trainer takes each training, validation and test vertex. Layout
+    "trainers": part `m * T + t` is trainer t of machine m. Both levels balance the
+    same constraints, so each trainer gets its share of the training vertices.
     """
     indptr, indices = metis_adjacency(dataset)
     weights = vertex_weights(dataset, cfg)
@@ -170,6 +183,8 @@ def two_level_partition(dataset: GraphDataset, cfg: TwoLevelPartitionerConfig) -
         mine = None if classes is None else classes[members]
         local = _balanced(local, mine, sub_indptr, sub_indices, trainers, info)
         parts[members] = machine * trainers + local
+    if cfg.layout == "machines":
+        return Assignment(machines, info, trainers_per_part=trainers, trainer=parts % trainers)
     return Assignment(parts, info)
 
 

@@ -36,6 +36,11 @@ class Assignment:
     info: dict[str, Any] = field(
         default_factory=dict
     )  # partitioner-specific figures for the manifest
+    # edge_cut parts shared by several trainers (DistDGLv2's machines): `parts` has
+    # num_parts / trainers_per_part parts, and trainer[v] (0 .. trainers_per_part - 1) says
+    # which of its part's trainers takes vertex v when it is a seed.
+    trainers_per_part: int = 1
+    trainer: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -64,15 +64,15 @@ def _write_partition(dataset: GraphDataset, cfg: PartitionerConfig, path: Path) 
     timings["assign_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    builder = BUILDERS[partitioner.kind](dataset, assignment.parts, cfg.num_parts)
+    num_parts = cfg.num_parts // assignment.trainers_per_part
+    extra = () if assignment.trainer is None else (assignment.trainer,)
+    builder = BUILDERS[partitioner.kind](dataset, assignment.parts, num_parts, *extra)
     files: dict[str, Any] = {}
     figures: list[dict[str, Any]] = []
     with atomic_directory(path) as tmp:
         files["node_owner.npy"] = save_array(tmp, "node_owner", builder.node_owner)
         files["node_local.npy"] = save_array(tmp, "node_local", builder.node_local)
-        for part, arrays, part_figures in track(
-            builder.parts(), "writing parts", total=cfg.num_parts
-        ):
+        for part, arrays, part_figures in track(builder.parts(), "writing parts", total=num_parts):
             folder = tmp / part_dir_name(part)
             folder.mkdir()
             for name, array in arrays.items():
@@ -83,7 +83,8 @@ def _write_partition(dataset: GraphDataset, cfg: PartitionerConfig, path: Path) 
             "format_version": FORMAT_VERSION,
             "kind": partitioner.kind,
             "method": cfg.name,
-            "num_parts": cfg.num_parts,
+            "num_parts": num_parts,
+            "trainers_per_part": assignment.trainers_per_part,
             "config": partitioner_identity(cfg),
             "dataset": {
                 "name": dataset.name,

@@ -87,7 +87,7 @@ def pipeline_equals_minibatch(
         out["results"][name] = {
             "same": same_training(reference, run),
             "bytes": [e["bytes"] for e in run["epochs"]],
-            "pipeline": [e["pipeline"] for e in run["epochs"]],
+            "pipeline": [e.get("pipeline", {}) for e in run["epochs"]],
         }
     return out
 

@@ -114,6 +114,31 @@ def test_a_stalled_rank_does_not_stall_the_others_sampling(configure):
     assert built["collective"] == 0, built
 
 
+def test_trainers_sharing_a_machine_part_train_as_on_parts_of_their_own(configure):
+    """partitioner=two_level's machines layout (DistDGLv2): two trainers load their
+    machine's one part and take the seeds the second level assigned them: the same
+    seeds as on a part each, so the same blocks, losses and weights; and every vertex
+    of their machine is local, so no feature row crosses between them."""
+    common = (*COMMON, "cluster.nprocs=2", "partitioner=two_level")
+    own_parts = configure(*common, "algorithm=minibatch", "partitioner.layout=trainers")
+    shared = {
+        name: configure(*common, f"algorithm={name}", "partitioner.layout=machines")
+        for name in ("minibatch", "pipeline")
+    }
+    for rank, result in enumerate(
+        run_on_ranks(pipeline_checks.pipeline_equals_minibatch, 2, own_parts, shared, 2)
+    ):
+        assert result["steps"] >= 4
+        assert any(epoch["features"] for epoch in result["minibatch_bytes"])
+        for name, run in result["results"].items():
+            assert run["same"], f"rank {rank}, {name}: training differs"
+            # (minibatch's all-to-alls still send each rank a row count per step: 8 bytes)
+            rows = [
+                epoch.get("features", 0) - result["steps"] // 2 * 2 * 8 for epoch in run["bytes"]
+            ]
+            assert max(rows) <= 0, (name, run["bytes"])
+
+
 def test_a_failing_sampler_ends_the_run_naming_its_rank(configure):
     cfg = configure(*COMMON, "algorithm=pipeline", "cluster.nprocs=2")
     with pytest.raises(GnnrunError, match=r"rank 1 failed: .*sampler broke on rank 1"):

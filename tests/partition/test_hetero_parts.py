@@ -45,7 +45,7 @@ def typed_edge_keys(dataset) -> np.ndarray:
     "cfg",
     [
         MetisPartitionerConfig(num_parts=3),
-        TwoLevelPartitionerConfig(num_parts=4, num_machines=2),
+        TwoLevelPartitionerConfig(num_parts=4, num_machines=2, layout="trainers"),
     ],
     ids=["metis", "two_level"],
 )

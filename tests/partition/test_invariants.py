@@ -21,7 +21,7 @@ def make_config(name: str, num_parts: int) -> PartitionerConfig:
         return MetisPartitionerConfig(num_parts=num_parts)
     if name == "two_level":
         return TwoLevelPartitionerConfig(
-            num_parts=num_parts, num_machines=2 if num_parts % 2 == 0 else 1
+            num_parts=num_parts, num_machines=2 if num_parts % 2 == 0 else 1, layout="trainers"
         )
     return PARTITIONERS.schema(name)(name=name, num_parts=num_parts)
 
@@ -135,7 +135,7 @@ def test_metis_cuts_fewer_edges_than_random(tiny, tmp_path):
 
 
 def test_two_level_groups_parts_by_machine(tiny, tmp_path):
-    cfg = TwoLevelPartitionerConfig(num_parts=4, num_machines=2)
+    cfg = TwoLevelPartitionerConfig(num_parts=4, num_machines=2, layout="trainers")
     book = partition_dataset(tiny, cfg, tmp_path / "p")
     assert book.manifest["summary"]["machine_of_part"] == [0, 0, 1, 1]
 
@@ -159,6 +159,24 @@ def test_two_level_groups_parts_by_machine(tiny, tmp_path):
         held = np.flatnonzero(np.isin(owner, parts_of_m))
         assert np.array_equal(held, np.flatnonzero(machine == m)), m
         assert all(np.any(owner == p) for p in parts_of_m)
+
+
+def test_two_level_machines_share_a_part_and_assign_its_vertices_to_trainers(tiny, tmp_path):
+    """The paper's layout: one part per machine, each vertex assigned to one of its
+    trainers, exactly as the per-trainer layout cuts the same machine part."""
+    per_trainer = partition_dataset(
+        tiny, make_config("two_level", 4), tmp_path / "trainers"
+    ).node_owner()
+    cfg = TwoLevelPartitionerConfig(num_parts=4, num_machines=2)  # layout=machines: the default
+    book = partition_dataset(tiny, cfg, tmp_path / "machines")
+    assert (book.num_parts, book.trainers_per_part, book.num_ranks) == (2, 2, 4)
+    assert [book.part_of_rank(r) for r in range(4)] == [0, 0, 1, 1]
+    assert np.array_equal(book.node_owner(), per_trainer // 2)
+    for machine in range(2):
+        part = book.load_part(machine)
+        solid = part["nodes"][: part.num_solid]
+        assert np.array_equal(machine * 2 + part["trainer"], per_trainer[solid])
+        assert set(np.unique(part["trainer"][part["train_idx"]])) == {0, 1}
 
 
 def test_partitioning_is_deterministic(tiny, tmp_path):
