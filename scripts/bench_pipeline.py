@@ -2,31 +2,40 @@
 """DistDGLv2's pipeline: `algorithm=pipeline` against the synchronous `minibatch`, one run.
 
 Every run is a fresh `gnnrun train` subprocess (scripts/train_runs.py) on the
-same prepared dataset and partition, `model=sage_products` (3 x 256, fanouts
-15/10/5, batch 1000), without evaluation (sampled evaluation of every vertex
-would take longer than the training). Figures, medians over the epochs after
-the first (the pipeline fills during the first):
+same prepared dataset and partition, without evaluation (sampled evaluation of
+every vertex would take longer than the training). Figures, medians over the
+epochs after the first (the pipeline fills during the first):
 
-- epoch s: the slowest rank's epoch; "twin / run": `minibatch` with the same
-  ranks, threads and partitioner against this run; "fastest minibatch / run":
-  the fastest `minibatch` row with the same ranks and partitioner, whatever its
-  threads, against this run (the comparison that counts on a given machine);
-- the trainer's phases (mean over ranks): mbc (for `pipeline`, its wait for a
-  finished minibatch, `pipeline_wait`), fwd + bwd, comm (blocked in the
-  trainer's collectives), ared;
+- epoch s: the slowest rank's epoch; "baseline / run": the row's baseline
+  (`minibatch` with the same ranks, threads, device and partitions) against
+  this run; "fastest minibatch / run" (CPU): the fastest `minibatch` row with
+  the same ranks and partitioner, whatever its threads;
+- device busy: the share of the epoch the rank's device spent on the steps
+  (`device_busy_s`: CUDA events on a GPU), wait: the trainer's wait for a
+  finished minibatch (`pipeline_wait`) as a share of the epoch;
+- the trainer's phases (mean over ranks): mbc (for `pipeline`, its wait),
+  fwd + bwd, comm (blocked in the trainer's collectives), ared;
 - per stage of rank 0: busy / blocked (buffer full) / starved (input empty)
   seconds, and the next epoch's minibatches already built at the epoch's end;
-- MB/epoch: training bytes sent per rank.
+- MB/epoch: training bytes sent per rank; feature MB: input rows gathered (what
+  a GPU rank copies to its GPU), and the feature cache's hit rate.
 
-Rows: on 1 rank, `minibatch` and `pipeline` with the rank's compute threads
-(all the cores) and with one compute thread (`cluster.threads_per_rank=1`,
-leaving a core to the stages: sampling and compute on different cores); on
-`--ranks` ranks, both; and on `--two-level-ranks` ranks, both on METIS and on
-`partitioner=two_level` with `--machines` first-level parts.
+On CPU ranks (`--device cpu`, `model=sage_products`: 3 x 256, fanouts 15/10/5,
+batch 1000): on 1 rank, `minibatch` and `pipeline` with the rank's compute
+threads and with one (`cluster.threads_per_rank=1`, a core left to the stages);
+on `--ranks` ranks, both; on `--two-level-ranks` ranks, both on
+`partitioner=two_level` with `--machines` machines, in its two layouts (a part
+per machine shared by its trainers, and a part per trainer).
+
+On a GPU (`--device cuda`, one rank on the GPU, for each of `--models`: SAGE 3 x
+256 and GAT 3 x 128 x 4 heads, batch 1000): `minibatch` (DistDGL-GPU: sample,
+copy, compute in turn), `pipeline`, and `pipeline` with `--cache-rows` rows of
+input features on the GPU; then the CPU's own best on the same machine,
+`minibatch` and `pipeline` on each of `--cpu-ranks` ranks sharing its cores.
 
     .venv/bin/python scripts/bench_pipeline.py                       # about 15 minutes here
     .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --epochs 2   # a smoke test
-    .venv/bin/python scripts/bench_pipeline.py --json pipeline.json
+    python3 scripts/bench_pipeline.py --device cuda --dataset synthetic-large --json gpu.json
     .venv/bin/python scripts/bench_pipeline.py --dataset facebook --locality-only   # partitioned first
 """
 
@@ -50,9 +59,10 @@ FANOUTS, BATCH = [15, 10, 5], 1000  # sage_products
 
 def locality(args, ranks: int) -> list[dict]:
     """Where the input rows of each rank's minibatches live, on METIS and on two_level parts
-    of `ranks` parts, with ranks m * T .. m * T + T - 1 on machine m (as `gnnrun train` places
-    them on `--machines` hosts): the rank's own part, another rank of its machine, another
-    machine. One epoch of every rank's training vertices in batches of 1000, sampled with
+    of `ranks` parts (a part per trainer), with ranks m * T .. m * T + T - 1 on machine m (as
+    `gnnrun train` places them on `--machines` hosts): the rank's own part, another rank of
+    its machine (local too where the machine's trainers share its part: the machines
+    layout), another machine. One epoch of every rank's training vertices in batches of 1000, sampled with
     sage_products' fanouts by the sampler training uses (its distributed form builds the
     same blocks), from the partitions the training runs used."""
     import numpy as np
@@ -71,10 +81,18 @@ def locality(args, ranks: int) -> list[dict]:
     train = np.asarray(dataset.train_idx)
     row_bytes = dataset.feat_dim * 4
     out = []
-    for name in ("metis", "two_level"):
-        path = args.data_root / "partitions" / args.dataset / f"{name}-{ranks}"
+    folders = {
+        "metis": f"metis-{ranks}",
+        "two_level": f"two_level-{ranks}-{args.machines}m-trainers",
+    }
+    for name, folder in folders.items():
+        path = args.data_root / "partitions" / args.dataset / folder
         if not path.is_dir():
-            extra = f" partitioner.num_machines={args.machines}" if name == "two_level" else ""
+            extra = (
+                f" partitioner.num_machines={args.machines} partitioner.layout=trainers"
+                if name == "two_level"
+                else ""
+            )
             sys.exit(
                 f"no {path}: make it with `gnnrun partition dataset={args.dataset} "
                 f"partitioner={name} partitioner.num_parts={ranks}{extra}`"
@@ -121,6 +139,13 @@ def figures(run: dict) -> dict:
         ),
     }
     first = records[0]
+    out["busy_share"] = statistics.median(
+        first[e].get("device_busy_s", 0.0) / first[e]["epoch_s"] for e in epochs
+    )
+    if "feature_bytes" in first[0]:
+        out["feature_mb"] = statistics.median(first[e]["feature_bytes"] / 1e6 for e in epochs)
+    if "feature_cache" in first[0]:
+        out["hit_rate"] = statistics.median(first[e]["feature_cache"]["hit_rate"] for e in epochs)
     if "pipeline" in first[0]:
         out["stages"] = {
             stage: {
@@ -133,42 +158,85 @@ def figures(run: dict) -> dict:
     return out
 
 
-def plan(args) -> list[tuple[str, int, list[str]]]:
-    """(label, ranks, overrides) of every run, baseline first in each group."""
-    runs = []
+SAGE = ["model=sage_products"]
+GAT = ["model=gat_products", "model.hidden=512"]  # 3 x 128 x 4 heads, concatenated
+MODELS = {"sage": SAGE, "gat": GAT}
+
+
+def plan(args) -> list[tuple[str, int, list[str], str | None]]:
+    """(label, ranks, overrides, the label of its baseline) of every run, baselines first."""
+    if args.device == "cuda":
+        return gpu_plan(args)
+    runs: list[tuple[str, int, list[str], str | None]] = []
     for ranks in args.ranks:
-        for algorithm in ("minibatch", "pipeline"):
-            runs.append((algorithm, ranks, [f"algorithm={algorithm}"]))
-            if ranks == 1:
-                runs.append(
-                    (
-                        f"{algorithm} 1 thread",
-                        1,
-                        [f"algorithm={algorithm}", "cluster.threads_per_rank=1"],
-                    )
-                )
-    for ranks in args.two_level_ranks:
-        for algorithm in ("minibatch", "pipeline"):
+        for threads in ("", " 1 thread") if ranks == 1 else ("",):
+            one = ["cluster.threads_per_rank=1"] if threads else []
+            runs.append((f"minibatch{threads}", ranks, [*SAGE, "algorithm=minibatch", *one], None))
             runs.append(
                 (
-                    f"{algorithm} two_level",
+                    f"pipeline{threads}",
                     ranks,
-                    [
-                        f"algorithm={algorithm}",
-                        "partitioner=two_level",
-                        f"partitioner.num_machines={args.machines}",
-                    ],
+                    [*SAGE, "algorithm=pipeline", *one],
+                    f"minibatch{threads}",
                 )
             )
-            if ranks not in args.ranks:
-                runs.append((algorithm, ranks, [f"algorithm={algorithm}"]))
+    for ranks in args.two_level_ranks:
+        if ranks not in args.ranks:  # METIS at the same ranks, to compare with
+            runs.append(("minibatch", ranks, [*SAGE, "algorithm=minibatch"], None))
+            runs.append(("pipeline", ranks, [*SAGE, "algorithm=pipeline"], "minibatch"))
+        for layout in ("machines", "trainers"):
+            two_level = [
+                "partitioner=two_level",
+                f"partitioner.num_machines={args.machines}",
+                f"partitioner.layout={layout}",
+            ]
+            label = f"two_level {layout}"
+            runs.append(
+                (f"minibatch {label}", ranks, [*SAGE, "algorithm=minibatch", *two_level], None)
+            )
+            runs.append(
+                (
+                    f"pipeline {label}",
+                    ranks,
+                    [*SAGE, "algorithm=pipeline", *two_level],
+                    f"minibatch {label}",
+                )
+            )
+    return runs
+
+
+def gpu_plan(args) -> list[tuple[str, int, list[str], str | None]]:
+    runs: list[tuple[str, int, list[str], str | None]] = []
+    for name in args.models:
+        model, gpu = MODELS[name], ["cluster.device=cuda"]
+        runs += [
+            (f"{name} minibatch gpu", 1, [*model, *gpu, "algorithm=minibatch"], None),
+            (
+                f"{name} pipeline gpu",
+                1,
+                [*model, *gpu, "algorithm=pipeline"],
+                f"{name} minibatch gpu",
+            ),
+            (
+                f"{name} pipeline gpu cache",
+                1,
+                [*model, *gpu, "algorithm=pipeline", f"algorithm.gpu_cache_rows={args.cache_rows}"],
+                f"{name} minibatch gpu",
+            ),
+        ]
+        for ranks in args.cpu_ranks:  # the CPU's own best, against the GPU's pipeline
+            for algorithm in ("minibatch", "pipeline"):
+                runs.append(
+                    (f"{name} {algorithm} cpu", ranks, [*model, f"algorithm={algorithm}"], None)
+                )
     return runs
 
 
 def print_table(rows: list[dict]) -> None:
     headers = [
-        "run", "ranks", "epoch s", "twin / run", "fastest minibatch / run", "mbc (wait)", "fwd+bwd", "comm", "ared",
-        "sample busy/blocked/starved", "fetch busy/blocked/starved", "next epoch ready", "MB/epoch",
+        "run", "ranks", "epoch s", "baseline / run", "fastest minibatch / run", "device busy", "wait",
+        "mbc (wait)", "fwd+bwd", "comm", "ared", "sample busy/blocked/starved",
+        "fetch busy/blocked/starved", "next epoch ready", "MB/epoch", "feature MB", "cache hits",
     ]  # fmt: skip
     print("| " + " | ".join(headers) + " |")
     print("|" + "|".join("---" for _ in headers) + "|")
@@ -192,6 +260,8 @@ def print_table(rows: list[dict]) -> None:
             f"{row['fastest_minibatch_s'] / row['epoch_s']:.2f}x"
             if "fastest_minibatch_s" in row
             else "-",
+            f"{row['busy_share']:.0%}",
+            f"{p['pipeline_wait'] / row['epoch_s']:.0%}" if stages else "-",
             f"{p['mbc']:.2f}" + (f" ({p['pipeline_wait']:.2f})" if stages else ""),
             f"{p['fwd'] + p['bwd']:.2f}",
             f"{p['comm']:.2f}",
@@ -200,6 +270,8 @@ def print_table(rows: list[dict]) -> None:
             split("fetch"),
             row.get("next_epoch_ready", "-"),
             f"{row['mb_per_epoch']:.1f}",
+            f"{row['feature_mb']:.0f}" if "feature_mb" in row else "-",
+            f"{row['hit_rate']:.0%}" if "hit_rate" in row else "-",
         ]
         print("| " + " | ".join(str(c) for c in cells) + " |")
 
@@ -213,6 +285,14 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--two-level-ranks", type=int, nargs="*", default=[4])
     parser.add_argument("--machines", type=int, default=2, help="two_level's first-level parts")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["sage", "gat"])
+    parser.add_argument(
+        "--cpu-ranks", type=int, nargs="+", default=[1, 4], help="with --device cuda"
+    )
+    parser.add_argument(
+        "--cache-rows", type=int, default=250_000, help="GPU feature cache rows, with --device cuda"
+    )
     parser.add_argument("--data-root", type=Path, default=Path("data").resolve())
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", type=Path, help="also write the rows here")
@@ -228,17 +308,18 @@ def main() -> None:
     )
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as scratch:
-        for index, (label, ranks, overrides) in enumerate([] if args.locality_only else plan(args)):
+        runs = [] if args.locality_only else plan(args)
+        for index, (label, ranks, overrides, baseline) in enumerate(runs):
             run = variant_run(
                 args, Path(scratch), f"r{index}", args.dataset, label, ranks, args.epochs,
-                ["model=sage_products"], overrides, evaluate=False,
+                [], overrides, evaluate=False,
             )  # fmt: skip
             row = {k: v for k, v in run.items() if k != "records"}
             if "records" in run:
                 row.update(figures(run))
-                # The baseline: minibatch with the same ranks, threads and partitioner.
-                twin = label.replace("pipeline", "minibatch")
-                base = next((r for r in rows if (r["label"], r["ranks"]) == (twin, ranks)), None)
+                base = next(
+                    (r for r in rows if (r["label"], r["ranks"]) == (baseline, ranks)), None
+                )
                 if base is not None and "epoch_s" in base:
                     row["baseline_epoch_s"] = base["epoch_s"]
                 same_split = [
@@ -249,7 +330,7 @@ def main() -> None:
                     and ("two_level" in r["label"]) == ("two_level" in label)
                     and "epoch_s" in r
                 ]
-                if label.startswith("pipeline") and same_split:
+                if label.startswith("pipeline") and same_split and args.device == "cpu":
                     row["fastest_minibatch_s"] = min(same_split)
                 print(
                     f"# {label} on {ranks} ranks: epoch {row['epoch_s']:.2f} s, "
@@ -259,7 +340,9 @@ def main() -> None:
             rows.append(row)
     if rows:
         print_table(rows)
-    places = [p for ranks in args.two_level_ranks for p in locality(args, ranks)]
+    places = []
+    if args.device == "cpu":
+        places = [p for ranks in args.two_level_ranks for p in locality(args, ranks)]
     if places:
         print("\n| parts | ranks / machines | input rows own / same machine / other machine | "
               "feature MB per epoch from other machines |")  # fmt: skip

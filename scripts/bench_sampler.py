@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from gnnrun.ops.native import native_op
-from gnnrun.ops.sampling import sample_blocks
+from gnnrun.ops.sampling import compact, sample_blocks, sample_neighbors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dgl_side import check_dgl_python, run_worker  # noqa: E402
@@ -95,6 +95,22 @@ def rate(indptr, indices, batches, fanouts, native, seed=0) -> tuple[float, floa
     machine1, own1 = busy_cores()
     others = max(0.0, ((machine1 - machine0) - (own1 - own0)) / elapsed)
     return edges / elapsed, edges / len(batches), others
+
+
+def compaction_share(indptr, indices, batches, fanouts, seed=0) -> float:
+    """The share of sampling time spent compacting (relabelling each hop into a block and
+    finding the next hop's frontier, in one pass): sample_blocks' loop, each call timed."""
+    sampling = compacting = 0.0
+    for i, seeds in enumerate(batches):
+        dst = seeds
+        for layer, fanout in enumerate(fanouts):
+            start = time.perf_counter()
+            offsets, neighbours = sample_neighbors(indptr, indices, dst, fanout, seed + i, layer)
+            middle = time.perf_counter()
+            dst = compact(dst, offsets, neighbours)[2]
+            sampling += middle - start
+            compacting += time.perf_counter() - middle
+    return compacting / (sampling + compacting)
 
 
 def dgl_side(args, indptr, indices, batches) -> dict:
@@ -197,6 +213,10 @@ def main() -> None:
         )
         if 1 in results and 2 in results:
             print(f"  2-thread speed-up {results[2] / results[1]:.2f}x")
+        torch.set_num_threads(1)
+        share = compaction_share(indptr, indices, batches, fanouts)
+        torch.set_num_threads(default_threads)
+        print(f"  compaction (relabelling and next frontier), 1 thread: {share:.0%} of sampling")
         if dgl:
             theirs = dgl[tuple(fanouts)]["edges_per_s"]
             print(

@@ -8,10 +8,10 @@ blocking and failures):
             sampled hop by hop (a remote vertex by its owner) and compacted
             into blocks
     fetch   the input vertices' features (local rows, remote rows pulled from
-            their owners)
+            their owners), in one buffer (pinned on a GPU rank)
     device  the copy to the compute device (nothing to copy on a CPU rank): on a
-            GPU rank, from pinned host memory (the fetch stage pins the input
-            rows) on a CUDA stream of its own, so that the copy of the next
+            GPU rank, from pinned host memory on a CUDA stream of its own, the
+            input rows then put in order on the GPU, so that the copy of the next
             minibatch overlaps the trainer's kernels; the trainer's stream waits
             for the copy's event before it uses the minibatch
 
@@ -25,17 +25,23 @@ labels; nothing that depends on the model's parameters. The schedule spans all
 the epochs the run trains (`plan`), so the next epoch's first minibatches are
 built while this epoch's last steps train and evaluation runs.
 
-Each stage that talks to other ranks does so over a process group of its own
-(`Communicator.private_channel`): its all-to-alls never queue behind the
-gradient all-reduce of the trainer thread, nor interleave with the other
-stage's. Every rank runs the same schedule through the same stages, so the
-collectives on each group pair up.
+Remote requests (`algorithm.remote_requests`): "served", the default, sends a
+stage's sampling and feature requests to the owners' server threads
+(gnnrun.comm.requests), which answer whatever their own rank is doing, so a rank
+that is slow (its trainer, its sampler) holds up no other rank's stages; the
+input rows land in one buffer, this rank's gathered into it and the others'
+received into it, pinned on a GPU rank, and the device stage puts them in the
+blocks' order on the device (one copy per byte on the host, as DistDGLv2).
+"collective" sends them as all-to-alls over a process group per stage
+(`Communicator.private_channel`, never queued behind the trainer's gradient
+all-reduce), which pair every rank's step with every other rank's.
 
 Same minibatches as `minibatch`: the seeds of (epoch, step) come from the
 same permutation and sampling is keyed by `step_key`, so the blocks, features,
 losses and model updates are bit for bit those of `minibatch`, whatever the
-capacities. Each minibatch carries the bytes its stages sent; the trainer adds
-them to the epoch that trains it, whenever it was built.
+capacities. Each minibatch carries the bytes its stages sent (served: the requests
+sent and the replies received); the trainer adds them to the epoch that trains
+it, whenever it was built.
 
 Figures per epoch (beside `minibatch`'s): `pipeline_wait`, a finer phase inside
 `mbc`, is the trainer's wait for a finished minibatch (the pipeline's bubble);
@@ -75,8 +81,8 @@ REMOTE_REQUESTS = ("served", "collective")
 class PipelineConfig(AlgorithmConfig):
     name: str = "pipeline"
     # Finished minibatches that may wait after each stage (DistDGLv2 keeps many cheap
-    # sampled ones, fewer with their features, one or two on the device); 0: inline.
-    capacity: dict[str, int] = field(default_factory=lambda: {"sample": 8, "fetch": 4, "device": 2})
+    # sampled ones, fewer with their features, one on the device: 25, 5, 1); 0: inline.
+    capacity: dict[str, int] = field(default_factory=lambda: {"sample": 8, "fetch": 4, "device": 1})
     # Intra-op threads of each stage's thread (sampling kernels, feature gathers);
     # the trainer keeps the rank's compute threads.
     stage_threads: int = 1
