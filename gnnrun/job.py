@@ -109,6 +109,7 @@ def train(cfg: DictConfig) -> None:
                 dataset_checksum=dataset.checksum,
                 world_size=config.cluster.nprocs,
                 kind=kind,
+                shared_parts=algorithm.shares_parts,
             )
         check_training_vertices(config, dataset, book)
         if in_sweep:

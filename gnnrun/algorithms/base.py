@@ -36,6 +36,8 @@ class AlgorithmConfig:
 class Algorithm:
     # The partition kind the algorithm trains on; None: the whole dataset in one process.
     partition_kind: ClassVar[str | None] = None
+    # Whether several ranks may train on one part (a machine's: partitioner=two_level).
+    shares_parts: ClassVar[bool] = False
     # Whether each rank trains on its own part's training vertices (a rank without
     # any still joins every step, adding zero gradients to the average).
     trains_on_every_rank: ClassVar[bool] = False

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnnrun.config import check
+from gnnrun.errors import did_you_mean
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, edges_from_csr
 from gnnrun.partition.balance import rebalance
@@ -38,7 +39,8 @@ class TwoLevelPartitionerConfig(MetisPartitionerConfig):
         check(self.num_machines >= 1, "partitioner.num_machines must be at least 1")
         check(
             self.layout in TWO_LEVEL_LAYOUTS,
-            f"partitioner.layout={self.layout!r}: give one of {', '.join(TWO_LEVEL_LAYOUTS)}",
+            f"partitioner.layout={self.layout!r}{did_you_mean(self.layout, TWO_LEVEL_LAYOUTS)}: "
+            f"give one of {', '.join(TWO_LEVEL_LAYOUTS)}",
         )
         check(
             self.num_parts % self.num_machines == 0,
