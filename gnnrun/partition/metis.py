@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnnrun.config import check
-from gnnrun.errors import did_you_mean
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges, edges_from_csr
+from gnnrun.errors import did_you_mean
 from gnnrun.partition.balance import rebalance
 from gnnrun.partition.registry import Assignment, PartitionerConfig, register_partitioner
 
