@@ -508,7 +508,7 @@ def memory(args: argparse.Namespace, tmp: Path) -> list[dict]:
         f"1 epoch; load {load()}"
     )
     subprocess.run(
-        [GNNRUN, "data", "prepare", f"dataset={dataset}", f"paths.data_root={args.data_root}"],
+        [*GNNRUN, "data", "prepare", f"dataset={dataset}", f"paths.data_root={args.data_root}"],
         cwd=REPO,
         check=True,
         stdout=subprocess.DEVNULL,

@@ -6,9 +6,14 @@
 #      into a folder of their own, without touching the system's packages;
 #   2. runs the GPU tests (marker gpu: every GPU algorithm's losses against the CPU's,
 #      bf16, predict) from this working tree;
-#   3. runs scripts/bench_gpu.py (gnnrun beside PyG on the GPU, and gnnrun's CPU epoch).
+#   3. runs scripts/bench_gpu.py (gnnrun beside PyG on the GPU, and gnnrun's CPU epoch);
+#   4. runs scripts/bench_pipeline.py --device cuda (DistDGLv2's pipeline against
+#      minibatch on the GPU, with a GPU feature cache, and against the CPU's best):
+#      GNNRUN_PIPELINE_GRAPH (default synthetic-medium), GNNRUN_PIPELINE_ARGS (default
+#      "--models sage --cpu-ranks 4 --epochs 2"; the issue's full set is
+#      "--models sage gat --cpu-ranks 1 2 4 8 --epochs 3" on synthetic-large).
 # Everything it prints also goes to OUTDIR (default ./gpu-results): tests.log, bench.log,
-# bench.json.
+# bench.json, pipeline.log, pipeline.json.
 #
 #   bash scripts/gpu_check.sh [OUTDIR]
 set -uo pipefail
@@ -34,5 +39,10 @@ tests=${PIPESTATUS[0]}
 python3 scripts/bench_gpu.py --device cuda --graphs "${GNNRUN_BENCH_GRAPHS:-synthetic-medium,synthetic-large}" \
     --cpu-baseline --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
 bench=${PIPESTATUS[0]}
-echo "tests: exit $tests; benchmark: exit $bench" | tee -a "$out/gpu.txt"
-exit $(( tests || bench ))
+# shellcheck disable=SC2086  # the arguments are words
+python3 scripts/bench_pipeline.py --device cuda --dataset "${GNNRUN_PIPELINE_GRAPH:-synthetic-medium}" \
+    ${GNNRUN_PIPELINE_ARGS:---models sage --cpu-ranks 4 --epochs 2} --json "$out/pipeline.json" \
+    2>&1 | tee "$out/pipeline.log"
+pipeline=${PIPESTATUS[0]}
+echo "tests: exit $tests; benchmark: exit $bench; pipeline: exit $pipeline" | tee -a "$out/gpu.txt"
+exit $(( tests || bench || pipeline ))

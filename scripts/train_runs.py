@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GNNRUN = str(Path(sys.executable).parent / "gnnrun")
+# The venv's console script; where gnnrun runs from a checkout on PYTHONPATH (a GPU
+# machine's own Python, scripts/gpu_check.sh), the module.
+_SCRIPT = Path(sys.executable).parent / "gnnrun"
+GNNRUN = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "gnnrun.cli"]
 # The minibatch phases the comparisons report, in the order of a step.
 PHASES = ("mbc", "fwd", "bwd", "ared", "opt")
 
@@ -24,7 +27,7 @@ def run_train(overrides: list[str], log: Path, timeout: float) -> int | str:
     "timeout". Interrupted or timed out, the run is stopped (SIGTERM stops every rank)."""
     with open(log, "w") as out:
         child = subprocess.Popen(
-            [GNNRUN, "train", *overrides], stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+            [*GNNRUN, "train", *overrides], stdout=out, stderr=subprocess.STDOUT, cwd=REPO
         )
         try:
             return child.wait(timeout=timeout)

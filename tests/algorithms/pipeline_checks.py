@@ -54,6 +54,17 @@ def trajectory(cfg, epochs: int, hooks=None, compute_delay_s: float = 0.0) -> di
 
 def same_training(reference: dict, other: dict) -> bool:
     """Bit-identical minibatches, losses and final parameters."""
+    if not same_inputs(reference, other):
+        return False
+    losses = [e["loss"] for e in reference["epochs"]] == [e["loss"] for e in other["epochs"]]
+    weights = all(
+        torch.equal(a, b) for a, b in zip(reference["parameters"], other["parameters"], strict=True)
+    )
+    return losses and weights
+
+
+def same_inputs(reference: dict, other: dict) -> bool:
+    """Bit-identical minibatches: blocks, input features and targets, step by step."""
     if len(reference["batches"]) != len(other["batches"]):
         return False
     for (blocks_a, x_a, y_a), (blocks_b, x_b, y_b) in zip(
@@ -64,11 +75,7 @@ def same_training(reference: dict, other: dict) -> bool:
                 return False
         if not (torch.equal(x_a, x_b) and torch.equal(y_a, y_b)):
             return False
-    losses = [e["loss"] for e in reference["epochs"]] == [e["loss"] for e in other["epochs"]]
-    weights = all(
-        torch.equal(a, b) for a, b in zip(reference["parameters"], other["parameters"], strict=True)
-    )
-    return losses and weights
+    return True
 
 
 def pipeline_equals_minibatch(
@@ -79,6 +86,7 @@ def pipeline_equals_minibatch(
     reference = trajectory(minibatch, epochs)
     out = {
         "steps": len(reference["batches"]),
+        "minibatch_losses": [e["loss"] for e in reference["epochs"]],
         "minibatch_bytes": [e["bytes"] for e in reference["epochs"]],
         "results": {},
     }
@@ -86,6 +94,8 @@ def pipeline_equals_minibatch(
         run = trajectory(cfg, epochs)
         out["results"][name] = {
             "same": same_training(reference, run),
+            "same_inputs": same_inputs(reference, run),
+            "losses": [e["loss"] for e in run["epochs"]],
             "bytes": [e["bytes"] for e in run["epochs"]],
             "pipeline": [e.get("pipeline", {}) for e in run["epochs"]],
         }

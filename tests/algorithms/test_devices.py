@@ -8,6 +8,7 @@ what cannot start."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +20,12 @@ from gnnrun.cli import main
 from gnnrun.errors import GnnrunError
 from gnnrun.infer import read_output
 from gnnrun.ops.native import load_kernel_file
+from gnnrun.testing import run_on_ranks
 
-from .conftest import make_config
+from .conftest import make_config, prepared
+
+sys.path.insert(0, str(Path(__file__).parent))  # the ranks import the checks by name
+import pipeline_checks  # noqa: E402
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 
@@ -169,6 +174,7 @@ def on_gpus(overrides: tuple[str, ...]) -> tuple[str, ...]:
 # pushes, MG-GCN's staged broadcasts.
 TWO_RANKS = {
     "minibatch-sage": ("algorithm=minibatch", "model.batch_size=256"),
+    "pipeline-sage": ("algorithm=pipeline", "model.batch_size=256"),
     "cd0-gcn": ("algorithm=cd0", "model=gcn"),
     "cdr-sage_gcn": ("algorithm=cdr", "model=sage_gcn", "train.epochs=4"),
     "hec-sage": ("algorithm=hec", "model.batch_size=256"),
@@ -187,6 +193,31 @@ def test_two_gpu_ranks_train_as_two_cpu_ranks(tmp_path, case):
     cpu = trained(tmp_path, "cpu", *common)
     gpu = trained(tmp_path, "gpu", *on_gpus(common))
     assert_same_training(cpu, gpu, rel=1e-3)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_the_pipeline_on_the_gpu_hands_the_trainer_minibatch_s_minibatches(nprocs):
+    """DistDGLv2 on a GPU against DistDGL-GPU: the pipeline's minibatches (copied from one
+    pinned buffer, put in order on the GPU) are minibatch's on the GPU bit for bit; the
+    losses equal up to the GPU's nondeterministic sums."""
+    common = on_gpus(
+        ("dataset=synthetic-tiny", "model=sage", "model.batch_size=20", "model.fanouts=[5,5]")
+        + (f"cluster.nprocs={nprocs}",)
+    )
+    minibatch = prepared(*common, "algorithm=minibatch")
+    pipelines = {
+        "served": prepared(*common, "algorithm=pipeline"),
+        "cached": prepared(*common, "algorithm=pipeline", "algorithm.gpu_cache_rows=400"),
+    }
+    results = run_on_ranks(
+        pipeline_checks.pipeline_equals_minibatch, nprocs, minibatch, pipelines, 2
+    )
+    for rank, result in enumerate(results):
+        for name, run in result["results"].items():
+            assert run["same_inputs"], f"rank {rank}, {name}: minibatches differ"
+            assert run["losses"] == pytest.approx(result["minibatch_losses"], rel=1e-5)
 
 
 @pytest.mark.gpu
