@@ -117,6 +117,10 @@ class RequestService:
             return
 
     def _answer_until_stopped(self) -> None:
+        # Replies go out without waiting for the client to take them: a server that waited
+        # could wait on a client that waits on another server that waits on ... (a cycle
+        # of four ranks hung). Each reply's tensors are kept until its send completes.
+        sending: list[tuple[dist.Work, torch.Tensor]] = []
         stopped = 0
         while stopped < self.world_size - 1:
             header = torch.empty(3, dtype=torch.int64)
@@ -129,20 +133,19 @@ class RequestService:
             if size:
                 dist.recv(payload, client, group=self.requests, tag=_PAYLOAD)
             try:
-                parts = self.handler(payload)
+                parts = [part.contiguous() for part in self.handler(payload)]
                 if len(parts) != num_parts:
                     raise RuntimeError(f"{len(parts)} reply parts for {num_parts} expected")
+                sizes = torch.tensor([part.shape[0] for part in parts], dtype=torch.int64)
             except Exception as error:  # noqa: BLE001  the client raises; this rank goes on
                 print(f"rank {self.rank}: a request from rank {client} failed: {error!r}")
-                failed = torch.full((num_parts,), _FAILED, dtype=torch.int64)
-                dist.send(failed, client, group=self.replies, tag=_HEADER)
-                continue
-            sizes = torch.tensor([part.shape[0] for part in parts], dtype=torch.int64)
-            dist.send(sizes, client, group=self.replies, tag=_HEADER)
-            for part in parts:
-                if part.numel():
-                    dist.send(part.contiguous(), client, group=self.replies, tag=_PAYLOAD)
+                parts, sizes = [], torch.full((num_parts,), _FAILED, dtype=torch.int64)
+            sending = [(work, t) for work, t in sending if not work.is_completed()]
+            for tensor, tag in [(sizes, _HEADER), *((p, _PAYLOAD) for p in parts if p.numel())]:
+                sending.append((dist.isend(tensor, client, group=self.replies, tag=tag), tensor))
             self.served += 1
+        for work, _ in sending:
+            work.wait()
 
 
 class PendingAnswers:
