@@ -60,9 +60,10 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
                 zip(run["bytes"], result["minibatch_bytes"], strict=True)
             ):
                 assert served["allreduce"] == reference["allreduce"], (rank, name, epoch)
-                rows = sum(r["results"][name]["bytes"][epoch]["features"] for r in results)
-                sent = sum(r["minibatch_bytes"][epoch]["features"] for r in results)
-                assert rows > 0 and sent - rows == result["steps"] // 2 * nprocs * nprocs * 8
+                rows = sum(r["results"][name]["bytes"][epoch].get("features", 0) for r in results)
+                sent = sum(r["minibatch_bytes"][epoch].get("features", 0) for r in results)
+                assert sent - rows == result["steps"] // 2 * nprocs * nprocs * 8
+                assert rows > 0 or nprocs == 1  # (on one rank no row leaves it)
             for epoch in run["pipeline"]:
                 for stage, figures in epoch.items():
                     capacity = int(CAPACITIES[name].split(f"{stage}: ")[1][0])
