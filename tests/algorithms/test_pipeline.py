@@ -84,10 +84,10 @@ def test_slow_stages_show_where_the_time_goes(configure):
         assert result["same"]
         steps = result["steps"]
 
-        def total(run, key, result=result):
-            return sum(epoch[key] for epoch in result[run])
+        def total(run, key, result=result):  # after the first epoch, whose start fills it
+            return sum(epoch[key] for epoch in result[run][1:])
 
-        added = 3 * steps * delay
+        added = 2 * steps * delay
         waited = total("slow_sampling", "pipeline_wait") - total("plain", "pipeline_wait")
         computed = sum(total("slow_sampling", k) - total("plain", k) for k in ("fwd", "bwd"))
         assert waited > 0.7 * added, (waited, added)
