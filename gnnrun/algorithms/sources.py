@@ -269,14 +269,6 @@ class PartitionGraphSource(GraphSource):
                 service.close()
         self.sampling = self.fetching = None
 
-    def sent(self) -> dict[str, int]:
-        """Bytes sent (served: sent and received) since the last call, by purpose."""
-        total = self.comm.bytes.reset()
-        for service in (self.sampling, self.fetching):
-            for purpose, count in ({} if service is None else service.bytes.reset()).items():
-                total[purpose] = total.get(purpose, 0) + count
-        return total
-
     def _route(
         self, nodes: torch.Tensor, owner: torch.Tensor
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -400,7 +392,9 @@ class PartitionGraphSource(GraphSource):
         me, world = self.comm.rank, self.comm.world_size
         sizes = [ids.numel() for ids in requests]
         ranks = [me, *[r for r in range(world) if r != me]]  # the buffer's order
-        starts = dict(zip(ranks, np.cumsum([0, *[sizes[r] for r in ranks]]).tolist(), strict=False))
+        starts = dict(
+            zip(ranks, np.cumsum([0, *[sizes[r] for r in ranks[:-1]]]).tolist(), strict=True)
+        )
         dtype = torch.from_numpy(np.empty(0, dtype=table.dtype)).dtype
         rows = torch.empty((nodes.numel(), *table.shape[1:]), dtype=dtype, pin_memory=pin)
         part = {r: rows[starts[r] : starts[r] + sizes[r]] for r in ranks}
