@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -100,13 +101,20 @@ class RequestService:
         if self._thread is None:
             return
         stop = torch.tensor([_STOP, 0, 0], dtype=torch.int64)
-        self._stops = [
+        stops = [
             dist.isend(stop, r, group=self.requests, tag=_HEADER)
             for r in range(self.world_size)
             if r != self.rank
         ]
         self._thread.join(timeout_s)
         self._thread = None
+        # A send still in flight when the process group goes away aborts the process: each
+        # stop is taken by a server that runs until every rank's stop has come.
+        for work in stops:
+            try:
+                work.wait(timedelta(seconds=timeout_s))
+            except RuntimeError:  # that rank is gone: its own error is the one reported
+                return
 
     def _serve(self) -> None:
         try:
