@@ -181,9 +181,11 @@ def check_point(task_cfg) -> None:
     """What a single `gnnrun train` of this point refuses before preparing anything."""
     from gnnrun.algorithms import check_known_dataset, check_runnable
     from gnnrun.config import to_objects
+    from gnnrun.tracking import check_installed
 
     config = to_objects(task_cfg)
     check_runnable(config)
+    check_installed(config.logger)
     check_known_dataset(config)
 
 
