@@ -132,8 +132,17 @@ class Tracker:
 
     # ---------------------------------------------------------------- the trainer's calls
 
-    def started(self, start_epoch: int, attempt: int, run_id: str | None) -> None:
-        """The run starts at `start_epoch` (after a resume), in attempt `attempt` of run `run_id`."""
+    def started(
+        self,
+        start_epoch: int,
+        attempt: int,
+        run_id: str | None,
+        history: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    ) -> None:
+        """The run starts at `start_epoch` (after a resume), in attempt `attempt` of run `run_id`;
+        `history`: the epochs before it (rank 0's, from the checkpoint), logged now where they
+        were not (an attempt killed before its tracker had sent them, a run resumed with a
+        tracker it did not have)."""
         saved = self._saved_state(start_epoch, attempt, run_id)
         self.info.start_epoch, self.info.attempt = start_epoch, attempt
         self.info.ids = dict(saved.get("ids", {}))
@@ -142,6 +151,8 @@ class Tracker:
         self._thread.start()
         self._each("start", lambda b: b.start(self.info))
         self._put(self._write_state)
+        for record in history:
+            self.epoch_done(record)
         if attempt or start_epoch:
             self._each("resumed", lambda b: b.resumed(start_epoch, attempt))
 

@@ -72,7 +72,7 @@ def train(
         end_epoch = min(end_epoch, start_epoch + cfg.train.stop_after)
     algorithm.plan(start_epoch, end_epoch)
     if tracker is not None:
-        tracker.started(start_epoch, attempt.number, attempt.run_id)
+        tracker.started(start_epoch, attempt.number, attempt.run_id, history)
     try:
         for epoch in range(start_epoch, end_epoch):
             # Reseeding per epoch makes dropout independent of where a run resumed.

@@ -93,7 +93,11 @@ def test_tensorboard_serves_the_runs_scalars(logged_run, session_dir):
         assert [p[2] for p in points] == pytest.approx(
             [r["val_acc"] for r in epochs_of(logged_run)], rel=1e-6
         )
-        picture = screenshot(f"{url}/?darkMode=false#scalars", "tracking-tensorboard.png", session_dir)
+        picture = screenshot(
+            f"{url}/#scalars&tagFilter=loss%7Cval_acc%7Ctest_acc%7Cepoch_s",
+            "tracking-tensorboard.png",
+            session_dir,
+        )
         assert distinct_colours(picture) > 100, f"{picture} looks blank"
     finally:
         stop(process)
