@@ -63,7 +63,7 @@ def mlflow_server(session_dir) -> Iterator[str]:
     port = free_port()
     root = session_dir / "mlflow-server"
     root.mkdir()
-    log = open(root / "server.log", "w")
+    log = open(root / "server.log", "w")  # noqa: SIM115 (open while the server runs)
     process = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "mlflow"),

@@ -5,6 +5,7 @@ children), a run resumed by train.resume=true and one restarted after a rank die
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_a_run_has_its_params_metrics_and_artifacts(logged_run, mlflow_server, s
     plots = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
     assert "report/accuracy.png" in plots
     downloaded = client.download_artifacts(run.info.run_id, "summary.json", str(session_dir))
-    assert json.loads(open(downloaded).read()) == summary
+    assert json.loads(Path(downloaded).read_text()) == summary
     (checkpoint,) = client.list_artifacts(run.info.run_id, "checkpoint")
     assert checkpoint.file_size == (logged_run / "checkpoint.pt").stat().st_size
 

@@ -63,7 +63,7 @@ def test_event_files_hold_every_epochs_figures(logged_run):
 
 def test_tensorboard_serves_the_runs_scalars(logged_run, session_dir):
     port = free_port()
-    log = open(session_dir / "tensorboard.log", "w")
+    log = open(session_dir / "tensorboard.log", "w")  # noqa: SIM115 (open while the server runs)
     process = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "tensorboard"),
