@@ -118,6 +118,7 @@ def _markdown_code(text: str) -> str:
 _MLFLOW_UNSAFE = re.compile(r"[^\w\-./ ]")
 _MLFLOW_BATCH = 100  # params per log_batch request (MLflow's limit)
 _MLFLOW_VALUE = 6000  # characters per param value (MLflow's limit)
+_MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
 
 def mlflow_key(key: str) -> str:
@@ -136,6 +137,10 @@ class Mlflow(Backend):
 
         # Its INFO lines (creating tables, ...) would cut into rank 0's progress display.
         logging.getLogger("mlflow").setLevel(logging.WARNING)
+        # A server that is gone is given up on in seconds, not after MLflow's default
+        # minutes of retries (the user's own settings of these win).
+        for name, value in _MLFLOW_HTTP.items():
+            os.environ.setdefault(name, value)
 
         settings = self.logger.mlflow
         self.client = MlflowClient(tracking_uri=settings.tracking_uri)

@@ -158,3 +158,24 @@ def test_a_restarted_run_logs_its_restart_once_per_epoch(session_dir, mlflow_ser
     events = read_events(run_dir)
     assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4]
     assert [(e.step, e.value) for e in events.Scalars("restarts")] == [(2, 1.0)]
+
+
+def test_a_server_that_is_gone_is_named_once_and_training_goes_on(session_dir):
+    from tests.tracking.conftest import free_port
+    from tests.tracking.test_tensorboard import read_events
+
+    where = session_dir / "gone"
+    run_dir = where / "run"
+    done = train(
+        session_dir,
+        where,
+        "dataset=synthetic-tiny",
+        "algorithm=single",
+        "train.epochs=3",
+        "logger=[mlflow,tensorboard]",
+        f"hydra.run.dir={run_dir}",
+        MLFLOW_TRACKING_URI=f"http://127.0.0.1:{free_port()}",  # nothing listens there
+    )
+    assert done.stderr.count("logger mlflow failed") == 1, done.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["complete"] is True
+    assert [e.step for e in read_events(run_dir).Scalars("loss")] == [1, 2, 3]
