@@ -1,8 +1,9 @@
 """What the trainer tells the trackers, and how it reaches them without slowing an epoch.
 
 The trainer calls `Tracker.started`, `epoch_done`, `checkpointed`, `finished` and
-`close` (gnnrun.train.trainer); each call only puts a job on a queue. One thread per
-run takes the jobs in order and hands them to every chosen backend
+`close` (gnnrun.train.trainer). `started` opens each backend's run before the first
+epoch; every later call only puts a job on a queue. One thread per run takes the jobs
+in order and hands them to every chosen backend
 (gnnrun.tracking.backends), so an epoch never waits for a disk or a server. A backend
 that raises (a server gone, a full disk) is named once and left out from then on;
 training goes on.
@@ -148,8 +149,11 @@ class Tracker:
         self.info.ids = dict(saved.get("ids", {}))
         self.logged_epochs = int(saved.get("logged_epochs", 0))
         self._run_id = run_id
+        # Before the first epoch, in this thread: importing a tracker's package and opening
+        # its run take seconds of CPU that would otherwise be taken from the first epochs.
+        for backend in self.backends:
+            self._guarded(backend, "start", lambda b: b.start(self.info))
         self._thread.start()
-        self._each("start", lambda b: b.start(self.info))
         self._put(self._write_state)
         for record in history:
             self.epoch_done(record)

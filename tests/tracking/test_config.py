@@ -79,3 +79,11 @@ def test_an_epochs_record_becomes_named_numbers():
         "val_hits@10": 0.3,
     }
     assert mlflow_key("val_hits@10") == "val_hits_at_10"
+
+
+def test_an_unknown_tracker_in_a_list_is_named_with_the_choices():
+    from gnnrun.cli import check_overrides
+
+    check_overrides(["logger=[tensorboard,mlflow]"])
+    with pytest.raises(GnnrunError, match="logger=foo in .*choose from mlflow, none, tensorboard"):
+        check_overrides(["logger=[tensorboard,foo]"])
