@@ -155,7 +155,7 @@ class Tracker:
             self._guarded(backend, "start", lambda b: b.start(self.info))
         self._thread.start()
         self._put(self._write_state)
-        for record in history:
+        for record in history or self._own_records(start_epoch):
             self.epoch_done(record)
         if attempt or start_epoch:
             self._each("resumed", lambda b: b.resumed(start_epoch, attempt))
@@ -251,11 +251,35 @@ class Tracker:
         while True:
             job = self._jobs.get()
             if job is None:
+                self._jobs.task_done()
                 return
             try:
                 job()
             except Exception as exc:  # our own bookkeeping (the state file): warn, go on
                 print_warning(f"experiment tracking: {type(exc).__name__}: {exc}")
+            finally:
+                self._jobs.task_done()
+
+    def drain(self) -> None:
+        """Wait until every queued job is done (the benchmark's measure of a tracker's work)."""
+        self._jobs.join()
+
+    def _own_records(self, start_epoch: int) -> list[dict[str, Any]]:
+        """A rank's epochs before `start_epoch` from its metrics file (ranks other than 0
+        have no history in the checkpoint; a restarted attempt's file holds them)."""
+        try:
+            lines = (self.run_dir / f"metrics.rank{self.rank}.jsonl").read_text().splitlines()
+        except OSError:
+            return []
+        records = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("epoch", start_epoch) < start_epoch:
+                records.append(record)
+        return records
 
     def _saved_state(self, start_epoch: int, attempt: int, run_id: str | None) -> dict[str, Any]:
         """The run ids to continue: a restarted attempt's from the run directory, a resumed

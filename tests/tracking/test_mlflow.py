@@ -71,7 +71,7 @@ def test_a_sweep_is_a_parent_run_with_a_child_per_point(session_dir, mlflow_serv
         "train.epochs=2",
         "optimizer.lr=0.01,0.003",
         "model.hidden=16,32",
-        "logger=[mlflow,tensorboard]",
+        "logger=[mlflow,tensorboard,wandb]",
         f"hydra.sweep.dir={sweep_dir}",
         MLFLOW_TRACKING_URI=mlflow_server,
     )
@@ -87,6 +87,29 @@ def test_a_sweep_is_a_parent_run_with_a_child_per_point(session_dir, mlflow_serv
     for child in children:
         assert steps(client, child.info.run_id, "loss") == [1, 2]
         assert child.info.status == "FINISHED"
+    # W&B: the points are grouped by the sweep directory.
+    from tests.tracking.test_wandb import offline_run, wandb_records
+
+    for point in range(4):
+        (record_file,) = offline_run(sweep_dir / str(point)).glob("run-*.wandb")
+        (run,) = [
+            r.run for r in wandb_records(record_file) if r.WhichOneof("record_type") == "run"
+        ][:1]
+        assert run.group == f"{sweep_dir.parent.name}/{sweep_dir.name}"
+        assert run.job_type == "sweep-point"
+    # TensorBoard: each point's settings in the HParams plugin, for one table.
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from tests.tracking.test_tensorboard import read_events
+
+    hidden = set()
+    for point in range(4):
+        content = read_events(sweep_dir / str(point)).PluginTagToContent("hparams")
+        start = plugin_data_pb2.HParamsPluginData.FromString(
+            content["_hparams_/session_start_info"]
+        ).session_start_info
+        hidden.add(start.hparams["model.hidden"].number_value)
+    assert hidden == {16, 32}
 
 
 def test_a_resumed_run_goes_on_in_the_same_run(session_dir, mlflow_server):

@@ -102,3 +102,26 @@ def test_tensorboard_serves_the_runs_scalars(logged_run, session_dir):
     finally:
         stop(process)
         log.close()
+
+
+def test_every_rank_logs_its_own_with_all_ranks(session_dir):
+    from tests.tracking.conftest import train
+
+    run_dir = session_dir / "all-ranks" / "run"
+    train(
+        session_dir,
+        run_dir.parent,
+        "dataset=synthetic-tiny",
+        "train.epochs=2",
+        "logger=tensorboard",
+        "logger.all_ranks=true",
+        f"hydra.run.dir={run_dir}",
+    )
+    for rank in (0, 1):
+        events = read_events(run_dir / f"rank{rank}")
+        loss = events.Scalars("loss")
+        assert [e.step for e in loss] == [1, 2]
+        assert [e.value for e in loss] == pytest.approx(
+            [r["loss"] for r in epochs_of(run_dir, rank)], rel=1e-6
+        )
+    assert not list(run_dir.glob("events.out.tfevents.*"))  # rank<R>/ only
