@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-gpu dgl-venv bench-vs-dgl clean
+.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-gpu bench-tracking dgl-venv bench-vs-dgl clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,15 @@ test-gpu: setup
 test-package: setup
 	$(BIN)/python -m pytest -q -m package
 
+# TensorBoard, MLflow and W&B for real (the tracking extras, installed here): a
+# `mlflow server` and `tensorboard` started on loopback, W&B offline, screenshots of
+# their pages by headless Chromium (installed with apt-get when missing; the screenshot
+# tests skip without it). GNNRUN_SCREENSHOTS_DIR=docs/images refreshes the docs' images.
+test-tracking: setup
+	$(BIN)/pip install --quiet -e ".[tracking]"
+	bash scripts/install_chromium.sh
+	$(BIN)/python -m pytest -q -rs -m tracking
+
 # Style, then the import contracts of pyproject.toml (layers, no cycles), then the
 # documentation's links: mkdocs (mkdocs.yml, strict) for docs/, and
 # tests/test_docs_links.py for README.md, CONTRIBUTING.md, CHANGELOG.md and benchmarks/
@@ -85,6 +94,11 @@ bench-pipeline: setup
 
 # gnnrun beside PyG on this machine's device: its GPU (synthetic-medium and -large) where
 # it has one, else the CPU (synthetic-small).
+# Epoch time with each experiment tracker against none, in one run.
+bench-tracking: setup
+	$(BIN)/pip install --quiet -e ".[tracking]"
+	$(BIN)/python scripts/bench_tracking.py
+
 bench-gpu: setup
 	$(BIN)/pip install --quiet "torch-geometric>=2.6"
 	$(BIN)/python scripts/bench_gpu.py

@@ -23,7 +23,16 @@ from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data
-GROUPS = ("dataset", "partitioner", "model", "optimizer", "algorithm", "task", "cluster")
+GROUPS = (
+    "dataset",
+    "partitioner",
+    "model",
+    "optimizer",
+    "algorithm",
+    "task",
+    "cluster",
+    "logger",
+)
 EXAMPLES = """\
   gnnrun env
   gnnrun data info dataset=cora
@@ -376,6 +385,7 @@ def check_overrides(overrides: list[str]) -> None:
         # +sweep=NAME (configs/sweep/) may choose groups too, e.g. algorithm=cdr
         if o.key_or_group in GROUPS or o.key_or_group == "sweep":
             value = next(iter(o.sweep_string_iterator())) if o.is_sweep_override() else o.value()
+            _check_options(o.key_or_group, value)
             choices.append(f"{'+' if o.is_add() else ''}{o.key_or_group}={value}")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
@@ -406,6 +416,20 @@ def check_overrides(overrides: list[str]) -> None:
                 raise GnnrunError(f"{where}{exc}{cause}".replace("\n", " ")) from None
             except GnnrunError as exc:
                 raise GnnrunError(f"{where}{exc}") from None
+
+
+def _check_options(group: str, value: object) -> None:
+    """Several options of one group at once (logger=[tensorboard,mlflow]): each must exist
+    (Hydra's own message for a list names no options)."""
+    if not isinstance(value, list):
+        return
+    options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    for option in value:
+        if str(option) not in options:
+            raise GnnrunError(
+                f"{group}={option} in {group}={value}: no such option; choose from "
+                f"{', '.join(options)}"
+            )
 
 
 def _sweep_points(parsed: list) -> list[list[str]]:

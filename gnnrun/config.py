@@ -378,6 +378,9 @@ class GnnrunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     predict: PredictConfig = field(default_factory=PredictConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
+    # Experiment trackers (gnnrun.tracking.config.LoggerConfig, stored with the tracking
+    # package); None in a config composed before they existed.
+    logger: Any = None
 
 
 def store_root_schemas() -> None:
@@ -432,6 +435,7 @@ def to_objects(cfg: DictConfig) -> GnnrunConfig:
         "task",
         "train",
         "predict",
+        "logger",
     )
     for section in sections:
         value = getattr(obj, section, None)

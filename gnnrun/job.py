@@ -71,6 +71,7 @@ def train(cfg: DictConfig) -> None:
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
     from gnnrun.report.tables import summary_table
+    from gnnrun.tracking import check_installed, make_tracker
     from gnnrun.train.display import TrainingDisplay
     from gnnrun.train.trainer import train
 
@@ -95,6 +96,7 @@ def train(cfg: DictConfig) -> None:
     slurm = config.cluster.name == "slurm"
     hosts = config.cluster.name == "hosts"
     check_runnable(config)  # also before anything is submitted or started
+    check_installed(config.logger)
 
     def prepare() -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
@@ -128,8 +130,9 @@ def train(cfg: DictConfig) -> None:
             return
     elif kind is None:  # one process on the whole dataset
         prepare()
+        tracker = make_tracker(config, run_dir, 0, 1)
         with TrainingDisplay(config) as display:
-            summary = train(config, run_dir, display)
+            summary = train(config, run_dir, display, tracker)
     elif hosts and config.cluster.node_rank != 0:  # node 0 prepares; this host's ranks wait
         check_runnable(config)
         run_ranks(config, run_dir)

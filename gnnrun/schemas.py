@@ -16,5 +16,7 @@ def register_schemas() -> None:
     import gnnrun.partition  # noqa: F401
     import gnnrun.train.optimizer  # noqa: F401
     from gnnrun.config import store_root_schemas
+    from gnnrun.tracking.config import store_schema
 
     store_root_schemas()
+    store_schema()

@@ -20,6 +20,7 @@ from gnnrun.errors import GnnrunError
 from gnnrun.models import LAYERS
 from gnnrun.partition import PARTITIONERS
 from gnnrun.schemas import register_schemas
+from gnnrun.tracking.config import LoggerConfig
 from gnnrun.train.optimizer import OPTIMIZERS
 
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONFIG_DIR / g).glob("*.yaml"))]
@@ -56,6 +57,7 @@ SCHEMA_OF = {
         s.name, ClusterConfig
     ),
     "task": lambda s: LinkTaskConfig if s.name == "link" else TaskConfig,
+    "logger": lambda s: LoggerConfig,
 }
 
 

@@ -43,7 +43,8 @@ What runs:
   ones (`cluster=hosts`),
   datasets whose raw files the tests do not have (OGB, CiteSeer, PubMed: the
   tests never download) or a real dataset missing from ../shared/datasets,
-  other placeholders, and a repeat of a command that runs at its first place
+  other placeholders, commands that choose an experiment tracker (`logger=...`: make
+  test-tracking runs the trackers), and a repeat of a command that runs at its first place
   in the docs.
 
 The fast part takes about 80 s on 2 cores (`pytest --durations=0`).
@@ -289,6 +290,11 @@ def _composes_only(command: DocCommand, first: dict[str, str]) -> str | None:
     if "cluster=hosts" in command.argv:
         return (
             "needs several hosts: composed only (make test-faults runs them in network namespaces)"
+        )
+    if any(a.startswith("logger=") and a != "logger=none" for a in command.argv):
+        return (
+            "chooses an experiment tracker (its extra, a server, the network for W&B online): "
+            "composed only (make test-tracking runs them against the real tools)"
         )
     datasets = _datasets(command)
     if any(d.startswith("ogbn") for d in datasets):

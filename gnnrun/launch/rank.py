@@ -213,14 +213,16 @@ def infer_rank(cfg, rank: int, plan) -> dict[str, Any]:
 def train_rank(cfg, rank: int, run_dir: str | Path) -> dict[str, Any] | None:
     """Train in the process group this rank has joined; rank 0 shows progress and
     returns the summary. Every rank leaves together (a barrier)."""
+    from gnnrun.tracking import make_tracker
     from gnnrun.train.trainer import train
 
+    tracker = make_tracker(cfg, Path(run_dir), rank, dist.get_world_size())
     if rank != 0:
-        summary = train(cfg, Path(run_dir))
+        summary = train(cfg, Path(run_dir), tracker=tracker)
     else:
         from gnnrun.train.display import TrainingDisplay
 
         with TrainingDisplay(cfg) as display:
-            summary = train(cfg, Path(run_dir), display)
+            summary = train(cfg, Path(run_dir), display, tracker)
     dist.barrier()
     return summary

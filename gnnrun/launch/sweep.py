@@ -43,7 +43,14 @@ from gnnrun.progress import console, print_error
 
 POINT_FILE = "point.json"
 FAILURES_FILE = "failed_points.json"  # in the sweep directory: point number -> overrides, error
-PARTIAL_FILES = ("summary.json", "metrics.rank*.jsonl")
+# An unfinished point's files, moved aside when it runs again; TensorBoard's event files
+# and the trackers' run ids too (gnnrun.tracking), so that its new run starts clean.
+PARTIAL_FILES = (
+    "summary.json",
+    "metrics.rank*.jsonl",
+    "events.out.tfevents.*",
+    "tracking.rank*.json",
+)
 # Hydra overrides gnnrun adds itself (cli.run_hydra), or that --resume-sweep replaces.
 _OWN_HYDRA_OVERRIDES = (
     "hydra.job.name=",
@@ -181,9 +188,11 @@ def check_point(task_cfg) -> None:
     """What a single `gnnrun train` of this point refuses before preparing anything."""
     from gnnrun.algorithms import check_known_dataset, check_runnable
     from gnnrun.config import to_objects
+    from gnnrun.tracking import check_installed
 
     config = to_objects(task_cfg)
     check_runnable(config)
+    check_installed(config.logger)
     check_known_dataset(config)
 
 

@@ -29,10 +29,14 @@ from gnnrun.train.optimizer import build_optimizer, sparse_tables
 from gnnrun.train.resume import resume, settings_of
 
 
-def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[str, Any] | None:
+def train(
+    cfg, run_dir: Path, display: TrainingDisplay | None = None, tracker: Any = None
+) -> dict[str, Any] | None:
     """Train on this rank; rank 0 returns the run summary (also written to summary.json).
 
-    `display` (rank 0's terminal) is told when epochs start and end and when steps finish.
+    `display` (rank 0's terminal) is told when epochs start and end and when steps finish;
+    `tracker` (gnnrun.tracking.Tracker: TensorBoard, MLflow, W&B) when the run starts, an
+    epoch ends, a checkpoint is written and the run ends.
     """
     run_dir = Path(run_dir)
     timer = PhaseTimer()
@@ -67,6 +71,8 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
     if cfg.train.stop_after:
         end_epoch = min(end_epoch, start_epoch + cfg.train.stop_after)
     algorithm.plan(start_epoch, end_epoch)
+    if tracker is not None:
+        tracker.started(start_epoch, attempt.number, attempt.run_id, history)
     try:
         for epoch in range(start_epoch, end_epoch):
             # Reseeding per epoch makes dropout independent of where a run resumed.
@@ -124,6 +130,8 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
             record["peak_rss_mb"] = memory.run_peak_mb()
             with open(metrics_file, "a") as f:
                 f.write(json.dumps(record) + "\n")
+            if tracker is not None:
+                tracker.epoch_done(record)  # queued: sent by the tracker's own thread
             # Not every epoch: an algorithm's state can be large, and taking it ends
             # the communication it overlaps (cdr's exchanges in flight).
             # A run asked to stop (a SLURM job near its end) stops here, checkpointed,
@@ -134,6 +142,8 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
             )
             if checkpoint and (algorithm_state := algorithm.state_dict()) is not None:
                 _save_algorithm_state(checkpoint_dir, comm.rank, epoch + 1, algorithm_state)
+            if checkpoint and tracker is not None:
+                tracker.checkpointed(epoch + 1)
             if comm.rank == 0:
                 history.append(record)
                 if checkpoint:
@@ -153,12 +163,20 @@ def train(cfg, run_dir: Path, display: TrainingDisplay | None = None) -> dict[st
                     display.epoch_done(record)
             if stop and epoch + 1 < end_epoch:
                 raise RunStopped(epoch + 1)
+    except BaseException:
+        if tracker is not None:
+            tracker.close()  # the trackers' runs are marked as stopped before their end
+        raise
     finally:
         algorithm.close()
     if comm.rank != 0:
+        if tracker is not None:
+            tracker.finished(None)
         return None
     summary = summarize(history, cfg, comm.world_size) | {"restarts": attempt.number}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if tracker is not None:
+        tracker.finished(summary)
     return summary
 
 

@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Experiment trackers' cost: epoch time with each logger against none, in one run.
+
+Every row is a fresh `gnnrun train` subprocess of the same config (synthetic-small,
+the default minibatch algorithm on 2 ranks, 12 epochs); the epoch time is rank 0's
+`epoch_s` (its training steps: what a tracker could slow), median over the epochs
+after the first, from metrics.rank0.jsonl. The runs go round-robin (none, tensorboard,
+mlflow, wandb, then again) so that a machine that slows down part-way shows in every
+row alike; each row's ratio is its median against the median of the `none` runs. MLflow
+writes to a sqlite store in the benchmark's folder, W&B offline. `wall s` is the whole
+command, start and end included (importing a tracker and closing its run are there,
+not in the epochs).
+
+Epoch times on a shared machine vary by more than the 1% a tracker may cost, so the
+script also measures each tracker's own work directly, in its own process: the
+trainer's call per epoch (which only queues) and the tracker thread's time to send one
+epoch of a real run's figures (200 epochs, mean), against none's median epoch.
+
+    .venv/bin/python scripts/bench_tracking.py              # about 10 minutes here
+    .venv/bin/python scripts/bench_tracking.py --rounds 1 --epochs 4   # a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LOGGERS = ("none", "tensorboard", "mlflow", "wandb")
+
+
+def run(logger: str, args, root: Path, index: int) -> tuple[list[float], float]:
+    run_dir = root / f"{logger}-{index}"
+    command = [
+        sys.executable,
+        "-m",
+        "gnnrun.cli",
+        "train",
+        f"dataset={args.dataset}",
+        f"train.epochs={args.epochs}",
+        f"train.checkpoint_dir={root / 'checkpoints' / str(index)}",
+        f"logger={logger}",
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {
+        **os.environ,
+        "GNNRUN_DATA_ROOT": str(args.data_root),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
+        "WANDB_MODE": "offline",
+    }
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    if "logger" in done.stderr and "failed" in done.stderr:
+        sys.exit(f"logger={logger} failed:\n{done.stderr[-2000:]}")
+    records = [json.loads(line) for line in (run_dir / "metrics.rank0.jsonl").open()]
+    return [r["epoch_s"] for r in records[1:]], wall
+
+
+def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, float]:
+    """A tracker's own cost per epoch, in this process: the trainer's call (`epoch_done`,
+    which queues) and the tracker thread's work (sending one epoch), each the mean over
+    `args.direct_epochs` epochs of a real run's records. The thread's work is CPU the
+    ranks' epochs could lose; its ratio to the epoch bounds what a tracker can cost."""
+    from hydra import compose, initialize_config_dir
+
+    from gnnrun.cli import CONFIG_DIR
+    from gnnrun.config import to_objects
+    from gnnrun.schemas import register_schemas
+    from gnnrun.tracking import make_tracker
+
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
+    os.environ["WANDB_MODE"] = "offline"
+    register_schemas()
+    run_dir = root / f"direct-{logger}"
+    run_dir.mkdir()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = to_objects(
+            compose(
+                "config",
+                overrides=[
+                    f"dataset={args.dataset}",
+                    f"logger={logger}",
+                    f"train.checkpoint_dir={run_dir / 'checkpoints'}",
+                ],
+            )
+        )
+    tracker = make_tracker(cfg, run_dir, 0, 2)
+    tracker.started(0, 0, None)
+    tracker.drain()
+    calls = 0.0
+    start = time.perf_counter()
+    for epoch in range(args.direct_epochs):
+        record = {**records[epoch % len(records)], "epoch": epoch}
+        before = time.perf_counter()
+        tracker.epoch_done(record)
+        calls += time.perf_counter() - before
+    tracker.drain()
+    work = time.perf_counter() - start - calls
+    tracker.close()
+    return calls / args.direct_epochs, work / args.direct_epochs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="synthetic-small")
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--data-root", type=Path, default=Path("data"))
+    parser.add_argument("--direct-epochs", type=int, default=200)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    epochs: dict[str, list[float]] = {name: [] for name in LOGGERS}
+    walls: dict[str, list[float]] = {name: [] for name in LOGGERS}
+    costs: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-tracking-") as tmp:
+        root = Path(tmp)
+        run("none", args, root, -1)  # prepares the dataset and the partition: not timed
+        records = [json.loads(line) for line in (root / "none--1" / "metrics.rank0.jsonl").open()]
+        for logger in LOGGERS[1:]:
+            costs[logger] = direct(logger, args, root, records)
+        for round_ in range(args.rounds):
+            for logger in LOGGERS:
+                times, wall = run(logger, args, root, round_)
+                epochs[logger] += times
+                walls[logger].append(wall)
+                print(
+                    f"round {round_ + 1} {logger}: median epoch {statistics.median(times):.4f} s",
+                    flush=True,
+                )
+    base = statistics.median(epochs["none"])
+    print(
+        f"\n{'logger':12} {'epochs':>6} {'epoch s':>9} {'vs none':>8} {'wall s':>7} "
+        f"{'call us':>8} {'thread ms':>9} {'thread/epoch':>12}"
+    )
+    rows = {}
+    for logger in LOGGERS:
+        median = statistics.median(epochs[logger])
+        call, work = costs.get(logger, (0.0, 0.0))
+        rows[logger] = {
+            "epochs": len(epochs[logger]),
+            "epoch_s_median": median,
+            "ratio": median / base,
+            "wall_s_median": statistics.median(walls[logger]),
+            "call_s_per_epoch": call,
+            "thread_s_per_epoch": work,
+            "thread_share_of_epoch": work / base,
+        }
+        print(
+            f"{logger:12} {len(epochs[logger]):6d} {median:9.4f} {median / base:8.3f} "
+            f"{rows[logger]['wall_s_median']:7.1f} {call * 1e6:8.1f} {work * 1e3:9.3f} "
+            f"{work / base:12.2%}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
