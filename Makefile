@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-gpu bench-tracking dgl-venv bench-vs-dgl clean
+.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
 
 setup: $(STAMP)
 
@@ -125,6 +125,12 @@ bench-vs-dgl: setup dgl-venv
 	$(BIN)/python scripts/bench_sampler.py --dgl-python $(DGL_PYTHON)
 	$(BIN)/python scripts/bench_train.py --fanouts 5 10 15 --dgl-python $(DGL_PYTHON)
 	$(BIN)/python scripts/bench_fullbatch.py --skip-train --skip-sweep --dgl-python $(DGL_PYTHON)
+
+# The project's scripts and the DGL peers' side_by_side.sh spmm,full, three runs each,
+# alternating, in one table (docs/performance.md#checking-the-figures-with-a-second-harness).
+PEERS_DIR ?= ../shared/peers
+bench-vs-dgl-check: setup dgl-venv
+	$(BIN)/python scripts/bench_vs_dgl_check.py --peers $(PEERS_DIR) --dgl-python $(DGL_PYTHON)
 
 clean:
 	rm -rf $(VENV) outputs

@@ -3,6 +3,8 @@
 import os as _os
 import signal as _signal
 
+from gnnrun.memory import apply_at_import as _apply_memory_settings_at_import
+
 __version__ = "0.1.0"
 
 # Set by the local launcher for the ranks it starts (gnnrun.launch.elastic).
@@ -21,3 +23,6 @@ def _leave_quietly_on_interrupt_while_starting() -> None:
 
 
 _leave_quietly_on_interrupt_while_starting()
+
+# Before anything imports torch: what `gnnrun train` runs with, for library callers too.
+_apply_memory_settings_at_import()

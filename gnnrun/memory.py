@@ -32,6 +32,23 @@ SETTINGS = {"THP_MEM_ALLOC_ENABLE": "1"}
 ALLOCATOR_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
 
 
+def apply_at_import() -> None:
+    """Huge pages for a program that imports gnnrun and never runs the gnnrun command.
+
+    `import gnnrun` sets THP_MEM_ALLOC_ENABLE=1 (unless set) when torch is not
+    imported yet, so that a library caller's models allocate as `gnnrun train`'s
+    do: a full-batch epoch on 200k vertices / 5M edges took 13k page faults
+    instead of 430-520k, and 0.16-0.36 s less kernel time. Only before torch:
+    torch reads the variable at its first allocation, and the native kernels
+    take it, once set, to mean torch's large tensors are huge already (they then
+    skip their own huge pages). tcmalloc cannot be loaded this late; that takes
+    the gnnrun command, or LD_PRELOAD.
+    """
+    if "torch" not in sys.modules:
+        for name, value in SETTINGS.items():
+            os.environ.setdefault(name, value)
+
+
 def apply_memory_settings() -> None:
     """Huge pages, and the preloaded allocator for every process started from here on."""
     for name, value in SETTINGS.items():

@@ -325,7 +325,7 @@ def compare(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--nodes", type=int, default=1_000_000, help="0: no large graph")
     parser.add_argument("--edges", type=int, default=25_000_000)
     parser.add_argument("--small-nodes", type=int, default=200_000, help="0: no small graph")
     parser.add_argument("--small-edges", type=int, default=5_000_000)
@@ -335,6 +335,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-index-add", action="store_true")
+    parser.add_argument("--skip-sweep", action="store_true", help="no block-size sweeps")
     parser.add_argument(
         "--precision",
         choices=sorted(DTYPES),
@@ -362,13 +363,16 @@ def main() -> None:
         f"STREAM copy (torch, 1 GiB float32): {stream:.1f} GB/s"
     )
 
-    results["runs"] = sparse_graph(args, stream, args.nodes, args.edges)
+    results["runs"] = sparse_graph(args, stream, args.nodes, args.edges) if args.nodes else []
     if args.small_nodes:
         results["runs"] += sparse_graph(args, stream, args.small_nodes, args.small_edges)
     results["sweeps"] = []
-    results["sweeps"].append(sweep(chung_lu(args.nodes, args.edges, args.seed), args, "sparse"))
-    dense = chung_lu(args.dense_nodes, args.edges, args.seed + 1)
-    results["sweeps"].append(sweep(dense, args, "dense"))
+    if not args.skip_sweep:
+        if args.nodes:
+            sparse = chung_lu(args.nodes, args.edges, args.seed)
+            results["sweeps"].append(sweep(sparse, args, "sparse"))
+        dense = chung_lu(args.dense_nodes, args.edges, args.seed + 1)
+        results["sweeps"].append(sweep(dense, args, "dense"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

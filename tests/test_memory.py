@@ -115,3 +115,27 @@ def test_a_rank_does_not_report_the_memory_of_the_process_that_started_it():
         [sys.executable, "-c", parent], capture_output=True, text=True, check=True
     )
     assert float(result.stdout) < 250, result.stdout
+
+
+# torch imported before gnnrun; a stand-in, since the real import takes seconds.
+TORCH_IMPORTED = "import sys, types; sys.modules['torch'] = types.ModuleType('torch')"
+
+
+@pytest.mark.parametrize(
+    ("code", "preset", "expected"),
+    [
+        ("import gnnrun", None, "1"),  # a library caller gets what `gnnrun train` runs with
+        ("import gnnrun", "0", "0"),  # the user's own setting wins
+        (f"{TORCH_IMPORTED}; import gnnrun", None, None),  # too late for torch: left alone
+    ],
+)
+def test_importing_gnnrun_turns_on_huge_pages_before_torch(code, preset, expected):
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if preset is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = preset
+    show = f"{code}; import os; print(os.environ.get('THP_MEM_ALLOC_ENABLE'))"
+    result = subprocess.run(
+        [sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(expected)
