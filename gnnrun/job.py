@@ -39,6 +39,21 @@ def data_prepare(cfg: DictConfig, force: bool) -> None:
     )
 
 
+def data_chunk(cfg: DictConfig, output: str, **sizes: int) -> None:
+    from gnnrun.config import to_objects
+    from gnnrun.data import build_dataset
+    from gnnrun.data.chunked import write_chunks
+
+    config = to_objects(cfg)
+    metadata = write_chunks(Path(output), config.dataset, build_dataset, **sizes)
+    out.print(
+        f"wrote {config.dataset.name} as chunked files: {metadata} (train on it with "
+        f"dataset=chunked dataset.name={config.dataset.name} dataset.path={metadata})",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
 def partition(cfg: DictConfig) -> None:
     from gnnrun.config import to_objects
     from gnnrun.data import prepare_for_task
