@@ -61,9 +61,33 @@ def partition(cfg: DictConfig) -> None:
     from gnnrun.report.tables import partition_table
 
     config = to_objects(cfg)
+    if config.dataset.source == "chunked" and not config.task.link:
+        from gnnrun.partition import distributed
+
+        if distributed.supports(config.partitioner.name):
+            return _partition_on_ranks(config)
+        from gnnrun.progress import print_warning
+
+        print_warning(
+            f"partitioner={config.partitioner.name} runs in one process on the whole graph; "
+            f"partitioner={' or '.join(distributed.DISTRIBUTED_PARTITIONERS)} runs on the "
+            "ranks, each holding its share"
+        )
     dataset = prepare_for_task(config.dataset, config.task)
     book = partition_dataset(dataset, config.partitioner)
     out.print(partition_table(book))
+    out.print(f"written to {book.path}", markup=False, soft_wrap=True)
+
+
+def _partition_on_ranks(config) -> None:
+    """`gnnrun partition` of chunked input: each rank reads its share and writes its parts."""
+    from gnnrun.launch.elastic import run_rank_job
+    from gnnrun.partition.distributed import partition_chunked, rank_table
+    from gnnrun.report.tables import partition_table
+
+    book = partition_chunked(config, lambda tmp: run_rank_job(config, "partition", tmp))
+    out.print(partition_table(book))
+    out.print(rank_table(book))
     out.print(f"written to {book.path}", markup=False, soft_wrap=True)
 
 

@@ -1,0 +1,574 @@
+"""Partitioning chunked input on the job's ranks, each with bounded memory.
+
+`gnnrun partition dataset=chunked dataset.path=.../metadata.json partitioner=random`
+runs here (gnnrun.job): the ranks of `cluster=local` (the launcher training uses) each
+
+1. compute the parts of their range of vertex ids (`hash_parts`, the function the
+   one-process `partitioner=random` uses, so the assignment is the same) and write
+   that range of node_owner.npy / node_local.npy (a vertex's local id is its rank
+   among its part's vertices: the counts of the ranks before fix where a range starts);
+2. read their share of the listed edges, a round at a time, add reverse edges where
+   the graph is undirected, and send each edge to the rank that writes the part of its
+   destination (all_to_all_single, counts first); what arrives is appended to a spill
+   file on disk, so a round holds only its own edges;
+3. build each of their parts from the spill (in-CSR of the solid vertices, halos,
+   local ids, exactly as gnnrun.partition.edge_cut does in one process), and copy the
+   features and labels of the part's vertices from the row files, a file at a time.
+
+Part p is written by rank p mod world size. No rank holds more than its parts, its
+spill and one round; none holds the whole graph, node_owner, or the features. The
+launching process writes the manifest (the same fields as the one-process writer, with
+per-rank figures under `distributed`) and renames the directory into place.
+
+Memory: `partitioner.memory_gb` (GiB per rank) bounds a rank's peak resident memory.
+`plan_rounds` sizes the rounds to fit what is left after the process itself (measured
+at start, the largest rank's) and the part it builds (estimated from the edge count);
+a budget that cannot hold the smallest round and the part is refused at start, naming
+the smallest budget that works. After the exchange, the part's real edge count is
+checked again. Every rank's peak (VmHWM) is recorded in the manifest.
+
+What is not here yet: Libra and an edge-cut partitioner of METIS quality on the ranks,
+`cluster=hosts` / `cluster=slurm` (the ranks meet in a directory only node 0 names),
+heterogeneous graphs, `dataset.reorder`, and training without a prepared copy of the
+dataset (training still prepares it in one process: gnnrun.job.train).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnrun.data.chunked import ChunkedGraph, open_chunked
+from gnnrun.data.graph import index_dtype, sorted_unique
+from gnnrun.errors import GnnrunError
+from gnnrun.io import (
+    atomic_directory,
+    atomic_rows,
+    mapped_rows,
+    mark_verified,
+    sha256_file,
+    write_json,
+    writer_lock,
+)
+from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
+from gnnrun.partition.edge_cut import imbalance
+from gnnrun.partition.random import hash_parts
+from gnnrun.partition.write import partitioner_identity
+
+GIB = 1 << 30
+MIB = 1 << 20
+# Bytes a round holds per directed edge it reads or receives: src and dst as int64 read,
+# their owners and sort order, the send buffer and the received buffer.
+ROUND_BYTES_PER_EDGE = 112
+# Bytes a part's build holds per edge: the (dst, src) keys and their sort, decoded ids,
+# the sources' parts, local ids and the written indices.
+BUILD_BYTES_PER_EDGE = 72
+# Bytes per solid vertex a rank keeps while building: its id, label, and the split lookups.
+BYTES_PER_SOLID = 32
+MIN_ROUND_EDGES = 1 << 12  # below this the exchange is all latency
+MAX_ROUND_EDGES = 1 << 22  # the round size without a budget
+ROWS_PER_STEP = 1 << 16  # vertices a rank hashes / copies at a time (at most)
+SPILL = ".spill-rank{rank}.bin"
+
+# partitioner name -> it runs on the ranks from chunked input (the others: one process).
+DISTRIBUTED_PARTITIONERS = ("random",)
+
+
+def supports(name: str) -> bool:
+    return name in DISTRIBUTED_PARTITIONERS
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    round_edges: int  # listed edges a rank reads per round
+    rounds: int  # rounds every rank takes part in
+    minimum_bytes: int  # the smallest budget that works
+    budget_bytes: int | None
+
+
+def plan_rounds(
+    budget_bytes: int | None,
+    baseline_bytes: int,
+    share_edges: int,
+    directions: int,
+    part_edges: int,
+    part_vertices: int,
+    row_bytes: int,
+) -> RoundPlan:
+    """Round size for a rank that reads `share_edges` listed edges (each stored in
+    `directions` directions) and builds parts of about `part_edges` edges and
+    `part_vertices` vertices (rows of `row_bytes`), on top of `baseline_bytes` already
+    resident. A round holds its read edges and as many received ones; the build comes
+    after the rounds, so the budget must hold the larger of the two. Raises GnnrunError
+    naming the smallest budget that works when `budget_bytes` is below it."""
+    per_edge = ROUND_BYTES_PER_EDGE * directions * 2  # read (and reversed), then received
+    fixed = baseline_bytes + part_vertices * BYTES_PER_SOLID
+    rows = min(ROWS_PER_STEP, max(part_vertices, 1)) * max(row_bytes, 1) * 2
+    build = part_edges * BUILD_BYTES_PER_EDGE + rows
+    minimum = fixed + max(build, MIN_ROUND_EDGES * per_edge)
+    if budget_bytes is None:
+        round_edges = MAX_ROUND_EDGES
+    elif budget_bytes < minimum:
+        raise GnnrunError(
+            f"partitioner.memory_gb={budget_bytes / GIB:.3g} cannot hold one round and one part "
+            f"(the process itself holds {baseline_bytes / MIB:.0f} MiB, a part of about "
+            f"{part_edges:,} edges needs {build / MIB:.0f} MiB): the smallest that works is "
+            f"partitioner.memory_gb={math.ceil(minimum / GIB * 100) / 100:.2f}; or use more "
+            "ranks (cluster.nprocs) or parts (partitioner.num_parts)"
+        )
+    else:
+        round_edges = min(MAX_ROUND_EDGES, (budget_bytes - fixed) // per_edge)
+    round_edges = max(int(round_edges), 1)
+    rounds = math.ceil(share_edges / round_edges) if share_edges else 0
+    return RoundPlan(round_edges, rounds, int(minimum), budget_bytes)
+
+
+@dataclass
+class RankFigures:
+    """What one rank did: reported per rank in the manifest and the summary."""
+
+    rank: int
+    edges_read: int = 0
+    edges_sent: int = 0
+    edges_received: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    rows_read: int = 0
+    parts_written: int = 0
+    bytes_written: int = 0
+    rounds: int = 0
+    round_edges: int = 0
+    baseline_mb: float = 0.0
+    peak_rss_mb: float = 0.0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _say(rank: int, message: str) -> None:
+    from gnnrun.progress import console
+
+    console.print(f"[dim]rank {rank}:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def _steps(lo: int, hi: int, step: int) -> list[tuple[int, int]]:
+    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+
+def _group_ranks(parts: np.ndarray) -> np.ndarray:
+    """Each element's rank among the earlier elements with its value (a cumulative count)."""
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    starts = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1]])
+    within = np.arange(parts.size) - np.repeat(starts, np.diff(np.r_[starts, parts.size]))
+    out = np.empty(parts.size, dtype=np.int64)
+    out[order] = within
+    return out
+
+
+def _record(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
+    """The manifest record of a written .npy (as gnnrun.io.save_array returns)."""
+    return {
+        "shape": list(shape),
+        "dtype": str(np.dtype(dtype)),
+        "bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
+    }
+
+
+def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
+    """One rank's share of a distributed partition into `tmp_dir` (in its process group)."""
+    import torch
+    import torch.distributed as dist
+
+    from gnnrun.memory import PeakMemory, resident_mb
+
+    start = time.perf_counter()
+    world = dist.get_world_size()
+    tmp = Path(tmp_dir)
+    pcfg = cfg.partitioner
+    graph = open_chunked(cfg.dataset.path)
+    n, num_parts, seed = graph.num_nodes, pcfg.num_parts, pcfg.seed
+    mine = [p for p in range(num_parts) if p % world == rank]
+    figures = RankFigures(rank)
+    peak = PeakMemory()
+
+    # Plan the rounds on every rank from the same figures: the largest baseline and share.
+    baseline = torch.tensor([resident_mb() * MIB], dtype=torch.float64)
+    dist.all_reduce(baseline, op=dist.ReduceOp.MAX)
+    figures.baseline_mb = float(baseline.item()) / MIB
+    total = graph.num_edges
+    share = (total * rank // world, total * (rank + 1) // world)
+    directions = 2 if graph.undirected else 1
+    parts_here = max(len(mine), 1)
+    plan = plan_rounds(
+        None if pcfg.memory_gb is None else int(pcfg.memory_gb * GIB),
+        int(baseline.item()),
+        share_edges=math.ceil(total / world),
+        directions=directions,
+        part_edges=math.ceil(total * directions / num_parts * 1.1) * parts_here,
+        part_vertices=math.ceil(n / num_parts) * parts_here,
+        row_bytes=graph.feat_dim * 4 + 8,
+    )
+    figures.rounds, figures.round_edges = plan.rounds, plan.round_edges
+    _say(
+        rank,
+        f"{share[1] - share[0]:,} edges to read in {plan.rounds} rounds of {plan.round_edges:,}",
+    )
+
+    # 1. The vertex maps, this rank's range of them.
+    t = time.perf_counter()
+    lo, hi = n * rank // world, n * (rank + 1) // world
+    counts = np.zeros(num_parts, dtype=np.int64)
+    for a, b in _steps(lo, hi, ROWS_PER_STEP):
+        counts += np.bincount(hash_parts(np.arange(a, b), n, num_parts, seed), minlength=num_parts)
+    every = [torch.zeros(num_parts, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(every, torch.from_numpy(counts))
+    before = torch.stack(every[:rank]).sum(0).numpy() if rank else np.zeros(num_parts, np.int64)
+    part_sizes = torch.stack(every).sum(0).numpy()
+    if rank == 0:
+        mapped_rows(tmp / "node_owner.npy", (n,), np.int32).flush()
+        mapped_rows(tmp / "node_local.npy", (n,), np.int64).flush()
+    dist.barrier()
+    owner = np.lib.format.open_memmap(tmp / "node_owner.npy", mode="r+")
+    local = np.lib.format.open_memmap(tmp / "node_local.npy", mode="r+")
+    running = before.copy()
+    for a, b in _steps(lo, hi, ROWS_PER_STEP):
+        parts = hash_parts(np.arange(a, b), n, num_parts, seed)
+        owner[a:b] = parts
+        local[a:b] = running[parts] + _group_ranks(parts)
+        running += np.bincount(parts, minlength=num_parts)
+    owner.flush()
+    local.flush()
+    del owner, local
+    solids = {p: _solid(n, num_parts, seed, p, int(part_sizes[p])) for p in mine}
+    figures.seconds["vertex_maps_s"] = time.perf_counter() - t
+
+    # 2. The edges, to the rank of their destination's part, a round at a time.
+    t = time.perf_counter()
+    spill_path = tmp / SPILL.format(rank=rank)
+    with open(spill_path, "wb") as spill:
+        for round_ in range(plan.rounds):  # every rank takes part in every round
+            a = min(share[1], share[0] + round_ * plan.round_edges)
+            src, dst = _read_round(graph, a, min(share[1], a + plan.round_edges))
+            figures.edges_read += int(src.size)
+            _check_ids(graph, src, dst)
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            if graph.undirected:
+                src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+            to_rank = hash_parts(dst, n, num_parts, seed) % world
+            order = np.argsort(to_rank, kind="stable")
+            payload = np.stack([dst[order], src[order]], axis=1)
+            del src, dst
+            send_counts = np.bincount(to_rank, minlength=world).astype(np.int64)
+            received = _exchange(payload, send_counts)
+            del payload, order, to_rank
+            spill.write(received.tobytes())
+            figures.edges_sent += int(send_counts.sum() - send_counts[rank])
+            figures.bytes_sent += int((send_counts.sum() - send_counts[rank]) * 16)
+            figures.edges_received += int(received.shape[0])
+            figures.bytes_received += int(received.nbytes)
+            if plan.rounds <= 10 or (round_ + 1) % max(1, plan.rounds // 10) == 0:
+                _say(
+                    rank,
+                    f"round {round_ + 1}/{plan.rounds}: {figures.edges_read:,} edges read, "
+                    f"{figures.edges_received:,} received",
+                )
+            del received
+    figures.seconds["exchange_s"] = time.perf_counter() - t
+
+    # 3. The parts.
+    t = time.perf_counter()
+    spilled = int(spill_path.stat().st_size // 16)
+    if pcfg.memory_gb is not None:
+        plan_rounds(
+            plan.budget_bytes, int(baseline.item()), 0, directions, spilled,
+            sum(s.size for s in solids.values()), graph.feat_dim * 4 + 8,
+        )  # fmt: skip
+    records: dict[str, Any] = {}
+    part_figures: dict[int, dict[str, Any]] = {}
+    edges = (
+        np.fromfile(spill_path, dtype=np.int64).reshape(-1, 2)
+        if spilled
+        else np.zeros((0, 2), np.int64)
+    )
+    spill_path.unlink()
+    edge_parts = hash_parts(edges[:, 0], n, num_parts, seed) if len(mine) > 1 else None
+    for p in mine:
+        part_edges = edges if edge_parts is None else edges[edge_parts == p]
+        files, part_figures[p] = _write_part(cfg, graph, p, solids.pop(p), part_edges, tmp, figures)
+        records |= files
+        figures.parts_written += 1
+        _say(
+            rank,
+            f"part {p} written: {part_figures[p]['solid']:,} vertices, {part_figures[p]['edges']:,} edges",
+        )
+    del edges
+    figures.seconds["parts_s"] = time.perf_counter() - t
+    if rank == 0:
+        for name, dtype in (("node_owner", np.int32), ("node_local", np.int64)):
+            records[f"{name}.npy"] = _record(tmp / f"{name}.npy", (n,), dtype)
+    figures.bytes_written = sum(r["bytes"] for r in records.values())
+    figures.peak_rss_mb = peak.run_peak_mb()
+    figures.seconds["total_s"] = time.perf_counter() - start
+    dist.barrier()
+    return {"records": records, "parts": part_figures, "figures": figures.__dict__}
+
+
+def _read_round(graph: ChunkedGraph, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The listed edges [lo, hi), across file boundaries."""
+    pieces = list(graph.read_edges(lo, hi, max(hi - lo, 1)))
+    empty = [np.zeros(0, np.int64)]
+    return np.concatenate([s for s, _ in pieces] + empty), np.concatenate(
+        [d for _, d in pieces] + empty
+    )
+
+
+def _check_ids(graph: ChunkedGraph, src: np.ndarray, dst: np.ndarray) -> None:
+    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= graph.num_nodes):
+        raise GnnrunError(
+            f"chunked graph {graph.metadata_path}: edges have vertex ids outside "
+            f"[0, {graph.num_nodes}) (num_nodes); fix the edge files or num_nodes"
+        )
+
+
+def _solid(n: int, num_parts: int, seed: int, part: int, size: int) -> np.ndarray:
+    """The vertices of `part`, increasing: a scan of every id's part, a step at a time."""
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    for a, b in _steps(0, n, ROWS_PER_STEP):
+        ids = a + np.flatnonzero(hash_parts(np.arange(a, b), n, num_parts, seed) == part)
+        out[filled : filled + ids.size] = ids
+        filled += ids.size
+    assert filled == size
+    return out
+
+
+def _exchange(payload: np.ndarray, send_counts: np.ndarray) -> np.ndarray:
+    """Rows of `payload` (grouped by destination rank, `send_counts` each) to their ranks;
+    the rows received, grouped by the rank they came from."""
+    import torch
+    import torch.distributed as dist
+
+    world = send_counts.size
+    incoming = torch.zeros(world, dtype=torch.int64)
+    dist.all_to_all_single(incoming, torch.from_numpy(send_counts))
+    received = torch.empty((int(incoming.sum()), 2), dtype=torch.int64)
+    dist.all_to_all_single(
+        received,
+        torch.from_numpy(np.ascontiguousarray(payload)),
+        output_split_sizes=incoming.tolist(),
+        input_split_sizes=send_counts.tolist(),
+    )
+    return received.numpy()
+
+
+def _write_part(
+    cfg,
+    graph: ChunkedGraph,
+    part: int,
+    solid: np.ndarray,
+    edges: np.ndarray,
+    tmp: Path,
+    figures: RankFigures,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write part `part` (its solid vertices, its received [dst, src] edges) as
+    gnnrun.partition.edge_cut.EdgeCutBuilder does: the same arrays, the same bytes."""
+    pcfg = cfg.partitioner
+    n, num_parts, seed = graph.num_nodes, pcfg.num_parts, pcfg.seed
+    keys = sorted_unique(edges[:, 0] * n + edges[:, 1])  # by (dst, src), duplicates gone
+    dst = keys // n
+    src = keys - dst * n
+    del keys
+    rows = np.searchsorted(solid, dst)
+    indptr = np.zeros(solid.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=solid.size), out=indptr[1:])
+    del rows, dst
+    src_parts = hash_parts(src, n, num_parts, seed)
+    remote = src_parts != part
+    del src_parts
+    halo = sorted_unique(src[remote])
+    local_ids = np.where(
+        remote, solid.size + np.searchsorted(halo, src), np.searchsorted(solid, src)
+    ).astype(index_dtype(n))
+    folder = tmp / part_dir_name(part)
+    folder.mkdir()
+    prefix = f"{part_dir_name(part)}/"
+    records: dict[str, Any] = {}
+
+    def save(name: str, array: np.ndarray) -> None:
+        np.save(folder / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        records[prefix + f"{name}.npy"] = _record(folder / f"{name}.npy", array.shape, array.dtype)
+
+    save("nodes", np.concatenate([solid, halo]).astype(np.int64))
+    save("indptr", indptr)
+    save("indices", local_ids)
+    save("halo_owner", hash_parts(halo, n, num_parts, seed))
+    num_edges, cut = int(src.size), int(remote.sum())
+    del local_ids, remote, src
+
+    # Rows of the solid vertices, file by file: features (float32, row-normalised where
+    # the dataset config says so, as gnnrun.data.prepare does) and labels.
+    feat_path = folder / "feat.npy"
+    with atomic_rows(feat_path, (solid.size, graph.feat_dim), np.float32) as append:
+        for rows_ in graph.read_rows(graph.feat, solid):
+            block = rows_.astype(np.float32)
+            if cfg.dataset.row_normalize:
+                sums = block.sum(axis=1, keepdims=True)
+                block = block / np.where(sums == 0, 1, sums)
+            append(block)
+            figures.rows_read += rows_.shape[0]
+    records[prefix + "feat.npy"] = _record(feat_path, (solid.size, graph.feat_dim), np.float32)
+    label = np.concatenate(
+        [r.astype(np.int64) for r in graph.read_rows(graph.label, solid)] + [np.zeros(0, np.int64)]
+    )
+    if label.size and (label.min() < -1 or label.max() >= graph.num_classes):
+        raise GnnrunError(
+            f"chunked graph {graph.metadata_path}: labels must lie in [-1, {graph.num_classes}) "
+            "(num_classes; -1 = unlabelled)"
+        )
+    save("label", label)
+    split_sizes = {}
+    for split in ("train_idx", "val_idx", "test_idx"):
+        found = []
+        for ids in graph.read_split(split):
+            if ids.size and (ids.min() < 0 or ids.max() >= n):
+                raise GnnrunError(
+                    f"chunked graph {graph.metadata_path}: {split} has ids outside [0, {n})"
+                )
+            found.append(ids[hash_parts(ids, n, num_parts, seed) == part])
+        ids = np.concatenate(found + [np.zeros(0, np.int64)])
+        local = np.sort(np.searchsorted(solid, ids))
+        if local.size and np.any(label[local] < 0):
+            raise GnnrunError(
+                f"chunked graph {graph.metadata_path}: {split} contains unlabelled vertices"
+            )
+        save(split, local.astype(np.int64))
+        split_sizes[split] = int(local.size)
+    part_figures = {
+        "solid": int(solid.size),
+        "halo": int(halo.size),
+        "edges": num_edges,
+        "cut_edges": cut,
+        "train": split_sizes["train_idx"],
+        "val": split_sizes["val_idx"],
+        "test": split_sizes["test_idx"],
+    }
+    return records, part_figures
+
+
+# ------------------------------------------------------------------ the launching process
+
+
+def check_distributable(config) -> ChunkedGraph:
+    """Refuse, before any rank starts, what the ranks cannot do; the checked graph."""
+    graph = open_chunked(config.dataset.path)
+    if config.cluster.name != "local":
+        raise GnnrunError(
+            f"partitioning chunked input on the ranks runs under cluster=local for now, not "
+            f"cluster={config.cluster.name}: partition on one host with cluster=local "
+            "cluster.nprocs=N, then train with any cluster"
+        )
+    if config.dataset.reorder != "none":
+        raise GnnrunError(
+            f"dataset.reorder={config.dataset.reorder} is not available for chunked input "
+            "partitioned on the ranks: leave dataset.reorder=none"
+        )
+    if config.partitioner.num_parts > graph.num_nodes:
+        raise GnnrunError(
+            f"partitioner.num_parts={config.partitioner.num_parts} exceeds the "
+            f"{graph.num_nodes} vertices of {config.dataset.name}: choose at most "
+            f"{graph.num_nodes} parts"
+        )
+    return graph
+
+
+def partition_chunked(config, run_ranks) -> PartitionBook:
+    """Partition chunked input on the job's ranks (`run_ranks(tmp_dir)` runs
+    `partition_on_rank` on each and returns their results, in rank order); write the
+    manifest; return the opened partition."""
+    from gnnrun.data import dataset_identity
+
+    graph = check_distributable(config)
+    pcfg = config.partitioner
+    path = Path(pcfg.output_dir)
+    start = time.perf_counter()
+    checksum = graph.checksum(dataset_identity(config.dataset))
+    with writer_lock(path), atomic_directory(path) as tmp:
+        results = run_ranks(str(tmp))
+        files: dict[str, Any] = {}
+        parts: dict[int, dict[str, Any]] = {}
+        for result in results:
+            files |= result["records"]
+            parts |= result["parts"]
+        figures = [parts[p] for p in range(pcfg.num_parts)]
+        num_edges = sum(f["edges"] for f in figures)
+        cut = sum(f["cut_edges"] for f in figures)
+        ranks = [r["figures"] for r in results]
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "kind": "edge_cut",
+            "method": pcfg.name,
+            "num_parts": pcfg.num_parts,
+            "trainers_per_part": 1,
+            "config": partitioner_identity(pcfg),
+            "dataset": {
+                "name": config.dataset.name,
+                "checksum": checksum,
+                "num_nodes": graph.num_nodes,
+                "num_edges": num_edges,
+            },
+            "parts": figures,
+            "summary": {
+                "cut_edges": cut,
+                "cut_fraction": cut / max(num_edges, 1),
+                "halo_fraction": sum(f["halo"] for f in figures) / max(graph.num_nodes, 1),
+                "imbalance": imbalance(figures, ("solid", "edges", "train")),
+            },
+            "timings": {"total_s": time.perf_counter() - start},
+            "distributed": {
+                "ranks": ranks,
+                "memory_gb": pcfg.memory_gb,
+                "peak_rss_mb": max(r["peak_rss_mb"] for r in ranks),
+            },
+            "files": dict(sorted(files.items())),
+        }
+        write_json(tmp / "manifest.json", manifest)
+        mark_verified(tmp, files)
+    return open_partition(path)
+
+
+def rank_table(book: PartitionBook):
+    """What each rank read, exchanged, wrote, and its peak memory (a rich Table)."""
+    from rich.table import Table
+
+    info = book.manifest["distributed"]
+    budget = info["memory_gb"]
+    table = Table(
+        title="ranks",
+        caption=f"memory budget {'none' if budget is None else f'{budget:g} GiB'} per rank",
+    )
+    columns = (
+        "rank", "edges read", "edges sent", "edges received", "MiB sent", "rows read",
+        "parts", "rounds", "seconds", "peak RSS MiB",
+    )  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="right")
+    for r in info["ranks"]:
+        table.add_row(
+            str(r["rank"]),
+            f"{r['edges_read']:,}",
+            f"{r['edges_sent']:,}",
+            f"{r['edges_received']:,}",
+            f"{r['bytes_sent'] / MIB:,.1f}",
+            f"{r['rows_read']:,}",
+            str(r["parts_written"]),
+            str(r["rounds"]),
+            f"{r['seconds']['total_s']:.2f}",
+            f"{r['peak_rss_mb']:,.0f}",
+        )
+    return table
