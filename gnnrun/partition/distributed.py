@@ -73,7 +73,7 @@ BYTES_PER_SOLID = 32
 MIN_ROUND_EDGES = 1 << 12  # below this the exchange is all latency
 MAX_ROUND_EDGES = 1 << 22  # the round size without a budget
 ROWS_PER_STEP = 1 << 16  # vertices a rank hashes / copies at a time (at most)
-SPILL = ".spill-rank{rank}.bin"
+SPILL = ".spill-part{part}.bin"  # the received edges of one part, [dst, src] int64 pairs
 
 # partitioner name -> it runs on the ranks from chunked input (the others: one process).
 DISTRIBUTED_PARTITIONERS = ("random",)
@@ -203,14 +203,13 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     total = graph.num_edges
     share = (total * rank // world, total * (rank + 1) // world)
     directions = 2 if graph.undirected else 1
-    parts_here = max(len(mine), 1)
     plan = plan_rounds(
         None if pcfg.memory_gb is None else int(pcfg.memory_gb * GIB),
         int(baseline.item()),
         share_edges=math.ceil(total / world),
         directions=directions,
-        part_edges=math.ceil(total * directions / num_parts * 1.1) * parts_here,
-        part_vertices=math.ceil(n / num_parts) * parts_here,
+        part_edges=math.ceil(total * directions / num_parts * 1.1),
+        part_vertices=math.ceil(n / num_parts) * max(len(mine), 1),
         row_bytes=graph.feat_dim * 4 + 8,
     )
     figures.rounds, figures.round_edges = plan.rounds, plan.round_edges
@@ -249,8 +248,8 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
 
     # 2. The edges, to the rank of their destination's part, a round at a time.
     t = time.perf_counter()
-    spill_path = tmp / SPILL.format(rank=rank)
-    with open(spill_path, "wb") as spill:
+    spills = {p: open(tmp / SPILL.format(part=p), "wb") for p in mine}  # noqa: SIM115
+    try:
         for round_ in range(plan.rounds):  # every rank takes part in every round
             a = min(share[1], share[0] + round_ * plan.round_edges)
             src, dst = _read_round(graph, a, min(share[1], a + plan.round_edges))
@@ -267,7 +266,12 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
             send_counts = np.bincount(to_rank, minlength=world).astype(np.int64)
             received = _exchange(payload, send_counts)
             del payload, order, to_rank
-            spill.write(received.tobytes())
+            if len(mine) == 1:
+                spills[mine[0]].write(received.tobytes())
+            else:
+                received_parts = hash_parts(received[:, 0], n, num_parts, seed)
+                for p in mine:
+                    spills[p].write(received[received_parts == p].tobytes())
             figures.edges_sent += int(send_counts.sum() - send_counts[rank])
             figures.bytes_sent += int((send_counts.sum() - send_counts[rank]) * 16)
             figures.edges_received += int(received.shape[0])
@@ -279,35 +283,34 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
                     f"{figures.edges_received:,} received",
                 )
             del received
+    finally:
+        for spill in spills.values():
+            spill.close()
     figures.seconds["exchange_s"] = time.perf_counter() - t
 
     # 3. The parts.
     t = time.perf_counter()
-    spilled = int(spill_path.stat().st_size // 16)
-    if pcfg.memory_gb is not None:
-        plan_rounds(
-            plan.budget_bytes, int(baseline.item()), 0, directions, spilled,
-            sum(s.size for s in solids.values()), graph.feat_dim * 4 + 8,
-        )  # fmt: skip
     records: dict[str, Any] = {}
     part_figures: dict[int, dict[str, Any]] = {}
-    edges = (
-        np.fromfile(spill_path, dtype=np.int64).reshape(-1, 2)
-        if spilled
-        else np.zeros((0, 2), np.int64)
-    )
-    spill_path.unlink()
-    edge_parts = hash_parts(edges[:, 0], n, num_parts, seed) if len(mine) > 1 else None
     for p in mine:
-        part_edges = edges if edge_parts is None else edges[edge_parts == p]
-        files, part_figures[p] = _write_part(cfg, graph, p, solids.pop(p), part_edges, tmp, figures)
+        spill_path = tmp / SPILL.format(part=p)
+        spilled = int(spill_path.stat().st_size // 16)
+        if pcfg.memory_gb is not None:  # the real edge count, against the budget again
+            plan_rounds(
+                plan.budget_bytes, int(baseline.item()), 0, directions, spilled,
+                sum(s.size for s in solids.values()), graph.feat_dim * 4 + 8,
+            )  # fmt: skip
+        edges = np.fromfile(spill_path, dtype=np.int64).reshape(-1, 2)
+        spill_path.unlink()
+        files, part_figures[p] = _write_part(cfg, graph, p, solids.pop(p), edges, tmp, figures)
+        del edges
         records |= files
         figures.parts_written += 1
         _say(
             rank,
-            f"part {p} written: {part_figures[p]['solid']:,} vertices, {part_figures[p]['edges']:,} edges",
+            f"part {p} written: {part_figures[p]['solid']:,} vertices, "
+            f"{part_figures[p]['edges']:,} edges",
         )
-    del edges
     figures.seconds["parts_s"] = time.perf_counter() - t
     if rank == 0:
         for name, dtype in (("node_owner", np.int32), ("node_local", np.int64)):
@@ -552,23 +555,27 @@ def rank_table(book: PartitionBook):
         title="ranks",
         caption=f"memory budget {'none' if budget is None else f'{budget:g} GiB'} per rank",
     )
-    columns = (
-        "rank", "edges read", "edges sent", "edges received", "MiB sent", "rows read",
-        "parts", "rounds", "seconds", "peak RSS MiB",
-    )  # fmt: skip
+    # Short headers: the table fits an 80-column terminal.
+    columns = ("rank", "edges read", "sent", "received", "rows read", "MiB sent")
+    columns += ("parts", "rounds", "s", "peak MiB")
     for column in columns:
         table.add_column(column, justify="right")
     for r in info["ranks"]:
         table.add_row(
             str(r["rank"]),
-            f"{r['edges_read']:,}",
-            f"{r['edges_sent']:,}",
-            f"{r['edges_received']:,}",
+            *(_compact(r[k]) for k in ("edges_read", "edges_sent", "edges_received", "rows_read")),
             f"{r['bytes_sent'] / MIB:,.1f}",
-            f"{r['rows_read']:,}",
             str(r["parts_written"]),
             str(r["rounds"]),
-            f"{r['seconds']['total_s']:.2f}",
+            f"{r['seconds']['total_s']:.1f}",
             f"{r['peak_rss_mb']:,.0f}",
         )
     return table
+
+
+def _compact(count: int) -> str:
+    """1234567 -> 1.23M: a count short enough for the table (the manifest has it exactly)."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if count >= limit:
+            return f"{count / limit:.3g}{suffix}"
+    return str(count)
