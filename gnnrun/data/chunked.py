@@ -481,7 +481,7 @@ def write_dataset_chunks(
 def write_chunks(
     output: Path,
     cfg: DatasetConfig,
-    build: Callable[[DatasetConfig], GraphDataset],
+    build: Callable[[DatasetConfig], GraphDataset] | None,
     edges_per_file: int = EDGES_PER_FILE,
     rows_per_file: int = ROWS_PER_FILE,
 ) -> Path:
