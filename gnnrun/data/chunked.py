@@ -92,7 +92,13 @@ class EdgeFile:
             return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         import pyarrow.parquet as pq
 
-        table = pq.read_table(self.parquet, columns=["src", "dst"]).slice(lo, hi - lo)
+        # Only the row groups that hold [lo, hi): a round reads its edges, not the file.
+        file = pq.ParquetFile(self.parquet)
+        sizes = [file.metadata.row_group(i).num_rows for i in range(file.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        groups = [i for i in range(len(sizes)) if starts[i] < hi and starts[i + 1] > lo]
+        table = file.read_row_groups(groups, columns=["src", "dst"])
+        table = table.slice(lo - int(starts[groups[0]]) if groups else 0, hi - lo)
         return (
             table.column("src").to_numpy().astype(np.int64),
             table.column("dst").to_numpy().astype(np.int64),
