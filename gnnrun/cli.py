@@ -60,7 +60,7 @@ DATA_USAGE = (
 def cmd_data(args: list[str]) -> int:
     actions = {"info": job.data_info, "prepare": job.data_prepare}
     if args and args[0] == "chunk":
-        options, rest = _chunk_options(args[1:])
+        options, rest = chunk_options(args[1:])
         return run_hydra(lambda cfg: job.data_chunk(cfg, **options), "data-chunk", rest)
     if not args or args[0] not in actions:
         raise GnnrunError(DATA_USAGE)
@@ -77,7 +77,7 @@ CHUNK_FLAGS = {
 }
 
 
-def _chunk_options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
+def chunk_options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
     """`gnnrun data chunk`'s own flags (FLAG VALUE or FLAG=VALUE), and the overrides left."""
     options: dict[str, Any] = {}
     rest, i = [], 0
