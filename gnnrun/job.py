@@ -81,13 +81,14 @@ def partition(cfg: DictConfig) -> None:
 
 def _partition_on_ranks(config) -> None:
     """`gnnrun partition` of chunked input: each rank reads its share and writes its parts."""
+    from gnnrun.data.chunked_ranks import rank_table
     from gnnrun.launch.elastic import run_rank_job
-    from gnnrun.partition.distributed import partition_chunked, rank_table
+    from gnnrun.partition.distributed import partition_chunked
     from gnnrun.report.tables import partition_table
 
     book = partition_chunked(config, lambda tmp: run_rank_job(config, "partition", tmp))
     out.print(partition_table(book))
-    out.print(rank_table(book))
+    out.print(rank_table(book.manifest["distributed"]))
     out.print(f"written to {book.path}", markup=False, soft_wrap=True)
 
 

@@ -37,13 +37,23 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gnnrun.data.chunked import ChunkedGraph, open_chunked
+from gnnrun.data.chunked_ranks import (
+    GIB,
+    MIB,
+    ROWS_PER_STEP,
+    RankFigures,
+    exchange_edges,
+    npy_record,
+    plan_rounds,
+    say,
+    steps,
+)
 from gnnrun.data.graph import index_dtype, sorted_unique
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
@@ -51,7 +61,6 @@ from gnnrun.io import (
     atomic_rows,
     mapped_rows,
     mark_verified,
-    sha256_file,
     write_json,
     writer_lock,
 )
@@ -60,19 +69,6 @@ from gnnrun.partition.edge_cut import imbalance
 from gnnrun.partition.random import hash_parts
 from gnnrun.partition.write import partitioner_identity
 
-GIB = 1 << 30
-MIB = 1 << 20
-# Bytes a round holds per directed edge it reads or receives: src and dst as int64 read,
-# their owners and sort order, the send buffer and the received buffer.
-ROUND_BYTES_PER_EDGE = 112
-# Bytes a part's build holds per edge: the (dst, src) keys and their sort, decoded ids,
-# the sources' parts, local ids and the written indices.
-BUILD_BYTES_PER_EDGE = 72
-# Bytes per solid vertex a rank keeps while building: its id, label, and the split lookups.
-BYTES_PER_SOLID = 32
-MIN_ROUND_EDGES = 1 << 12  # below this the exchange is all latency
-MAX_ROUND_EDGES = 1 << 22  # the round size without a budget
-ROWS_PER_STEP = 1 << 16  # vertices a rank hashes / copies at a time (at most)
 SPILL = ".spill-part{part}.bin"  # the received edges of one part, [dst, src] int64 pairs
 
 # partitioner name -> it runs on the ranks from chunked input (the others: one process).
@@ -81,81 +77,6 @@ DISTRIBUTED_PARTITIONERS = ("random",)
 
 def supports(name: str) -> bool:
     return name in DISTRIBUTED_PARTITIONERS
-
-
-@dataclass(frozen=True)
-class RoundPlan:
-    round_edges: int  # listed edges a rank reads per round
-    rounds: int  # rounds every rank takes part in
-    minimum_bytes: int  # the smallest budget that works
-    budget_bytes: int | None
-
-
-def plan_rounds(
-    budget_bytes: int | None,
-    baseline_bytes: int,
-    share_edges: int,
-    directions: int,
-    part_edges: int,
-    part_vertices: int,
-    row_bytes: int,
-) -> RoundPlan:
-    """Round size for a rank that reads `share_edges` listed edges (each stored in
-    `directions` directions) and builds parts of about `part_edges` edges and
-    `part_vertices` vertices (rows of `row_bytes`), on top of `baseline_bytes` already
-    resident. A round holds its read edges and as many received ones; the build comes
-    after the rounds, so the budget must hold the larger of the two. Raises GnnrunError
-    naming the smallest budget that works when `budget_bytes` is below it."""
-    per_edge = ROUND_BYTES_PER_EDGE * directions * 2  # read (and reversed), then received
-    fixed = baseline_bytes + part_vertices * BYTES_PER_SOLID
-    rows = min(ROWS_PER_STEP, max(part_vertices, 1)) * max(row_bytes, 1) * 2
-    build = part_edges * BUILD_BYTES_PER_EDGE + rows
-    minimum = fixed + max(build, MIN_ROUND_EDGES * per_edge)
-    if budget_bytes is None:
-        round_edges = MAX_ROUND_EDGES
-    elif budget_bytes < minimum:
-        raise GnnrunError(
-            f"partitioner.memory_gb={budget_bytes / GIB:.3g} cannot hold one round and one part "
-            f"(the process itself holds {baseline_bytes / MIB:.0f} MiB, a part of about "
-            f"{part_edges:,} edges needs {build / MIB:.0f} MiB): the smallest that works is "
-            f"partitioner.memory_gb={math.ceil(minimum / GIB * 100) / 100:.2f}; or use more "
-            "ranks (cluster.nprocs) or parts (partitioner.num_parts)"
-        )
-    else:
-        round_edges = min(MAX_ROUND_EDGES, (budget_bytes - fixed) // per_edge)
-    round_edges = max(int(round_edges), 1)
-    rounds = math.ceil(share_edges / round_edges) if share_edges else 0
-    return RoundPlan(round_edges, rounds, int(minimum), budget_bytes)
-
-
-@dataclass
-class RankFigures:
-    """What one rank did: reported per rank in the manifest and the summary."""
-
-    rank: int
-    edges_read: int = 0
-    edges_sent: int = 0
-    edges_received: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    rows_read: int = 0
-    parts_written: int = 0
-    bytes_written: int = 0
-    rounds: int = 0
-    round_edges: int = 0
-    baseline_mb: float = 0.0
-    peak_rss_mb: float = 0.0
-    seconds: dict[str, float] = field(default_factory=dict)
-
-
-def _say(rank: int, message: str) -> None:
-    from gnnrun.progress import console
-
-    console.print(f"[dim]rank {rank}:[/] {message}", highlight=False, soft_wrap=True)
-
-
-def _steps(lo: int, hi: int, step: int) -> list[tuple[int, int]]:
-    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
 
 def _group_ranks(parts: np.ndarray) -> np.ndarray:
@@ -167,16 +88,6 @@ def _group_ranks(parts: np.ndarray) -> np.ndarray:
     out = np.empty(parts.size, dtype=np.int64)
     out[order] = within
     return out
-
-
-def _record(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
-    """The manifest record of a written .npy (as gnnrun.io.save_array returns)."""
-    return {
-        "shape": list(shape),
-        "dtype": str(np.dtype(dtype)),
-        "bytes": path.stat().st_size,
-        "sha256": sha256_file(path),
-    }
 
 
 def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
@@ -193,7 +104,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     graph = open_chunked(cfg.dataset.path)
     n, num_parts, seed = graph.num_nodes, pcfg.num_parts, pcfg.seed
     mine = [p for p in range(num_parts) if p % world == rank]
-    figures = RankFigures(rank)
+    figures = RankFigures(rank, world)
     peak = PeakMemory()
 
     # Plan the rounds on every rank from the same figures: the largest baseline and share.
@@ -213,7 +124,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         row_bytes=graph.feat_dim * 4 + 8,
     )
     figures.rounds, figures.round_edges = plan.rounds, plan.round_edges
-    _say(
+    say(
         rank,
         f"{share[1] - share[0]:,} edges to read in {plan.rounds} rounds of {plan.round_edges:,}",
     )
@@ -222,7 +133,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     t = time.perf_counter()
     lo, hi = n * rank // world, n * (rank + 1) // world
     counts = np.zeros(num_parts, dtype=np.int64)
-    for a, b in _steps(lo, hi, ROWS_PER_STEP):
+    for a, b in steps(lo, hi, ROWS_PER_STEP):
         counts += np.bincount(hash_parts(np.arange(a, b), n, num_parts, seed), minlength=num_parts)
     every = [torch.zeros(num_parts, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(every, torch.from_numpy(counts))
@@ -235,7 +146,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     owner = np.lib.format.open_memmap(tmp / "node_owner.npy", mode="r+")
     local = np.lib.format.open_memmap(tmp / "node_local.npy", mode="r+")
     running = before.copy()
-    for a, b in _steps(lo, hi, ROWS_PER_STEP):
+    for a, b in steps(lo, hi, ROWS_PER_STEP):
         parts = hash_parts(np.arange(a, b), n, num_parts, seed)
         owner[a:b] = parts
         local[a:b] = running[parts] + _group_ranks(parts)
@@ -249,40 +160,20 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     # 2. The edges, to the rank of their destination's part, a round at a time.
     t = time.perf_counter()
     spills = {p: open(tmp / SPILL.format(part=p), "wb") for p in mine}  # noqa: SIM115
+
+    def keep(received: np.ndarray) -> None:
+        if len(mine) == 1:
+            spills[mine[0]].write(received.tobytes())
+            return
+        received_parts = hash_parts(received[:, 0], n, num_parts, seed)
+        for p in mine:
+            spills[p].write(received[received_parts == p].tobytes())
+
     try:
-        for round_ in range(plan.rounds):  # every rank takes part in every round
-            a = min(share[1], share[0] + round_ * plan.round_edges)
-            src, dst = _read_round(graph, a, min(share[1], a + plan.round_edges))
-            figures.edges_read += int(src.size)
-            _check_ids(graph, src, dst)
-            keep = src != dst
-            src, dst = src[keep], dst[keep]
-            if graph.undirected:
-                src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-            to_rank = hash_parts(dst, n, num_parts, seed) % world
-            order = np.argsort(to_rank, kind="stable")
-            payload = np.stack([dst[order], src[order]], axis=1)
-            del src, dst
-            send_counts = np.bincount(to_rank, minlength=world).astype(np.int64)
-            received = _exchange(payload, send_counts)
-            del payload, order, to_rank
-            if len(mine) == 1:
-                spills[mine[0]].write(received.tobytes())
-            else:
-                received_parts = hash_parts(received[:, 0], n, num_parts, seed)
-                for p in mine:
-                    spills[p].write(received[received_parts == p].tobytes())
-            figures.edges_sent += int(send_counts.sum() - send_counts[rank])
-            figures.bytes_sent += int((send_counts.sum() - send_counts[rank]) * 16)
-            figures.edges_received += int(received.shape[0])
-            figures.bytes_received += int(received.nbytes)
-            if plan.rounds <= 10 or (round_ + 1) % max(1, plan.rounds // 10) == 0:
-                _say(
-                    rank,
-                    f"round {round_ + 1}/{plan.rounds}: {figures.edges_read:,} edges read, "
-                    f"{figures.edges_received:,} received",
-                )
-            del received
+        exchange_edges(
+            graph, plan, share, lambda dst: hash_parts(dst, n, num_parts, seed) % world, keep,
+            figures,
+        )  # fmt: skip
     finally:
         for spill in spills.values():
             spill.close()
@@ -306,7 +197,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         del edges
         records |= files
         figures.parts_written += 1
-        _say(
+        say(
             rank,
             f"part {p} written: {part_figures[p]['solid']:,} vertices, "
             f"{part_figures[p]['edges']:,} edges",
@@ -314,7 +205,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     figures.seconds["parts_s"] = time.perf_counter() - t
     if rank == 0:
         for name, dtype in (("node_owner", np.int32), ("node_local", np.int64)):
-            records[f"{name}.npy"] = _record(tmp / f"{name}.npy", (n,), dtype)
+            records[f"{name}.npy"] = npy_record(tmp / f"{name}.npy", (n,), dtype)
     figures.bytes_written = sum(r["bytes"] for r in records.values())
     figures.peak_rss_mb = peak.run_peak_mb()
     figures.seconds["total_s"] = time.perf_counter() - start
@@ -322,52 +213,16 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     return {"records": records, "parts": part_figures, "figures": figures.__dict__}
 
 
-def _read_round(graph: ChunkedGraph, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """The listed edges [lo, hi), across file boundaries."""
-    pieces = list(graph.read_edges(lo, hi, max(hi - lo, 1)))
-    empty = [np.zeros(0, np.int64)]
-    return np.concatenate([s for s, _ in pieces] + empty), np.concatenate(
-        [d for _, d in pieces] + empty
-    )
-
-
-def _check_ids(graph: ChunkedGraph, src: np.ndarray, dst: np.ndarray) -> None:
-    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= graph.num_nodes):
-        raise GnnrunError(
-            f"chunked graph {graph.metadata_path}: edges have vertex ids outside "
-            f"[0, {graph.num_nodes}) (num_nodes); fix the edge files or num_nodes"
-        )
-
-
 def _solid(n: int, num_parts: int, seed: int, part: int, size: int) -> np.ndarray:
     """The vertices of `part`, increasing: a scan of every id's part, a step at a time."""
     out = np.empty(size, dtype=np.int64)
     filled = 0
-    for a, b in _steps(0, n, ROWS_PER_STEP):
+    for a, b in steps(0, n, ROWS_PER_STEP):
         ids = a + np.flatnonzero(hash_parts(np.arange(a, b), n, num_parts, seed) == part)
         out[filled : filled + ids.size] = ids
         filled += ids.size
     assert filled == size
     return out
-
-
-def _exchange(payload: np.ndarray, send_counts: np.ndarray) -> np.ndarray:
-    """Rows of `payload` (grouped by destination rank, `send_counts` each) to their ranks;
-    the rows received, grouped by the rank they came from."""
-    import torch
-    import torch.distributed as dist
-
-    world = send_counts.size
-    incoming = torch.zeros(world, dtype=torch.int64)
-    dist.all_to_all_single(incoming, torch.from_numpy(send_counts))
-    received = torch.empty((int(incoming.sum()), 2), dtype=torch.int64)
-    dist.all_to_all_single(
-        received,
-        torch.from_numpy(np.ascontiguousarray(payload)),
-        output_split_sizes=incoming.tolist(),
-        input_split_sizes=send_counts.tolist(),
-    )
-    return received.numpy()
 
 
 def _write_part(
@@ -405,7 +260,9 @@ def _write_part(
 
     def save(name: str, array: np.ndarray) -> None:
         np.save(folder / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
-        records[prefix + f"{name}.npy"] = _record(folder / f"{name}.npy", array.shape, array.dtype)
+        records[prefix + f"{name}.npy"] = npy_record(
+            folder / f"{name}.npy", array.shape, array.dtype
+        )
 
     save("nodes", np.concatenate([solid, halo]).astype(np.int64))
     save("indptr", indptr)
@@ -425,7 +282,7 @@ def _write_part(
                 block = block / np.where(sums == 0, 1, sums)
             append(block)
             figures.rows_read += rows_.shape[0]
-    records[prefix + "feat.npy"] = _record(feat_path, (solid.size, graph.feat_dim), np.float32)
+    records[prefix + "feat.npy"] = npy_record(feat_path, (solid.size, graph.feat_dim), np.float32)
     label = np.concatenate(
         [r.astype(np.int64) for r in graph.read_rows(graph.label, solid)] + [np.zeros(0, np.int64)]
     )
@@ -543,39 +400,3 @@ def partition_chunked(config, run_ranks) -> PartitionBook:
         write_json(tmp / "manifest.json", manifest)
         mark_verified(tmp, files)
     return open_partition(path)
-
-
-def rank_table(book: PartitionBook):
-    """What each rank read, exchanged, wrote, and its peak memory (a rich Table)."""
-    from rich.table import Table
-
-    info = book.manifest["distributed"]
-    budget = info["memory_gb"]
-    table = Table(
-        title="ranks",
-        caption=f"memory budget {'none' if budget is None else f'{budget:g} GiB'} per rank",
-    )
-    # Short headers: the table fits an 80-column terminal.
-    columns = ("rank", "edges read", "sent", "received", "rows read", "MiB sent")
-    columns += ("parts", "rounds", "s", "peak MiB")
-    for column in columns:
-        table.add_column(column, justify="right")
-    for r in info["ranks"]:
-        table.add_row(
-            str(r["rank"]),
-            *(_compact(r[k]) for k in ("edges_read", "edges_sent", "edges_received", "rows_read")),
-            f"{r['bytes_sent'] / MIB:,.1f}",
-            str(r["parts_written"]),
-            str(r["rounds"]),
-            f"{r['seconds']['total_s']:.1f}",
-            f"{r['peak_rss_mb']:,.0f}",
-        )
-    return table
-
-
-def _compact(count: int) -> str:
-    """1234567 -> 1.23M: a count short enough for the table (the manifest has it exactly)."""
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if count >= limit:
-            return f"{count / limit:.3g}{suffix}"
-    return str(count)
