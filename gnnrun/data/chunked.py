@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
+from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges
 from gnnrun.data.registry import DatasetConfig, register_source
@@ -70,6 +71,16 @@ ROWS_PER_FILE = 1 << 16
 class ChunkedDatasetConfig(DatasetConfig):
     source: str = "chunked"
     path: str = MISSING  # the metadata.json of a chunked graph (docs/large-graphs.md)
+    # Peak resident memory each rank may use preparing it on the ranks
+    # (gnnrun.data.prepare_ranks), in GiB; null: no limit. Not part of the content.
+    memory_gb: float | None = None
+
+    def validate(self) -> None:
+        super().validate()
+        check(
+            self.memory_gb is None or self.memory_gb > 0,
+            "dataset.memory_gb must be positive (GiB per rank), or null for no limit",
+        )
 
 
 @dataclass(frozen=True)

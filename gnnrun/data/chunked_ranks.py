@@ -203,9 +203,10 @@ def exchange_edges(
         del received
 
 
-def rank_table(info: dict[str, Any], title: str = "ranks"):
+def rank_table(info: dict[str, Any], title: str = "ranks", written: str = "parts"):
     """What each rank read, exchanged, wrote, and its peak memory (a rich Table), from the
-    `distributed` record of a partition's manifest or a prepared dataset's meta.json."""
+    `distributed` record of a partition's manifest or a prepared dataset's meta.json;
+    `written`: what `parts_written` counts."""
     from rich.table import Table
 
     budget = info["memory_gb"]
@@ -215,7 +216,7 @@ def rank_table(info: dict[str, Any], title: str = "ranks"):
     )
     # Short headers: the table fits an 80-column terminal.
     columns = ("rank", "edges read", "sent", "received", "rows read", "MiB sent")
-    columns += ("parts", "rounds", "s", "peak MiB")
+    columns += (written, "rounds", "s", "peak MiB")
     for column in columns:
         table.add_column(column, justify="right")
     for r in info["ranks"]:
