@@ -53,13 +53,15 @@ def plan_rounds(
     part_edges: int,
     part_vertices: int,
     row_bytes: int,
+    setting: str = "partitioner.memory_gb",
 ) -> RoundPlan:
     """Round size for a rank that reads `share_edges` listed edges (each stored in
     `directions` directions) and builds parts of about `part_edges` edges and
     `part_vertices` vertices (rows of `row_bytes`), on top of `baseline_bytes` already
     resident. A round holds its read edges and as many received ones; the build comes
     after the rounds, so the budget must hold the larger of the two. Raises GnnrunError
-    naming the smallest budget that works when `budget_bytes` is below it."""
+    naming the smallest budget that works when `budget_bytes` is below it (`setting`: the
+    config key the message names)."""
     per_edge = ROUND_BYTES_PER_EDGE * directions * 2  # read (and reversed), then received
     fixed = baseline_bytes + part_vertices * BYTES_PER_SOLID
     rows = min(ROWS_PER_STEP, max(part_vertices, 1)) * max(row_bytes, 1) * 2
@@ -69,11 +71,12 @@ def plan_rounds(
         round_edges = MAX_ROUND_EDGES
     elif budget_bytes < minimum:
         raise GnnrunError(
-            f"partitioner.memory_gb={budget_bytes / GIB:.3g} cannot hold one round and one part "
+            f"{setting}={budget_bytes / GIB:.3g} cannot hold one round and one part "
             f"(the process itself holds {baseline_bytes / MIB:.0f} MiB, a part of about "
             f"{part_edges:,} edges needs {build / MIB:.0f} MiB): the smallest that works is "
-            f"partitioner.memory_gb={math.ceil(minimum / GIB * 100) / 100:.2f}; or use more "
-            "ranks (cluster.nprocs) or parts (partitioner.num_parts)"
+            f"{setting}={math.ceil(minimum / GIB * 100) / 100:.2f}; or use more ranks "
+            "(cluster.nprocs)"
+            + (" or parts (partitioner.num_parts)" if "partitioner" in setting else "")
         )
     else:
         round_edges = min(MAX_ROUND_EDGES, (budget_bytes - fixed) // per_edge)

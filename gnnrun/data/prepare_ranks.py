@@ -87,6 +87,7 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         part_edges=math.ceil(total * directions / world * 1.1),
         part_vertices=math.ceil(n / world),
         row_bytes=row_bytes,
+        setting="dataset.memory_gb",
     )
     figures.rounds, figures.round_edges = plan.rounds, plan.round_edges
     say(
@@ -108,7 +109,10 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     t = time.perf_counter()
     spilled = int(spill_path.stat().st_size // 16)
     if budget is not None:  # the real edge count, against the budget again
-        plan_rounds(budget, int(baseline.item()), 0, directions, spilled, hi - lo, row_bytes)
+        plan_rounds(
+            budget, int(baseline.item()), 0, directions, spilled, hi - lo, row_bytes,
+            "dataset.memory_gb",
+        )  # fmt: skip
     edges = np.fromfile(spill_path, dtype=np.int64).reshape(-1, 2)
     spill_path.unlink()
     keys = sorted_unique((edges[:, 0] - lo) * n + edges[:, 1])  # by (dst, src)

@@ -15,19 +15,13 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 
-from gnnrun.data import prepare_dataset
+from gnnrun.data import build_dataset, prepare_dataset
 from gnnrun.data.chunked import ChunkedDatasetConfig, write_chunks
+from gnnrun.data.chunked_ranks import GIB, MIB
 from gnnrun.data.synthetic import SyntheticDatasetConfig
 from gnnrun.errors import GnnrunError
-from gnnrun.memory import resident_mb
 from gnnrun.partition import partition_dataset
-from gnnrun.partition.distributed import (
-    GIB,
-    MIB,
-    partition_chunked,
-    partition_on_rank,
-    plan_rounds,
-)
+from gnnrun.partition.distributed import partition_chunked, partition_on_rank
 from gnnrun.partition.registry import PartitionerConfig
 
 from ..conftest import REPO
@@ -73,7 +67,7 @@ def _same_partition(a: Path, b: Path) -> None:
         assert np.array_equal(np.load(a / rel), np.load(b / rel)), rel
 
 
-def test_one_rank_writes_the_one_process_partition_in_many_rounds(chunks, tmp_path):
+def test_one_rank_writes_the_one_process_partition_in_many_rounds(chunks, tmp_path, monkeypatch):
     """Three parts on one rank, in rounds of a few thousand edges (a tight budget): the same
     files as `partitioner=random` in one process on the prepared copy, whose checksum the
     partition records, so training takes it."""
@@ -81,8 +75,10 @@ def test_one_rank_writes_the_one_process_partition_in_many_rounds(chunks, tmp_pa
     with one_rank():
         roomy = partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
         rounds_roomy = roomy.manifest["distributed"]["ranks"][0]["rounds"]
-        # A budget a little above this process (rounds of a few thousand edges).
-        config.partitioner.memory_gb = (resident_mb() + 2.5) * MIB / GIB
+        # The process as the planner sees it: 200 MiB (a figure of its own, so that the
+        # rounds do not depend on this process's size); a budget 2.5 MiB above it.
+        monkeypatch.setattr("gnnrun.memory.resident_mb", lambda: 200.0)
+        config.partitioner.memory_gb = 202.5 * MIB / GIB
         config.partitioner.output_dir = str(tmp_path / "tight")
         tight = partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
     figures = tight.manifest["distributed"]["ranks"][0]
@@ -96,27 +92,6 @@ def test_one_rank_writes_the_one_process_partition_in_many_rounds(chunks, tmp_pa
     assert tight.dataset_checksum == roomy.dataset_checksum == dataset.checksum
     _same_partition(tight.path, one.path)
     _same_partition(roomy.path, one.path)
-
-
-def test_a_smaller_budget_makes_smaller_rounds_and_too_small_is_refused():
-    args = dict(
-        baseline_bytes=300 * MIB, share_edges=10_000_000, directions=2,
-        part_edges=1_000_000, part_vertices=50_000, row_bytes=264,
-    )  # fmt: skip
-    plans = [plan_rounds(int(gb * GIB), **args) for gb in (0.5, 0.6, 1.0, 4.0)]
-    sizes = [p.round_edges for p in plans]
-    assert sizes == sorted(sizes) and len(set(sizes)) == 4
-    assert [p.rounds for p in plans] == sorted((p.rounds for p in plans), reverse=True)
-    assert plans[0].rounds > plans[-1].rounds >= 1
-    minimum = plans[0].minimum_bytes
-    plan_rounds(minimum, **args)  # the smallest works
-    with pytest.raises(GnnrunError) as refused:
-        plan_rounds(minimum - 1, **args)
-    message = str(refused.value)
-    assert "the smallest that works is partitioner.memory_gb=" in message
-    named = float(message.split("partitioner.memory_gb=")[2].split(";")[0])
-    assert named * GIB >= minimum  # what it names is enough
-    plan_rounds(int(named * GIB), **args)
 
 
 def test_a_budget_below_the_process_is_refused_before_anything_is_read(chunks, tmp_path):
@@ -152,6 +127,9 @@ def test_two_ranks_partition_as_one_process_and_train_to_the_same_losses(tmp_pat
     run = _gnnrun(tmp_path, "partition", *data, "partitioner=random", "cluster.nprocs=2")
     assert run.returncode == 0, run.stderr
     assert "rank 1: part 1 written" in run.stderr
+    prepare = _gnnrun(tmp_path, "data", "prepare", *data, "cluster.nprocs=2")
+    assert prepare.returncode == 0, prepare.stderr
+    assert "rank 1: rows [1,000, 2,000) written" in prepare.stderr
     distributed = tmp_path / "data" / "partitions" / "tiny-chunked" / "random-2"
     losses = {}
     for name, extra in (
@@ -165,4 +143,13 @@ def test_two_ranks_partition_as_one_process_and_train_to_the_same_losses(tmp_pat
         metrics = (tmp_path / name / "metrics.rank0.jsonl").read_text().splitlines()
         losses[name] = [json.loads(line)["loss"] for line in metrics]
     _same_partition(distributed, tmp_path / "one-part")
+    one = build_dataset(
+        ChunkedDatasetConfig(name="tiny-chunked", path=str(tmp_path / "tiny" / "metadata.json"))
+    )
+    one.save(tmp_path / "one-prepared")
+    ranks = json.loads((tmp_path / "data" / "prepared" / "tiny-chunked" / "meta.json").read_text())
+    assert (
+        ranks["files"] == json.loads((tmp_path / "one-prepared" / "meta.json").read_text())["files"]
+    )
+    assert ranks["checksum"] == one.checksum and len(ranks["distributed"]["ranks"]) == 2
     assert len(losses["one"]) == 3 and losses["distributed"] == losses["one"]
