@@ -1,6 +1,7 @@
-"""Partitioning chunked input on the ranks (gnnrun.partition.distributed): edges per second
-per rank on 1 and 2 ranks, against one process that prepares the dataset from the same
-chunks and partitions it with partitioner=random, measured in the same run.
+"""Partitioning and preparing chunked input on the ranks (gnnrun.partition.distributed,
+gnnrun.data.prepare_ranks): edges per second per rank on 1 and 2 ranks, against one
+process that prepares the dataset from the same chunks and partitions it with
+partitioner=random, measured in the same run.
 
     python scripts/bench_distributed_partition.py [--dataset synthetic-small] [--parts 2]
 
@@ -105,6 +106,32 @@ def main() -> None:
                 f"{ranks} | {seconds:.2f} ({base['command_s'] / seconds:.2f}x) | {r['rank']} | "
                 f"{r['edges_read']:,} | {total:.2f} ({base['seconds'] / total:.2f}x) | {stages} | "
                 f"{rate:,.0f} ({rate / first:.2f}x) | {r['peak_rss_mb']:.0f}"
+            )
+
+    print(
+        "\nprepare on the ranks (gnnrun data prepare):\nranks | command s | rank | edges read | "
+        "rank s (vs one process's prepare) | exchange / csr / rows / hash s | edges/s per rank "
+        "(vs 1 rank) | peak MiB"
+    )
+    first = None
+    for ranks in [int(r) for r in args.ranks.split(",")]:
+        name = f"bench-prepared-{ranks}"
+        seconds = gnnrun(
+            work, "data", "prepare", "dataset=chunked", f"dataset.name={name}",
+            f"dataset.path={metadata}", f"cluster.nprocs={ranks}",
+        )  # fmt: skip
+        meta = json.loads((work / "data" / "prepared" / name / "meta.json").read_text())
+        for r in meta["distributed"]["ranks"]:
+            total = r["seconds"]["total_s"]
+            rate = r["edges_read"] / total
+            first = first or rate
+            stages = " / ".join(
+                f"{r['seconds'][k]:.2f}" for k in ("exchange_s", "csr_s", "rows_s", "hash_s")
+            )
+            print(
+                f"{ranks} | {seconds:.2f} | {r['rank']} | {r['edges_read']:,} | {total:.2f} "
+                f"({base['prepare_s'] / total:.2f}x) | {stages} | {rate:,.0f} "
+                f"({rate / first:.2f}x) | {r['peak_rss_mb']:.0f}"
             )
     print(f"\n(work folder: {work})")
 
