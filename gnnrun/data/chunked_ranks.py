@@ -173,8 +173,15 @@ def exchange_edges(
     """Read the listed edges [share) a round at a time (self-loops dropped, reverses added
     on an undirected graph), send each [dst, src] pair to rank `owner(dst)`, and hand what
     arrives (grouped by sender) to `keep`. Every rank takes part in every round."""
+    import torch
+    import torch.distributed as dist
+
     world = figures.world
-    for round_ in range(plan.rounds):
+    # Every rank must take part in as many exchanges as the others: the most rounds any plans.
+    rounds = torch.tensor([plan.rounds], dtype=torch.int64)
+    dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
+    total = int(rounds.item())
+    for round_ in range(total):
         a = min(share[1], share[0] + round_ * plan.round_edges)
         src, dst = read_listed(graph, a, min(share[1], a + plan.round_edges))
         figures.edges_read += int(src.size)
@@ -197,10 +204,10 @@ def exchange_edges(
         figures.bytes_sent += sent * 16
         figures.edges_received += int(received.shape[0])
         figures.bytes_received += int(received.nbytes)
-        if plan.rounds <= 10 or (round_ + 1) % max(1, plan.rounds // 10) == 0:
+        if total <= 10 or (round_ + 1) % max(1, total // 10) == 0:
             say(
                 figures.rank,
-                f"round {round_ + 1}/{plan.rounds}: {figures.edges_read:,} edges read, "
+                f"round {round_ + 1}/{total}: {figures.edges_read:,} edges read, "
                 f"{figures.edges_received:,} received",
             )
         del received
