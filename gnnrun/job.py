@@ -13,7 +13,6 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from gnnrun.errors import GnnrunError
-from gnnrun.io import read_json
 from gnnrun.progress import console, out
 
 
@@ -32,11 +31,10 @@ def _prepared(config, force: bool = False):
         from gnnrun.data.prepare_ranks import prepare_chunked
         from gnnrun.launch.elastic import run_rank_job
 
-        dataset = prepare_chunked(
+        dataset, distributed = prepare_chunked(
             config, lambda tmp: run_rank_job(config, "prepare", tmp), force=force
         )
-        distributed = read_json(Path(dataset.path) / "meta.json").get("distributed")
-        if distributed is not None:
+        if distributed is not None:  # made now
             title = f"ranks preparing {dataset.name}"
             out.print(rank_table(distributed, title=title, written="files"))
         return dataset

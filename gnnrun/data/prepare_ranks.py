@@ -227,16 +227,19 @@ def _copy_rows(
     return mine
 
 
-def prepare_chunked(config, run_ranks, force: bool = False) -> GraphDataset:
+def prepare_chunked(
+    config, run_ranks, force: bool = False
+) -> tuple[GraphDataset, dict[str, Any] | None]:
     """Prepare chunked `config.dataset` on the job's ranks (`run_ranks(tmp_dir)` runs
     `prepare_on_rank` on each and returns their results, in rank order) unless a current
-    copy exists; write meta.json; return the opened dataset."""
+    copy exists; write meta.json. Returns the opened dataset and, when the ranks made it
+    now, their figures (meta.json's `distributed`)."""
     cfg = config.dataset
     path = Path(cfg.prepared_dir)
     with writer_lock(path):
         existing = current_copy(cfg, force)
         if existing is not None:
-            return existing
+            return existing, None
         graph = open_chunked(cfg.path)
         if cfg.reorder != "none":
             raise GnnrunError(
@@ -284,4 +287,4 @@ def prepare_chunked(config, run_ranks, force: bool = False) -> GraphDataset:
             }
             write_json(tmp / "meta.json", meta)
             mark_verified(tmp, {f"{name}.npy": record for name, record in files.items()})
-        return GraphDataset.load(path)
+        return GraphDataset.load(path), meta["distributed"]

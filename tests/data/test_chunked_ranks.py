@@ -76,7 +76,7 @@ def test_prepared_on_a_rank_in_many_rounds_is_the_one_process_copy(
     monkeypatch.setattr("gnnrun.memory.resident_mb", lambda: 200.0)
     with one_rank():
         tight = config("ranks", memory_gb=203 / 1024)
-        made = prepare_chunked(tight, lambda tmp: [prepare_on_rank(tight, 0, tmp)])
+        made, figures_now = prepare_chunked(tight, lambda tmp: [prepare_on_rank(tight, 0, tmp)])
     meta = json.loads((tmp_path / "ranks" / "meta.json").read_text())
     figures = meta["distributed"]["ranks"][0]
     assert figures["rounds"] > 1 and figures["edges_read"] == 10_000
@@ -87,8 +87,8 @@ def test_prepared_on_a_rank_in_many_rounds_is_the_one_process_copy(
     # Current: opened as it is, by the ranks' path and by the one-process one.
     assert prepare_dataset(config("ranks").dataset).checksum == made.checksum
     with one_rank():
-        again = prepare_chunked(tight, lambda tmp: pytest.fail("prepared again"))
-    assert again.path == made.path
+        again, none = prepare_chunked(tight, lambda tmp: pytest.fail("prepared again"))
+    assert again.path == made.path and none is None and figures_now == meta["distributed"]
     assert np.array_equal(np.asarray(again.indices), np.asarray(one.indices))
 
 
