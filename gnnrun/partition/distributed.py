@@ -14,6 +14,8 @@ runs here (gnnrun.job): the ranks of `cluster=local` (the launcher training uses
 3. build each of their parts from the spill (in-CSR of the solid vertices, halos,
    local ids, exactly as gnnrun.partition.edge_cut does in one process), and copy the
    features and labels of the part's vertices from the row files, a file at a time.
+   (Every rank reads the row files its vertices are in: the files are on storage every
+   host shares, and hash-assigned vertices are in every file.)
 
 Part p is written by rank p mod world size. No rank holds more than its parts, its
 spill and one round; none holds the whole graph, node_owner, or the features. The
@@ -27,10 +29,12 @@ a budget that cannot hold the smallest round and the part is refused at start, n
 the smallest budget that works. After the exchange, the part's real edge count is
 checked again. Every rank's peak (VmHWM) is recorded in the manifest.
 
+Memory planning and the edge exchange are shared with preparing on the ranks
+(gnnrun.data.chunked_ranks, gnnrun.data.prepare_ranks).
+
 What is not here yet: Libra and an edge-cut partitioner of METIS quality on the ranks,
-`cluster=hosts` / `cluster=slurm` (the ranks meet in a directory only node 0 names),
-heterogeneous graphs, `dataset.reorder`, and training without a prepared copy of the
-dataset (training still prepares it in one process: gnnrun.job.train).
+`cluster=hosts` / `cluster=slurm` (the ranks meet in a directory only node 0's launcher
+names), heterogeneous graphs and `dataset.reorder`.
 """
 
 from __future__ import annotations
