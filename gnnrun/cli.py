@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
@@ -59,14 +60,59 @@ def cmd_env(args: list[str]) -> int:
     return 0
 
 
+DATA_USAGE = (
+    "usage: gnnrun data {info,prepare} [--force] dataset=NAME [overrides], or gnnrun data "
+    "chunk dataset=NAME --output DIR [--edges-per-file K] [--rows-per-file R] [overrides]"
+)
+
+
 def cmd_data(args: list[str]) -> int:
     actions = {"info": job.data_info, "prepare": job.data_prepare}
+    if args and args[0] == "chunk":
+        options, rest = chunk_options(args[1:])
+        return run_hydra(lambda cfg: job.data_chunk(cfg, **options), "data-chunk", rest)
     if not args or args[0] not in actions:
-        raise GnnrunError("usage: gnnrun data {info,prepare} [--force] dataset=NAME [overrides]")
+        raise GnnrunError(DATA_USAGE)
     action, rest = args[0], args[1:]
     force = "--force" in rest
     rest = [a for a in rest if a != "--force"]
     return run_hydra(lambda cfg: actions[action](cfg, force), f"data-{action}", rest)
+
+
+CHUNK_FLAGS = {
+    "--output": "output",
+    "--edges-per-file": "edges_per_file",
+    "--rows-per-file": "rows_per_file",
+}
+
+
+def chunk_options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """`gnnrun data chunk`'s own flags (FLAG VALUE or FLAG=VALUE), and the overrides left."""
+    options: dict[str, Any] = {}
+    rest, i = [], 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        if flag not in CHUNK_FLAGS:
+            rest.append(args[i])
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(args):
+                raise GnnrunError(f"{flag} needs a value; {DATA_USAGE}")
+            value, i = args[i + 1], i + 1
+        i += 1
+        key = CHUNK_FLAGS[flag]
+        if key != "output":
+            if not value.isdigit() or int(value) < 1:
+                raise GnnrunError(f"{flag} {value!r}: give a positive whole number")
+            options[key] = int(value)
+        else:
+            options[key] = value
+    if "output" not in options:
+        raise GnnrunError(
+            f"gnnrun data chunk needs --output DIR (the folder to write); {DATA_USAGE}"
+        )
+    return options, rest
 
 
 def cmd_partition(args: list[str]) -> int:
@@ -309,7 +355,11 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "predict": (cmd_predict, "every vertex's prediction from a run's checkpoint: run=RUN_DIR"),
     "embed": (cmd_embed, "every vertex's embedding at embed.layer from a run's checkpoint"),
     "partition": (cmd_partition, "partition a dataset and write the parts atomically"),
-    "data": (cmd_data, "`info`: a dataset's statistics; `prepare`: write its prepared format"),
+    "data": (
+        cmd_data,
+        "`info`: a dataset's statistics; `prepare`: write its prepared format; `chunk`: "
+        "write it as chunked files",
+    ),
     "report": (cmd_report, "table, CSV and PNG plots of a run or sweep directory; --compare"),
     "env": (cmd_env, "torch, threads, CPU topology, working backends, native kernels"),
 }

@@ -16,22 +16,45 @@ from gnnrun.errors import GnnrunError
 from gnnrun.progress import console, out
 
 
+def _prepared(config, force: bool = False):
+    """The dataset the task trains on, prepared: chunked input on cluster=local is prepared
+    on the job's ranks (gnnrun.data.prepare_ranks), none of them holding the graph; any
+    other in this process."""
+    from gnnrun.data import prepare_for_task
+
+    if (
+        config.dataset.source == "chunked"
+        and not config.task.link
+        and config.cluster.name == "local"
+    ):
+        from gnnrun.data.chunked_ranks import rank_table
+        from gnnrun.data.prepare_ranks import prepare_chunked
+        from gnnrun.launch.elastic import run_rank_job
+
+        dataset, distributed = prepare_chunked(
+            config, lambda tmp: run_rank_job(config, "prepare", tmp), force=force
+        )
+        if distributed is not None:  # made now
+            title = f"ranks preparing {dataset.name}"
+            out.print(rank_table(distributed, title=title, written="files"))
+        return dataset
+    return prepare_for_task(config.dataset, config.task, force=force)
+
+
 def data_info(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_for_task
     from gnnrun.report.tables import dataset_table
 
     config = to_objects(cfg)
-    dataset = prepare_for_task(config.dataset, config.task, force=force)
+    dataset = _prepared(config, force=force)
     out.print(dataset_table(dataset))
 
 
 def data_prepare(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_for_task
 
     config = to_objects(cfg)
-    dataset = prepare_for_task(config.dataset, config.task, force=force)
+    dataset = _prepared(config, force=force)
     out.print(
         f"prepared {dataset.name} at {dataset.path} (checksum {dataset.checksum[:12]})",
         markup=False,
@@ -39,16 +62,55 @@ def data_prepare(cfg: DictConfig, force: bool) -> None:
     )
 
 
+def data_chunk(cfg: DictConfig, output: str, **sizes: int) -> None:
+    from gnnrun.config import to_objects
+    from gnnrun.data import build_dataset
+    from gnnrun.data.chunked import write_chunks
+
+    config = to_objects(cfg)
+    metadata = write_chunks(Path(output), config.dataset, build_dataset, **sizes)
+    out.print(
+        f"wrote {config.dataset.name} as chunked files: {metadata} (train on it with "
+        f"dataset=chunked dataset.name={config.dataset.name} dataset.path={metadata})",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
 def partition(cfg: DictConfig) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_for_task
     from gnnrun.partition import partition_dataset
     from gnnrun.report.tables import partition_table
 
     config = to_objects(cfg)
-    dataset = prepare_for_task(config.dataset, config.task)
+    if config.dataset.source == "chunked" and not config.task.link:
+        from gnnrun.partition import distributed
+
+        if distributed.supports(config.partitioner.name):
+            return _partition_on_ranks(config)
+        from gnnrun.progress import print_warning
+
+        print_warning(
+            f"partitioner={config.partitioner.name} runs in one process on the whole graph; "
+            f"partitioner={' or '.join(distributed.DISTRIBUTED_PARTITIONERS)} runs on the "
+            "ranks, each holding its share"
+        )
+    dataset = _prepared(config)
     book = partition_dataset(dataset, config.partitioner)
     out.print(partition_table(book))
+    out.print(f"written to {book.path}", markup=False, soft_wrap=True)
+
+
+def _partition_on_ranks(config) -> None:
+    """`gnnrun partition` of chunked input: each rank reads its share and writes its parts."""
+    from gnnrun.data.chunked_ranks import rank_table
+    from gnnrun.launch.elastic import run_rank_job
+    from gnnrun.partition.distributed import partition_chunked
+    from gnnrun.report.tables import partition_table
+
+    book = partition_chunked(config, lambda tmp: run_rank_job(config, "partition", tmp))
+    out.print(partition_table(book))
+    out.print(rank_table(book.manifest["distributed"]))
     out.print(f"written to {book.path}", markup=False, soft_wrap=True)
 
 
@@ -64,7 +126,6 @@ def train(cfg: DictConfig) -> None:
     )
     from gnnrun.attempt import current_attempt
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_for_task
     from gnnrun.launch import sweep
     from gnnrun.launch.elastic import run_ranks
     from gnnrun.launch.slurm import run_slurm_rank
@@ -101,7 +162,7 @@ def train(cfg: DictConfig) -> None:
     def prepare() -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""
         check_runnable(config)
-        dataset = prepare_for_task(config.dataset, config.task)
+        dataset = _prepared(config)
         check_dataset(config, dataset)
         book = None
         if kind is not None:

@@ -188,6 +188,11 @@ class PeakMemory:
         return self._run_peak
 
 
+def resident_mb() -> float:
+    """This process's resident memory now (VmRSS), 0 where Linux does not say."""
+    return _proc_status_mb("VmRSS") or 0.0
+
+
 def anonymous_mb() -> float | None:
     """This process's resident anonymous memory (heap, tensors), without the pages of the
     files it maps, which the kernel can drop at any time; None where Linux does not say."""

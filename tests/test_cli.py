@@ -140,6 +140,17 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         (["train", "algorithm=pipeline", "algorithm.capacity.fetch=-1"], "capacity.fetch is -1"),
         (["train", "algorithm=pipeline", "algorithm.mode=full"], "pipeline trains minibatches"),
         (["partition", "partitioner=libra", "partitioner.num_parts=65"], "at most 64 parts"),
+        (["data", "chunk", "dataset=synthetic-tiny"], "gnnrun data chunk needs --output DIR"),
+        (["data", "chunk", "--output", "x", "--edges-per-file", "many"], "give a positive whole"),
+        (["data", "chunk", "--output"], "--output needs a value"),
+        (
+            ["partition", "partitioner=random", "partitioner.memory_gb=-1"],
+            "memory_gb must be positive",
+        ),
+        (
+            ["partition", "dataset=chunked", "dataset.path=nowhere/metadata.json"],
+            "chunked graph nowhere/metadata.json not found",
+        ),
         (["train", "hydra.run.dir=/proc/gnnrun-run"], "cannot write /proc/gnnrun-run"),
         (
             ["train", "dataset=synthetic-tiny", "paths.data_root=/proc/gnnrun-data"],

@@ -69,7 +69,7 @@ import pytest
 from markdown_it import MarkdownIt
 from omegaconf import OmegaConf
 
-from gnnrun.cli import CONFIG_DIR, check_overrides
+from gnnrun.cli import CONFIG_DIR, check_overrides, chunk_options
 from gnnrun.config import TrainConfig, to_objects
 from gnnrun.errors import GnnrunError
 from gnnrun.schemas import register_schemas
@@ -79,7 +79,7 @@ from .conftest import REPO, SHARED_DATASETS
 DOCS = [p for p in [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))] if p.is_file()]
 BIN = Path(sys.executable).parent  # the virtual environment's bin, where `gnnrun` is installed
 HYDRA_COMMANDS = ("train", "partition", "data")
-COMMAND_WORDS = {"train", "partition", "data", "info", "prepare", "report", "env"}
+COMMAND_WORDS = {"train", "partition", "data", "info", "prepare", "chunk", "report", "env"}
 COMMAND_WORDS |= {"predict", "embed"}
 INFERENCE_COMMANDS = ("predict", "embed")
 
@@ -94,6 +94,7 @@ FAST_TIMEOUT_S, SLOW_TIMEOUT_S = 300, 4 * 3600
 SHIPPED = {"cora": "cora", "facebook": "facebook_pagepage", "tolokers": "tolokers"}
 GENERATED = {"synthetic-tiny", "synthetic-small", "synthetic-medium", "synthetic-large", "custom"}
 GENERATED |= {"synthetic-hetero-tiny", "synthetic-hetero", "synthetic-hetero-medium"}
+GENERATED |= {"chunked"}  # synthetic-tiny in chunks, written where dataset.path says
 # Placeholders the docs use for directories, and what stands for them here.
 RUN_PLACEHOLDERS = {
     "RUN_DIR": "outputs/train/run-a",
@@ -133,8 +134,11 @@ class DocCommand:
 
     @property
     def config_arguments(self) -> list[str]:
-        """What gnnrun passes to its override check (`data ACTION` and --force removed)."""
+        """What gnnrun passes to its override check (`data ACTION`, --force and `data
+        chunk`'s own flags removed)."""
         rest = self.argv[2:] if self.command == "data" else self.argv[1:]
+        if self.argv[:2] == ["data", "chunk"]:
+            rest = chunk_options(rest)[1]
         return [a for a in rest if a != "--force"]
 
     @property
@@ -325,6 +329,8 @@ def _is_fast(command: DocCommand) -> bool:
     points = _points_or_none(command)
     if points is None:
         return True  # refused at once
+    if command.argv[:2] == ["data", "chunk"]:  # 4-7 s each; tests/data/test_chunked.py is fast
+        return False
     if command.command in ("data", "partition"):
         return len(points) <= FAST_MAX_POINTS and _datasets(command) <= SMALL_DATASETS
     try:
@@ -460,6 +466,18 @@ def _write_graph(path: Path) -> None:
     np.savez(path, edges=edges, feat=feat, label=label)
 
 
+def _write_chunks(metadata: Path) -> None:
+    """synthetic-tiny in the chunked format (docs/large-graphs.md), its metadata.json at `metadata`."""
+    from gnnrun.data.chunked import write_chunks
+    from gnnrun.data.synthetic import SyntheticDatasetConfig
+
+    cfg = SyntheticDatasetConfig(
+        name="synthetic-tiny", num_nodes=2000, avg_degree=10, num_classes=8, feat_dim=32,
+        max_degree_fraction=0.05,
+    )  # fmt: skip
+    write_chunks(metadata.parent, cfg, None, edges_per_file=4000, rows_per_file=500)
+
+
 def _placed(argument: str) -> str:
     """The argument with a placeholder (`RUN_DIR`, or `run=RUN_DIR`) replaced."""
     key, _, value = argument.partition("=")
@@ -474,7 +492,10 @@ def _place_inputs(command: DocCommand, cwd: Path, request) -> list[str]:
     for argument in argv:
         key, _, value = argument.partition("=")
         if key == "dataset.path" and not Path(value).is_absolute():
-            _write_graph(cwd / value)
+            if "dataset=chunked" in argv:
+                _write_chunks(cwd / value)
+            else:
+                _write_graph(cwd / value)
     if command.command in INFERENCE_COMMANDS:
         runs = request.getfixturevalue("finished_runs")
         run = [a.split("=", 1)[1] for a in argv if a.startswith("run=")]

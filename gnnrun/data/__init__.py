@@ -15,7 +15,8 @@ from gnnrun.data.registry import DATASET_SOURCES, DatasetSource, register_source
 # Importing a source module registers it. Sources import pandas and scipy inside
 # their readers: every rank imports this package, and those two cost 0.3-0.45 s
 # of each start.
-from gnnrun.data import custom, heterophilous, musae, ogb, planetoid, synthetic, synthetic_hetero  # noqa: E402, F401  isort: skip
+from gnnrun.data import chunked, custom, heterophilous, musae, ogb, planetoid  # noqa: E402, F401  isort: skip
+from gnnrun.data import synthetic, synthetic_hetero  # noqa: E402, F401  isort: skip
 
 __all__ = [
     "DATASET_SOURCES",

@@ -31,9 +31,9 @@ from gnnrun.data.reorder import renumber
 from gnnrun.errors import GnnrunError
 from gnnrun.io import read_json, sha256_file, write_json_atomic, writer_lock
 
-# Fields that say where files are, not what the dataset is: moving data must not
-# trigger a rebuild.
-_LOCATION_FIELDS = frozenset({"prepared_dir", "raw_dir", "root", "file", "path"})
+# Fields that say where files are (or how much memory making it may take), not what the
+# dataset is: moving data must not trigger a rebuild.
+_LOCATION_FIELDS = frozenset({"prepared_dir", "raw_dir", "root", "file", "path", "memory_gb"})
 # Inputs up to this size are hashed when recorded; bigger ones by size and mtime only.
 HASHED_INPUT_BYTES = 1 << 30
 
@@ -52,19 +52,18 @@ def build_dataset(cfg: DatasetConfig) -> GraphDataset:
     source = DATASET_SOURCES.get(cfg.source)
     dataset = source.build(cfg)
     if cfg.row_normalize:
-        dataset.feat = _row_normalized(dataset.feat)
+        dataset.feat = row_normalized(dataset.feat)
         if dataset.typed_feat is not None:
-            dataset.typed_feat = [
-                f if f is None else _row_normalized(f) for f in dataset.typed_feat
-            ]
+            dataset.typed_feat = [f if f is None else row_normalized(f) for f in dataset.typed_feat]
     dataset = renumber(dataset, cfg.reorder)
     dataset.info["config"] = dataset_identity(cfg)
-    dataset.info["inputs"] = [_input_record(path) for path in source.inputs(cfg)]
+    dataset.info["inputs"] = [input_record(path) for path in source.inputs(cfg)]
     dataset.validate()
     return dataset
 
 
-def _row_normalized(feat: np.ndarray) -> np.ndarray:
+def row_normalized(feat: np.ndarray) -> np.ndarray:
+    """Each row divided by its sum (rows summing to 0 kept), as float32."""
     feat = np.asarray(feat, dtype=np.float32)
     sums = feat.sum(axis=1, keepdims=True)
     return feat / np.where(sums == 0, 1, sums)
@@ -75,27 +74,40 @@ def prepare_dataset(cfg: DatasetConfig, force: bool = False) -> GraphDataset:
 
     Concurrent runs wait for each other here: the second finds the first one's copy.
     """
-    from gnnrun.progress import print_warning, stage
+    from gnnrun.progress import stage
 
     path = Path(cfg.prepared_dir)
     with writer_lock(path):
-        if not force and (path / "meta.json").is_file():
-            try:
-                existing = GraphDataset.load(path)
-            except GnnrunError as exc:  # damaged: made again, as a damaged partition is
-                reason = f"it cannot be used ({exc})"
-            else:
-                reason, touched = _stale(existing, cfg)
-                if reason is None:
-                    if touched:
-                        _refresh_inputs(existing, touched)
-                    return existing
-            print_warning(f"{path}: {reason}; preparing it again")
+        existing = current_copy(cfg, force)
+        if existing is not None:
+            return existing
         with stage(f"preparing dataset {cfg.name} from {cfg.source}"):
             dataset = build_dataset(cfg)
         with stage(f"writing {path}"):
             dataset.save(path)
         return GraphDataset.load(path)
+
+
+def current_copy(cfg: DatasetConfig, force: bool = False) -> GraphDataset | None:
+    """The prepared copy at cfg.prepared_dir if it is current (None: there is none, it is
+    `force`d, stale or damaged, the last two said in a warning). Hold `writer_lock`."""
+    from gnnrun.progress import print_warning
+
+    path = Path(cfg.prepared_dir)
+    if force or not (path / "meta.json").is_file():
+        return None
+    try:
+        existing = GraphDataset.load(path)
+    except GnnrunError as exc:  # damaged: made again, as a damaged partition is
+        reason = f"it cannot be used ({exc})"
+    else:
+        reason, touched = _stale(existing, cfg)
+        if reason is None:
+            if touched:
+                _refresh_inputs(existing, touched)
+            return existing
+    print_warning(f"{path}: {reason}; preparing it again")
+    return None
 
 
 def _input_paths(cfg: DatasetConfig) -> list[Path] | None:
@@ -169,7 +181,7 @@ def _refresh_inputs(dataset: GraphDataset, touched: dict[int, Path]) -> None:
     dataset.info["inputs"] = inputs
 
 
-def _input_record(path: Path) -> dict[str, Any]:
+def input_record(path: Path) -> dict[str, Any]:
     stat = path.stat()
     record = {"name": path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     if stat.st_size <= HASHED_INPUT_BYTES:

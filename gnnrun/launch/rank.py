@@ -210,6 +210,20 @@ def infer_rank(cfg, rank: int, plan) -> dict[str, Any]:
     return figures
 
 
+def partition_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
+    """This rank's parts of a partition of chunked input (gnnrun.partition.distributed)."""
+    from gnnrun.partition.distributed import partition_on_rank
+
+    return partition_on_rank(cfg, rank, tmp_dir)
+
+
+def prepare_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
+    """This rank's rows of a prepared dataset from chunked input (gnnrun.data.prepare_ranks)."""
+    from gnnrun.data.prepare_ranks import prepare_on_rank
+
+    return prepare_on_rank(cfg, rank, tmp_dir)
+
+
 def train_rank(cfg, rank: int, run_dir: str | Path) -> dict[str, Any] | None:
     """Train in the process group this rank has joined; rank 0 shows progress and
     returns the summary. Every rank leaves together (a barrier)."""

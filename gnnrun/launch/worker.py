@@ -10,12 +10,24 @@ import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from gnnrun.launch.rank import infer_rank, process_group, rank_cpus, train_rank
+from gnnrun.launch.rank import (
+    infer_rank,
+    partition_rank,
+    prepare_rank,
+    process_group,
+    rank_cpus,
+    train_rank,
+)
 
 INTERRUPTED_EXIT = 128 + signal.SIGINT  # a rank's exit status after SIGINT (as the shell's)
 
 # `job` -> what a rank runs: fn(cfg, rank, *args).
-RANK_JOBS = {"train": train_rank, "infer": infer_rank}
+RANK_JOBS = {
+    "train": train_rank,
+    "infer": infer_rank,
+    "partition": partition_rank,
+    "prepare": prepare_rank,
+}
 
 
 @record  # writes the exception to the error file the launcher reads, for its message

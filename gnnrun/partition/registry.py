@@ -23,9 +23,16 @@ class PartitionerConfig:
     output_dir: str = (
         "${paths.data_root}/partitions/${task.graph}/${partitioner.name}-${partitioner.num_parts}"
     )
+    # Peak resident memory each rank may use when partitioning chunked input on the ranks
+    # (gnnrun.partition.distributed), in GiB; null: no limit. Not part of the content.
+    memory_gb: float | None = None
 
     def validate(self) -> None:
         check(self.num_parts >= 1, "partitioner.num_parts must be at least 1")
+        check(
+            self.memory_gb is None or self.memory_gb > 0,
+            "partitioner.memory_gb must be positive (GiB per rank), or null for no limit",
+        )
 
 
 @dataclass

@@ -23,9 +23,13 @@ from gnnrun.partition.vertex_cut import VertexCutBuilder
 BUILDERS = {"edge_cut": EdgeCutBuilder, "vertex_cut": VertexCutBuilder, "block1d": Block1DBuilder}
 
 
+# Settings that say where a partition goes and how it is made, not what it holds.
+NOT_CONTENT = frozenset({"output_dir", "memory_gb"})
+
+
 def partitioner_identity(cfg: PartitionerConfig) -> dict[str, Any]:
     """The config fields that determine a partition's content (not where it is written)."""
-    return {k: v for k, v in dataclasses.asdict(cfg).items() if k != "output_dir"}
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_CONTENT}
 
 
 def partition_dataset(

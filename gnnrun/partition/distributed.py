@@ -1,0 +1,407 @@
+"""Partitioning chunked input on the job's ranks, each with bounded memory.
+
+`gnnrun partition dataset=chunked dataset.path=.../metadata.json partitioner=random`
+runs here (gnnrun.job): the ranks of `cluster=local` (the launcher training uses) each
+
+1. compute the parts of their range of vertex ids (`hash_parts`, the function the
+   one-process `partitioner=random` uses, so the assignment is the same) and write
+   that range of node_owner.npy / node_local.npy (a vertex's local id is its rank
+   among its part's vertices: the counts of the ranks before fix where a range starts);
+2. read their share of the listed edges, a round at a time, add reverse edges where
+   the graph is undirected, and send each edge to the rank that writes the part of its
+   destination (all_to_all_single, counts first); what arrives is appended to a spill
+   file on disk, so a round holds only its own edges;
+3. build each of their parts from the spill (in-CSR of the solid vertices, halos,
+   local ids, exactly as gnnrun.partition.edge_cut does in one process), and copy the
+   features and labels of the part's vertices from the row files, a file at a time.
+   (Every rank reads the row files its vertices are in: the files are on storage every
+   host shares, and hash-assigned vertices are in every file.)
+
+Part p is written by rank p mod world size. No rank holds more than its parts, its
+spill and one round; none holds the whole graph, node_owner, or the features. The
+launching process writes the manifest (the same fields as the one-process writer, with
+per-rank figures under `distributed`) and renames the directory into place.
+
+Memory: `partitioner.memory_gb` (GiB per rank) bounds a rank's peak resident memory.
+`plan_rounds` sizes the rounds to fit what is left after the process itself (measured
+at start, the largest rank's) and the part it builds (estimated from the edge count);
+a budget that cannot hold the smallest round and the part is refused at start, naming
+the smallest budget that works. After the exchange, the part's real edge count is
+checked again. Every rank's peak (VmHWM) is recorded in the manifest.
+
+Memory planning and the edge exchange are shared with preparing on the ranks
+(gnnrun.data.chunked_ranks, gnnrun.data.prepare_ranks).
+
+What is not here yet: Libra and an edge-cut partitioner of METIS quality on the ranks,
+`cluster=hosts` / `cluster=slurm` (the ranks meet in a directory only node 0's launcher
+names), heterogeneous graphs and `dataset.reorder`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnrun.data.chunked import ChunkedGraph, open_chunked
+from gnnrun.data.chunked_ranks import (
+    GIB,
+    MIB,
+    ROWS_PER_STEP,
+    RankFigures,
+    exchange_edges,
+    npy_record,
+    plan_rounds,
+    say,
+    steps,
+)
+from gnnrun.data.graph import index_dtype, sorted_unique
+from gnnrun.errors import GnnrunError
+from gnnrun.io import (
+    atomic_directory,
+    atomic_rows,
+    mapped_rows,
+    mark_verified,
+    write_json,
+    writer_lock,
+)
+from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
+from gnnrun.partition.edge_cut import imbalance
+from gnnrun.partition.random import hash_parts
+from gnnrun.partition.write import partitioner_identity
+
+SPILL = ".spill-part{part}.bin"  # the received edges of one part, [dst, src] int64 pairs
+
+# partitioner name -> it runs on the ranks from chunked input (the others: one process).
+DISTRIBUTED_PARTITIONERS = ("random",)
+
+
+def supports(name: str) -> bool:
+    return name in DISTRIBUTED_PARTITIONERS
+
+
+def _group_ranks(parts: np.ndarray) -> np.ndarray:
+    """Each element's rank among the earlier elements with its value (a cumulative count)."""
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    starts = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1]])
+    within = np.arange(parts.size) - np.repeat(starts, np.diff(np.r_[starts, parts.size]))
+    out = np.empty(parts.size, dtype=np.int64)
+    out[order] = within
+    return out
+
+
+def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
+    """One rank's share of a distributed partition into `tmp_dir` (in its process group)."""
+    import torch
+    import torch.distributed as dist
+
+    from gnnrun.memory import PeakMemory, resident_mb
+
+    start = time.perf_counter()
+    world = dist.get_world_size()
+    tmp = Path(tmp_dir)
+    pcfg = cfg.partitioner
+    graph = open_chunked(cfg.dataset.path)
+    n, num_parts, seed = graph.num_nodes, pcfg.num_parts, pcfg.seed
+    mine = [p for p in range(num_parts) if p % world == rank]
+    figures = RankFigures(rank, world)
+    peak = PeakMemory()
+
+    # Plan the rounds on every rank from the same figures: the largest baseline and share.
+    baseline = torch.tensor([resident_mb() * MIB], dtype=torch.float64)
+    dist.all_reduce(baseline, op=dist.ReduceOp.MAX)
+    figures.baseline_mb = float(baseline.item()) / MIB
+    total = graph.num_edges
+    share = (total * rank // world, total * (rank + 1) // world)
+    directions = 2 if graph.undirected else 1
+    plan = plan_rounds(
+        None if pcfg.memory_gb is None else int(pcfg.memory_gb * GIB),
+        int(baseline.item()),
+        share_edges=math.ceil(total / world),
+        directions=directions,
+        part_edges=math.ceil(total * directions / num_parts * 1.1),
+        # The same figures on every rank (the busiest one's), so all plan the same rounds.
+        part_vertices=math.ceil(n / num_parts) * math.ceil(num_parts / world),
+        row_bytes=graph.feat_dim * 4 + 8,
+    )
+    figures.rounds, figures.round_edges = plan.rounds, plan.round_edges
+    say(
+        rank,
+        f"{share[1] - share[0]:,} edges to read in {plan.rounds} rounds of {plan.round_edges:,}",
+    )
+
+    # 1. The vertex maps, this rank's range of them.
+    t = time.perf_counter()
+    lo, hi = n * rank // world, n * (rank + 1) // world
+    counts = np.zeros(num_parts, dtype=np.int64)
+    for a, b in steps(lo, hi, ROWS_PER_STEP):
+        counts += np.bincount(hash_parts(np.arange(a, b), n, num_parts, seed), minlength=num_parts)
+    every = [torch.zeros(num_parts, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(every, torch.from_numpy(counts))
+    before = torch.stack(every[:rank]).sum(0).numpy() if rank else np.zeros(num_parts, np.int64)
+    part_sizes = torch.stack(every).sum(0).numpy()
+    if rank == 0:
+        mapped_rows(tmp / "node_owner.npy", (n,), np.int32).flush()
+        mapped_rows(tmp / "node_local.npy", (n,), np.int64).flush()
+    dist.barrier()
+    owner = np.lib.format.open_memmap(tmp / "node_owner.npy", mode="r+")
+    local = np.lib.format.open_memmap(tmp / "node_local.npy", mode="r+")
+    running = before.copy()
+    for a, b in steps(lo, hi, ROWS_PER_STEP):
+        parts = hash_parts(np.arange(a, b), n, num_parts, seed)
+        owner[a:b] = parts
+        local[a:b] = running[parts] + _group_ranks(parts)
+        running += np.bincount(parts, minlength=num_parts)
+    owner.flush()
+    local.flush()
+    del owner, local
+    solids = {p: _solid(n, num_parts, seed, p, int(part_sizes[p])) for p in mine}
+    figures.seconds["vertex_maps_s"] = time.perf_counter() - t
+
+    # 2. The edges, to the rank of their destination's part, a round at a time.
+    t = time.perf_counter()
+    spills = {p: open(tmp / SPILL.format(part=p), "wb") for p in mine}  # noqa: SIM115
+
+    def keep(received: np.ndarray) -> None:
+        if len(mine) == 1:
+            spills[mine[0]].write(received.tobytes())
+            return
+        received_parts = hash_parts(received[:, 0], n, num_parts, seed)
+        for p in mine:
+            spills[p].write(received[received_parts == p].tobytes())
+
+    try:
+        exchange_edges(
+            graph, plan, share, lambda dst: hash_parts(dst, n, num_parts, seed) % world, keep,
+            figures,
+        )  # fmt: skip
+    finally:
+        for spill in spills.values():
+            spill.close()
+    figures.seconds["exchange_s"] = time.perf_counter() - t
+
+    # 3. The parts.
+    t = time.perf_counter()
+    records: dict[str, Any] = {}
+    part_figures: dict[int, dict[str, Any]] = {}
+    for p in mine:
+        spill_path = tmp / SPILL.format(part=p)
+        spilled = int(spill_path.stat().st_size // 16)
+        if pcfg.memory_gb is not None:  # the real edge count, against the budget again
+            plan_rounds(
+                plan.budget_bytes, int(baseline.item()), 0, directions, spilled,
+                sum(s.size for s in solids.values()), graph.feat_dim * 4 + 8,
+            )  # fmt: skip
+        edges = np.fromfile(spill_path, dtype=np.int64).reshape(-1, 2)
+        spill_path.unlink()
+        files, part_figures[p] = _write_part(cfg, graph, p, solids.pop(p), edges, tmp, figures)
+        del edges
+        records |= files
+        figures.parts_written += 1
+        say(
+            rank,
+            f"part {p} written: {part_figures[p]['solid']:,} vertices, "
+            f"{part_figures[p]['edges']:,} edges",
+        )
+    figures.seconds["parts_s"] = time.perf_counter() - t
+    if rank == 0:
+        for name, dtype in (("node_owner", np.int32), ("node_local", np.int64)):
+            records[f"{name}.npy"] = npy_record(tmp / f"{name}.npy", (n,), dtype)
+    figures.bytes_written = sum(r["bytes"] for r in records.values())
+    figures.peak_rss_mb = peak.run_peak_mb()
+    figures.seconds["total_s"] = time.perf_counter() - start
+    dist.barrier()
+    return {"records": records, "parts": part_figures, "figures": figures.__dict__}
+
+
+def _solid(n: int, num_parts: int, seed: int, part: int, size: int) -> np.ndarray:
+    """The vertices of `part`, increasing: a scan of every id's part, a step at a time."""
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    for a, b in steps(0, n, ROWS_PER_STEP):
+        ids = a + np.flatnonzero(hash_parts(np.arange(a, b), n, num_parts, seed) == part)
+        out[filled : filled + ids.size] = ids
+        filled += ids.size
+    assert filled == size
+    return out
+
+
+def _write_part(
+    cfg,
+    graph: ChunkedGraph,
+    part: int,
+    solid: np.ndarray,
+    edges: np.ndarray,
+    tmp: Path,
+    figures: RankFigures,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write part `part` (its solid vertices, its received [dst, src] edges) as
+    gnnrun.partition.edge_cut.EdgeCutBuilder does: the same arrays, the same bytes."""
+    pcfg = cfg.partitioner
+    n, num_parts, seed = graph.num_nodes, pcfg.num_parts, pcfg.seed
+    keys = sorted_unique(edges[:, 0] * n + edges[:, 1])  # by (dst, src), duplicates gone
+    dst = keys // n
+    src = keys - dst * n
+    del keys
+    rows = np.searchsorted(solid, dst)
+    indptr = np.zeros(solid.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=solid.size), out=indptr[1:])
+    del rows, dst
+    src_parts = hash_parts(src, n, num_parts, seed)
+    remote = src_parts != part
+    del src_parts
+    halo = sorted_unique(src[remote])
+    local_ids = np.where(
+        remote, solid.size + np.searchsorted(halo, src), np.searchsorted(solid, src)
+    ).astype(index_dtype(n))
+    folder = tmp / part_dir_name(part)
+    folder.mkdir()
+    prefix = f"{part_dir_name(part)}/"
+    records: dict[str, Any] = {}
+
+    def save(name: str, array: np.ndarray) -> None:
+        np.save(folder / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        records[prefix + f"{name}.npy"] = npy_record(
+            folder / f"{name}.npy", array.shape, array.dtype
+        )
+
+    save("nodes", np.concatenate([solid, halo]).astype(np.int64))
+    save("indptr", indptr)
+    save("indices", local_ids)
+    save("halo_owner", hash_parts(halo, n, num_parts, seed))
+    num_edges, cut = int(src.size), int(remote.sum())
+    del local_ids, remote, src
+
+    # Rows of the solid vertices, file by file: features (float32, row-normalised where
+    # the dataset config says so, as gnnrun.data.prepare does) and labels.
+    feat_path = folder / "feat.npy"
+    with atomic_rows(feat_path, (solid.size, graph.feat_dim), np.float32) as append:
+        for rows_ in graph.read_rows(graph.feat, solid):
+            block = rows_.astype(np.float32)
+            if cfg.dataset.row_normalize:
+                sums = block.sum(axis=1, keepdims=True)
+                block = block / np.where(sums == 0, 1, sums)
+            append(block)
+            figures.rows_read += rows_.shape[0]
+    records[prefix + "feat.npy"] = npy_record(feat_path, (solid.size, graph.feat_dim), np.float32)
+    label = np.concatenate(
+        [r.astype(np.int64) for r in graph.read_rows(graph.label, solid)] + [np.zeros(0, np.int64)]
+    )
+    if label.size and (label.min() < -1 or label.max() >= graph.num_classes):
+        raise GnnrunError(
+            f"chunked graph {graph.metadata_path}: labels must lie in [-1, {graph.num_classes}) "
+            "(num_classes; -1 = unlabelled)"
+        )
+    save("label", label)
+    split_sizes = {}
+    for split in ("train_idx", "val_idx", "test_idx"):
+        found = []
+        for ids in graph.read_split(split):
+            if ids.size and (ids.min() < 0 or ids.max() >= n):
+                raise GnnrunError(
+                    f"chunked graph {graph.metadata_path}: {split} has ids outside [0, {n})"
+                )
+            found.append(ids[hash_parts(ids, n, num_parts, seed) == part])
+        ids = np.concatenate(found + [np.zeros(0, np.int64)])
+        local = np.sort(np.searchsorted(solid, ids))
+        if local.size and np.any(label[local] < 0):
+            raise GnnrunError(
+                f"chunked graph {graph.metadata_path}: {split} contains unlabelled vertices"
+            )
+        save(split, local.astype(np.int64))
+        split_sizes[split] = int(local.size)
+    part_figures = {
+        "solid": int(solid.size),
+        "halo": int(halo.size),
+        "edges": num_edges,
+        "cut_edges": cut,
+        "train": split_sizes["train_idx"],
+        "val": split_sizes["val_idx"],
+        "test": split_sizes["test_idx"],
+    }
+    return records, part_figures
+
+
+# ------------------------------------------------------------------ the launching process
+
+
+def check_distributable(config) -> ChunkedGraph:
+    """Refuse, before any rank starts, what the ranks cannot do; the checked graph."""
+    graph = open_chunked(config.dataset.path)
+    if config.cluster.name != "local":
+        raise GnnrunError(
+            f"partitioning chunked input on the ranks runs under cluster=local for now, not "
+            f"cluster={config.cluster.name}: partition on one host with cluster=local "
+            "cluster.nprocs=N, then train with any cluster"
+        )
+    if config.dataset.reorder != "none":
+        raise GnnrunError(
+            f"dataset.reorder={config.dataset.reorder} is not available for chunked input "
+            "partitioned on the ranks: leave dataset.reorder=none"
+        )
+    if config.partitioner.num_parts > graph.num_nodes:
+        raise GnnrunError(
+            f"partitioner.num_parts={config.partitioner.num_parts} exceeds the "
+            f"{graph.num_nodes} vertices of {config.dataset.name}: choose at most "
+            f"{graph.num_nodes} parts"
+        )
+    return graph
+
+
+def partition_chunked(config, run_ranks) -> PartitionBook:
+    """Partition chunked input on the job's ranks (`run_ranks(tmp_dir)` runs
+    `partition_on_rank` on each and returns their results, in rank order); write the
+    manifest; return the opened partition."""
+    from gnnrun.data import dataset_identity
+
+    graph = check_distributable(config)
+    pcfg = config.partitioner
+    path = Path(pcfg.output_dir)
+    start = time.perf_counter()
+    checksum = graph.checksum(dataset_identity(config.dataset))
+    with writer_lock(path), atomic_directory(path) as tmp:
+        results = run_ranks(str(tmp))
+        files: dict[str, Any] = {}
+        parts: dict[int, dict[str, Any]] = {}
+        for result in results:
+            files |= result["records"]
+            parts |= result["parts"]
+        figures = [parts[p] for p in range(pcfg.num_parts)]
+        num_edges = sum(f["edges"] for f in figures)
+        cut = sum(f["cut_edges"] for f in figures)
+        ranks = [r["figures"] for r in results]
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "kind": "edge_cut",
+            "method": pcfg.name,
+            "num_parts": pcfg.num_parts,
+            "trainers_per_part": 1,
+            "config": partitioner_identity(pcfg),
+            "dataset": {
+                "name": config.dataset.name,
+                "checksum": checksum,
+                "num_nodes": graph.num_nodes,
+                "num_edges": num_edges,
+            },
+            "parts": figures,
+            "summary": {
+                "cut_edges": cut,
+                "cut_fraction": cut / max(num_edges, 1),
+                "halo_fraction": sum(f["halo"] for f in figures) / max(graph.num_nodes, 1),
+                "imbalance": imbalance(figures, ("solid", "edges", "train")),
+            },
+            "timings": {"total_s": time.perf_counter() - start},
+            "distributed": {
+                "ranks": ranks,
+                "memory_gb": pcfg.memory_gb,
+                "peak_rss_mb": max(r["peak_rss_mb"] for r in ranks),
+            },
+            "files": dict(sorted(files.items())),
+        }
+        write_json(tmp / "manifest.json", manifest)
+        mark_verified(tmp, files)
+    return open_partition(path)
