@@ -72,13 +72,13 @@ RECIPES = {
 }
 
 
-def run(recipe: str, index: int, out: Path) -> dict:
+def run(recipe: str, index: int, out: Path, extra: list[str]) -> dict:
     overrides, varied, _ = RECIPES[recipe]
     run_dir = out / recipe / str(index)
     summary = run_dir / "summary.json"
     if not summary.exists():
         each = [f"{key}={index}" for key in varied.split(",")]
-        command = [GNNRUN, "train", *overrides, *each, f"hydra.run.dir={run_dir}"]
+        command = [GNNRUN, "train", *overrides, *each, *extra, f"hydra.run.dir={run_dir}"]
         print("$ gnnrun", " ".join(command[2:]), flush=True)
         with open(out / f"{recipe}-{index}.log", "w") as log:
             subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, check=True)
@@ -90,10 +90,16 @@ def main() -> None:
     parser.add_argument("--recipe", choices=sorted(RECIPES), nargs="*", default=sorted(RECIPES))
     parser.add_argument("--runs", type=int, default=10, help="splits or seeds 0 .. runs - 1")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_published")
+    parser.add_argument(
+        "--override",
+        nargs="*",
+        default=[],
+        help="more overrides for every run, e.g. cluster.threads_per_rank=1 on a shared machine",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for recipe in args.recipe:
-        bests = [run(recipe, i, args.out) for i in range(args.runs)]
+        bests = [run(recipe, i, args.out, args.override) for i in range(args.runs)]
         _, varied, published = RECIPES[recipe]
         for metric, (mean, std) in published.items():
             values = [100 * b[metric] for b in bests]

@@ -92,9 +92,9 @@ def average_precision(positives: torch.Tensor, negatives: torch.Tensor) -> float
     scores = torch.cat([positives.reshape(-1), negatives.reshape(-1)]).to(torch.float64)
     if not positives.numel() or not negatives.numel():
         return float("nan")
-    labels = torch.cat(
-        [torch.ones(positives.numel()), torch.zeros(negatives.numel())]
-    ).to(torch.float64)
+    labels = torch.cat([torch.ones(positives.numel()), torch.zeros(negatives.numel())]).to(
+        torch.float64
+    )
     order = torch.argsort(scores, descending=True, stable=True)
     scores, labels = scores[order], labels[order]
     # A threshold ends where the next score is no longer tied with this one.

@@ -234,6 +234,14 @@ def train_epoch(
         algorithm.on_step(step + 1, steps)
     with timer.phase("sync"):
         stats = algorithm.end_epoch(losses)
+        if reduce is not None and algorithm.comm.world_size > 1:
+            # Batch normalisation's running statistics, each rank's from its own
+            # minibatches, averaged: every rank evaluates and checkpoints one model.
+            running = [
+                b for n, b in model.named_buffers() if n.endswith(("running_mean", "running_var"))
+            ]
+            if running:
+                algorithm.comm.all_reduce_mean(running, "allreduce")
     return {**stats, "steps": steps}
 
 
