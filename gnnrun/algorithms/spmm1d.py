@@ -273,7 +273,9 @@ def _options_around_layers(model) -> list[str]:
     """The model options around the layers (gnnrun.models.gnn) that `model` turns on."""
     defaults = {"residual": False, "norm": "none", "input_mlp": False, "output_mlp": False}
     on = [
-        f"model.{k}={getattr(model, k)}" for k, off in defaults.items() if getattr(model, k) != off
+        f"model.{k}={str(getattr(model, k)).lower()}"
+        for k, off in defaults.items()
+        if getattr(model, k) != off
     ]
     return on + ([f"model.jk={model.jk}"] if model.jk != "none" else [])
 

@@ -71,7 +71,7 @@ def test_sampled_algorithms_take_batch_norm_on_every_rank():
 def test_spmm1d_refuses_the_options_around_the_layers_naming_them():
     with pytest.raises(
         GnnrunError,
-        match=r"without model.residual=True model.jk=cat: leave them out, or train with",
+        match=r"without model.residual=true model.jk=cat: leave them out, or train with",
     ):
         check_runnable(
             make_config(
