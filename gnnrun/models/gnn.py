@@ -111,8 +111,9 @@ class GNN(torch.nn.Module):
             out = layer(block, h)
             skip = None if self.skips is None else self.skips[i](h[: out.shape[0]])
             h = self._after(i, out, skip)
-            outputs.append(h)
-        return widened(self._head(outputs))  # float32 logits for the loss and the metrics
+            if self.jk != "none":  # kept only for jumping knowledge
+                outputs.append(h)
+        return widened(self._head(outputs or [h]))  # float32 logits for the loss and metrics
 
     @staticmethod
     def dims_of(state: dict[str, torch.Tensor], layers: int) -> tuple[int, int]:
