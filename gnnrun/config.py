@@ -232,6 +232,7 @@ class TaskConfig:
 
 
 NEGATIVE_SAMPLERS = ("per_source", "uniform", "degree")
+EVAL_SAMPLERS = ("per_source", "uniform")
 SCORERS = ("dot", "mlp")
 LINK_LOSSES = ("bce", "margin")
 
@@ -255,6 +256,9 @@ class LinkTaskConfig(TaskConfig):
     num_negatives: int = 1  # per positive edge
     # Fixed negatives (u, w) of every validation and test edge that MRR and Hits@K rank it among.
     eval_negatives: int = 1000
+    # Whose negatives they are: per_source (u, w) of each edge (u, v), OGB's convention,
+    # or uniform (x, w), both ends uniform (GAE's random pairs).
+    eval_sampler: str = "per_source"
     hits_at: list[int] = field(default_factory=lambda: [10, 50, 100])
     # A heterogeneous graph's relation whose edges to predict (by name; required there).
     relation: str | None = None
@@ -275,6 +279,7 @@ class LinkTaskConfig(TaskConfig):
         )
         for key, value, choices in (
             ("negatives", self.negatives, NEGATIVE_SAMPLERS),
+            ("eval_sampler", self.eval_sampler, EVAL_SAMPLERS),
             ("scorer", self.scorer, SCORERS),
             ("loss", self.loss, LINK_LOSSES),
         ):

@@ -54,6 +54,12 @@ class Algorithm:
     # algorithms and full batch in one process (gnnrun.algorithms.link).
     tasks: ClassVar[tuple[str, ...]] = ("node",)
     schema: HeteroSchema | None = None  # the types of the graph it trains, if heterogeneous
+    # Whether one step's rows (full batch: every vertex) lie on several ranks: batch
+    # normalisation (model.norm=batch) would then normalise each rank's rows by their own
+    # statistics, not the batch's, and is refused with more than one rank. A sampled
+    # algorithm's step on a rank is a minibatch of its own (statistics per rank, as
+    # PyTorch's DistributedDataParallel keeps them).
+    splits_batch: ClassVar[bool] = False
 
     in_dim: int
     num_classes: int

@@ -10,7 +10,7 @@ import torch
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError, did_you_mean
-from gnnrun.models import layer_widths
+from gnnrun.models import conv_widths
 from gnnrun.models.hetero import TypedInputEncoder
 from gnnrun.ops.precision import bf16_matmul_supported
 from gnnrun.partition import check_partition_kind
@@ -37,6 +37,7 @@ def check_runnable(cfg) -> None:
             f"algorithm= one of {able}"
         )
     algorithm.check_config(cfg)
+    _check_batch_norm(cfg, algorithm.splits_batch)
     _check_device(cfg, algorithm.devices)
     _check_precision(cfg, algorithm.precisions)
     if algorithm.partition_kind is not None:
@@ -48,6 +49,17 @@ def check_runnable(cfg) -> None:
                 "per rank; leave partitioner.num_parts out (it follows cluster.nprocs), or use "
                 f"cluster.nprocs={cfg.partitioner.num_parts}"
             )
+
+
+def _check_batch_norm(cfg, splits_batch: bool) -> None:
+    ranks = cfg.partitioner.num_parts  # one part per rank (checked below)
+    if splits_batch and cfg.model.norm == "batch" and ranks > 1:
+        raise GnnrunError(
+            f"model.norm=batch: algorithm={cfg.algorithm.name} spreads each full-graph step "
+            f"over its {ranks} ranks, and each would normalise its own rows by their own "
+            "statistics: use model.norm=layer (per vertex, exact on any ranks), or a sampled "
+            "algorithm (minibatch, pipeline, hec; each rank's minibatch its own batch)"
+        )
 
 
 def _check_device(cfg, devices: tuple[str, ...]) -> None:
@@ -172,8 +184,8 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
             in_dim = TypedInputEncoder.width_for(schema, model.hidden, model.input_projection)
         except ValueError as exc:
             raise GnnrunError(f"{dataset.name}: {exc}") from None
-    out_dim = model.hidden if cfg.task.link else dataset.num_classes  # embeddings, or classes
-    model.check_widths(layer_widths(model, in_dim, out_dim))
+    out_dim = model.link_width if cfg.task.link else dataset.num_classes  # embeddings, or classes
+    model.check_widths(conv_widths(model, in_dim, out_dim))
     if schema is None:
         if model.relation_fanouts:
             raise GnnrunError(

@@ -107,6 +107,7 @@ UNSUPPORTED_BECAUSE = {
 
 class DistGNN(Algorithm):
     partition_kind = "vertex_cut"
+    splits_batch = True
     devices = ("cpu", "cuda")
     # Epochs between sending and using remote partial aggregates; None: never (0c).
     delay: ClassVar[int | None] = 0

@@ -14,7 +14,8 @@ over each positive and its own negatives.
 Evaluation embeds every vertex once (each rank its own, sampled with one key
 for all steps, so that a vertex's embedding does not depend on the batch it
 came in), then scores each held-out edge (u, v) and its fixed negatives
-(u, w) (gnnrun.data.edge_split); the trainer turns those into MRR, Hits@K and
+(u, w), or (x, w) with both ends uniform under `task.eval_sampler=uniform`
+(gnnrun.data.edge_split); the trainer turns those into MRR, Hits@K and
 ROC-AUC over all ranks (gnnrun.train.metrics).
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.data.edge_split import held_out_negatives, negative_range, target_relation
+from gnnrun.data.edge_split import held_out_negative_pairs, negative_range, target_relation
 from gnnrun.ops.negatives import degree_weights, sample_negatives
 
 # Pairs scored at once in evaluation: bounds the [pairs, width] rows gathered.
@@ -123,24 +124,40 @@ class LinkObjective:
         k = self.task.eval_negatives
         for split, ids in self.eval_ids.items():
             pairs = self.edges[split][:, ids]
-            negatives = held_out_negatives(
-                pairs, ids, k, self.destinations, self.task.split_seed, split
+            negatives = held_out_negative_pairs(
+                pairs,
+                ids,
+                k,
+                self.destinations,
+                self.task.split_seed,
+                split,
+                self.task.eval_sampler,
+                self.sources,
             )
+            own_sources = self.task.eval_sampler == "per_source"
+            if own_sources:
+                negatives = negatives[1:]  # the sources are the edges' own
             needed, position = torch.unique(
                 torch.cat([pairs.reshape(-1), negatives.reshape(-1)]), return_inverse=True
             )
             h = rows_of(needed)
             u, v = position[: pairs.numel()].view(2, -1)
-            w = position[pairs.numel() :].view(-1, k)
-            out[split] = (_score(model, h, u, v[:, None]).view(-1), _score(model, h, u, w))
+            w = position[pairs.numel() :].view(len(negatives), pairs.shape[1], k)
+            s = u if own_sources else w[0]  # per_source: one source against its k
+            out[split] = (_score(model, h, u, v[:, None]).view(-1), _score(model, h, s, w[-1]))
         return out
 
 
 def _score(model, h: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """[E, k] scores of the pairs (u[i], w[i, j]) of embedding rows `h`, in chunks."""
+    """[E, k] scores of the pairs (u[i], w[i, j]) of embedding rows `h` (or (u[i, j],
+    w[i, j]) for u [E, k]), in chunks."""
     chunk = max(1, SCORE_CHUNK // w.shape[1])
+
+    def sources(rows: torch.Tensor) -> torch.Tensor:
+        return h[rows][:, None, :] if rows.dim() == 1 else h[rows]
+
     scores = [
-        model.score(h[u[i : i + chunk]][:, None, :], h[w[i : i + chunk]]).float()
-        for i in range(0, u.numel(), chunk)
+        model.score(sources(u[i : i + chunk]), h[w[i : i + chunk]]).float()
+        for i in range(0, u.shape[0], chunk)
     ]
     return torch.cat(scores) if scores else torch.zeros(0, w.shape[1], device=h.device)

@@ -121,10 +121,10 @@ class SampledTraining(Algorithm):
 
     def set_link(self, dataset, owner: torch.Tensor | None) -> None:
         """Train task=link on `dataset`'s edges (those into the vertices this rank owns, by
-        `owner`; all of them in one process): embeddings `model.hidden` wide."""
+        `owner`; all of them in one process): embeddings `model.link_width` wide (model.embedding, or model.hidden)."""
         self.link = LinkObjective(self.cfg.task, dataset, self.comm.rank, owner)
         self.train_ids = self.link.train_ids
-        self.num_classes, self.task = self.cfg.model.hidden, "link"
+        self.num_classes, self.task = self.cfg.model.link_width, "link"
 
     def step_targets(
         self, items: torch.Tensor, key: int

@@ -61,6 +61,7 @@ class ShardedFullBatch(Algorithm):
     """What `sar` and `domain_parallel` share; they differ only in their aggregation."""
 
     partition_kind = "edge_cut"
+    splits_batch = True
     gradient_reduction = "sum"  # each rank's loss is its share of the one global loss
     devices = ("cpu", "cuda")  # SAR's paper trains on CPUs and on GPUs
 

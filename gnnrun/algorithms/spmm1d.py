@@ -269,9 +269,21 @@ def _fresh_receive(like: torch.Tensor):
 SUPPORTED_MODELS = ("gcn",)
 
 
+def _options_around_layers(model) -> list[str]:
+    """The model options around the layers (gnnrun.models.gnn) that `model` turns on."""
+    defaults = {"residual": False, "norm": "none", "input_mlp": False, "output_mlp": False}
+    on = [
+        f"model.{k}={str(getattr(model, k)).lower()}"
+        for k, off in defaults.items()
+        if getattr(model, k) != off
+    ]
+    return on + ([f"model.jk={model.jk}"] if model.jk != "none" else [])
+
+
 @ALGORITHMS.register("spmm1d", Spmm1dConfig)
 class Spmm1d(Algorithm):
     partition_kind = "block1d"
+    splits_batch = True
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     gradient_reduction = "sum"  # each rank's loss is its rows' share of the global mean
 
@@ -281,6 +293,13 @@ class Spmm1d(Algorithm):
             raise GnnrunError(
                 f"algorithm=spmm1d trains GCN (its partition stores GCN's normalised adjacency), "
                 f"not model.name={cfg.model.name!r}: use model=gcn"
+            )
+        around = _options_around_layers(cfg.model)
+        if around:
+            raise GnnrunError(
+                f"algorithm=spmm1d computes a plain GCN stack by hand, without "
+                f"{' '.join(around)}: leave them out, or train with algorithm=single, sar or "
+                "cd0, which take them"
             )
         if cfg.model.activation != "relu":
             raise GnnrunError(

@@ -135,10 +135,28 @@ def held_out_negatives(
     """[len(edge_ids), num] negative destinations, in the vertex range `destinations`, of
     the `split` edges `edge_ids` (their positions in the split), whose pairs are `edges`
     [2, len(edge_ids)]."""
+    return held_out_negative_pairs(
+        edges, edge_ids, num, destinations, split_seed, split, "per_source"
+    )[1]
+
+
+def held_out_negative_pairs(
+    edges: np.ndarray | torch.Tensor,
+    edge_ids: torch.Tensor,
+    num: int,
+    destinations: tuple[int, int],
+    split_seed: int,
+    split: str,
+    sampler: str,
+    sources: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """[2, len(edge_ids), num] negative pairs of the `split` edges `edge_ids`: `per_source`
+    (each edge's own source, as `held_out_negatives`) or `uniform` (both ends uniform, the
+    source in `sources`: GAE's random pairs)."""
     key = split_seed * 0x100000001B3 + _NEGATIVE_STREAMS[split]
     pairs = torch.as_tensor(np.asarray(edges))
-    negatives = sample_negatives("per_source", pairs, edge_ids, num, key, destinations)
-    return negatives[1].view(-1, num)
+    negatives = sample_negatives(sampler, pairs, edge_ids, num, key, destinations, sources)
+    return negatives.view(2, -1, num)
 
 
 def split_settings(task) -> dict[str, Any]:

@@ -398,11 +398,22 @@ class RankLayers:
         halo_rows = _scratch_rows(self._scratch("halo"), graph.num_halo, own_rows.shape[1])
         self.halo.pull(own_rows, halo_rows, "halo_rows")
         shape = (graph.num_own, self.widths[layer + 1])
+        # Jumping knowledge: the last layer also reads the earlier layers' outputs (files).
+        earlier = (
+            [_rows(np.load(layer_file(self.work, k, self.rank), "r")) for k in range(1, layer + 1)]
+            if model.jk != "none" and layer == len(model.layers) - 1
+            else None
+        )
         with atomic_rows(layer_file(self.work, layer + 1, self.rank), shape, np.float32) as append:
             for a, b in steps:
                 block = graph.chunk_block(a, b, self.in_degrees, self.out_degrees)
                 x = _gather(own_rows, halo_rows, block.src_ids, a, b)
-                rows = model.propagate(layer, block.to(self.device), x.to(self.device))
+                rows = model.propagate(
+                    layer,
+                    block.to(self.device),
+                    x.to(self.device),
+                    None if earlier is None else [e[a:b].to(self.device) for e in earlier],
+                )
                 append(rows.cpu().numpy())
                 self.anonymous_mb.append(anonymous_mb() or 0.0)
                 progress.step()

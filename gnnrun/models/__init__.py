@@ -5,10 +5,10 @@ the output layer. Full-batch training passes the whole graph as every block;
 minibatch training passes sampled blocks. The same weights work for both.
 """
 
-from gnnrun.models.gnn import ACTIVATIONS, GNN, Dropout, build_model, layer_widths
+from gnnrun.models.gnn import ACTIVATIONS, GNN, Dropout, build_model, conv_widths, layer_widths
 from gnnrun.models.registry import LAYERS
 
 # Importing a model's module registers its layer.
 from gnnrun.models import gat, gcn, rgcn, sage  # noqa: E402, F401  isort: skip
 
-__all__ = ["ACTIVATIONS", "GNN", "LAYERS", "Dropout", "build_model", "layer_widths"]
+__all__ = ["ACTIVATIONS", "GNN", "LAYERS", "Dropout", "build_model", "conv_widths", "layer_widths"]

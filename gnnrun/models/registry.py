@@ -24,6 +24,9 @@ from gnnrun.registry import Registry
 
 # `model.activation` -> the function between layers.
 ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch.nn.functional.gelu}
+# `model.norm` and `model.jk` choices (gnnrun.models.gnn).
+NORMS = ("none", "layer", "batch")
+JUMPING_KNOWLEDGE = ("none", "cat", "max")
 
 
 @dataclass
@@ -45,6 +48,27 @@ class ModelConfig:
     # and whether each featured type's features are projected to `hidden` first.
     relation_fanouts: dict[str, list[int]] = field(default_factory=dict)
     input_projection: bool = True
+    # Around the layers (gnnrun.models.gnn): a residual connection over each layer (a
+    # linear map where the widths differ), a normalisation of each hidden layer's output,
+    # a linear layer before the first one and after the last one, and jumping knowledge
+    # (the hidden layers' outputs concatenated or maxed into the output layer).
+    residual: bool = False
+    norm: str = "none"  # none | layer | batch
+    input_mlp: bool = False
+    output_mlp: bool = False
+    jk: str = "none"  # none | cat | max (implies an output linear layer)
+    # task=link: the width of the vertex embeddings (0: model.hidden).
+    embedding: int = 0
+
+    @property
+    def head(self) -> bool:
+        """Whether an output linear layer follows the last message-passing layer."""
+        return self.output_mlp or self.jk != "none"
+
+    @property
+    def link_width(self) -> int:
+        """task=link's embedding width."""
+        return self.embedding or self.hidden
 
     def validate(self) -> None:
         check(self.layers >= 1, "model.layers must be at least 1")
@@ -62,6 +86,12 @@ class ModelConfig:
             f"model.activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}",
         )
         check(self.heads >= 1, f"model.heads must be at least 1 (got {self.heads})")
+        check(self.norm in NORMS, f"model.norm {self.norm!r}: choose one of {', '.join(NORMS)}")
+        check(
+            self.jk in JUMPING_KNOWLEDGE,
+            f"model.jk {self.jk!r}: choose one of {', '.join(JUMPING_KNOWLEDGE)}",
+        )
+        check(self.embedding >= 0, "model.embedding must be positive (or 0: model.hidden)")
         for relation, fanouts in self.relation_fanouts.items():
             check(
                 len(fanouts) == self.layers and all(f >= 0 or f == -1 for f in fanouts),

@@ -8,7 +8,7 @@ from pathlib import Path
 from gnnrun.errors import GnnrunError
 from gnnrun.report.rows import PHASES, ReportRow, hit_layers
 
-_SCORES = ("val_acc", "test_acc", "val_auc", "test_auc", "val_mrr", "test_mrr")
+_SCORES = ("val_acc", "test_acc", "val_auc", "test_auc", "val_ap", "test_ap", "val_mrr", "test_mrr")
 
 
 def write_csv(rows: list[ReportRow], path: Path) -> None:

@@ -301,6 +301,11 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
             _Column("best val AUC", lambda r: score(r.best.get("val_auc"))),
             _Column("final test AUC", lambda r: score(r.final.get("test_auc"))),
         ]
+    if any("val_ap" in r.best or "test_ap" in r.final for r in rows):  # link prediction
+        columns += [
+            _Column("best val AP", lambda r: score(r.best.get("val_ap"))),
+            _Column("final test AP", lambda r: score(r.final.get("test_ap"))),
+        ]
     layers = hit_layers(rows)
     if layers:
         header = "hit " + "/".join(f"L{i}" for i in range(layers))

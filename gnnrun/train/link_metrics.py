@@ -16,7 +16,9 @@ Two ways to rank a held-out edge's score:
   the K-th highest negative score strictly; with fewer than K negatives every
   positive is a hit.
 
-ROC-AUC over positives and negatives is gnnrun.train.metrics.roc_auc.
+ROC-AUC over positives and negatives is gnnrun.train.metrics.roc_auc;
+`average_precision` is AP over them (GAE's second figure, scikit-learn's
+average_precision_score), ties (within `tie_tolerance`) one threshold.
 """
 
 from __future__ import annotations
@@ -80,3 +82,25 @@ def hits_against_shared(positives: torch.Tensor, negatives: torch.Tensor, k: int
         return 1.0
     kth = torch.topk(negatives.reshape(-1), k).values[-1]
     return float((positives > kth).to(torch.float64).mean())
+
+
+def average_precision(positives: torch.Tensor, negatives: torch.Tensor) -> float:
+    """Average precision of positive against negative scores, all pooled: the sum over the
+    distinct score thresholds, highest first, of the precision at each times the share
+    of positives it adds (scikit-learn's average_precision_score). Tied scores (within
+    `tie_tolerance`) are one threshold, so a collapsed model scores the positives' share."""
+    scores = torch.cat([positives.reshape(-1), negatives.reshape(-1)]).to(torch.float64)
+    if not positives.numel() or not negatives.numel():
+        return float("nan")
+    labels = torch.cat([torch.ones(positives.numel()), torch.zeros(negatives.numel())]).to(
+        torch.float64
+    )
+    order = torch.argsort(scores, descending=True, stable=True)
+    scores, labels = scores[order], labels[order]
+    # A threshold ends where the next score is no longer tied with this one.
+    gap = scores[:-1] - scores[1:] > tie_tolerance(scores[:-1])
+    ends = torch.cat([torch.nonzero(gap).reshape(-1), torch.tensor([scores.numel() - 1])])
+    hits = torch.cumsum(labels, 0)[ends]
+    precision = hits / (ends + 1).to(torch.float64)
+    recall_step = torch.diff(hits, prepend=torch.zeros(1, dtype=torch.float64))
+    return float((precision * recall_step).sum() / positives.numel())

@@ -1,5 +1,5 @@
-"""Evaluation metrics over all ranks: accuracy, ROC-AUC for binary tasks, and MRR, Hits@K
-and ROC-AUC for link prediction (gnnrun.train.link_metrics)."""
+"""Evaluation metrics over all ranks: accuracy, ROC-AUC for binary tasks, and MRR, Hits@K,
+ROC-AUC and average precision for link prediction (gnnrun.train.link_metrics)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from gnnrun.comm import Communicator
-from gnnrun.train.link_metrics import collapsed, ranks, tie_tolerance
+from gnnrun.train.link_metrics import average_precision, collapsed, ranks, tie_tolerance
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -61,7 +61,8 @@ def link_metrics(
     comm: Communicator,
     hits_at: tuple[int, ...] | list[int],
 ) -> dict[str, float]:
-    """{split}_mrr, {split}_hits@K and {split}_auc over the held-out edges of every rank,
+    """{split}_mrr, {split}_hits@K, {split}_auc and {split}_ap (average precision) over
+    the held-out edges of every rank,
     each ranked against its own negatives (positive scores [E], negative scores [E, k])."""
     result = {}
     for split, (positive, negative) in outputs.items():
@@ -77,6 +78,7 @@ def link_metrics(
             result[f"{split}_hits@{k}"] = float(sums[1 + i]) / count if count else float("nan")
         gathered = _gathered(comm, (positive, negative.reshape(-1)))
         result[f"{split}_auc"] = pairwise_auc(*gathered)
+        result[f"{split}_ap"] = average_precision(*gathered)
         if collapsed(*gathered):
             result[f"{split}_collapsed"] = 1.0
     return result

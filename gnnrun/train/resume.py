@@ -35,6 +35,12 @@ REFUSED = (
     "model.heads",
     "model.aggregator",
     "model.activation",
+    "model.residual",
+    "model.norm",
+    "model.input_mlp",
+    "model.output_mlp",
+    "model.jk",
+    "model.embedding",
     "algorithm.name",
     "optimizer.name",
     "dataset",
@@ -42,6 +48,15 @@ REFUSED = (
     "task.scorer",
 )
 APPLIED = ("optimizer.lr", "optimizer.weight_decay")
+# The options around a model's layers, off: what a checkpoint that does not record them had.
+_MODEL_OPTIONS_OFF = {
+    "model.residual": False,
+    "model.norm": "none",
+    "model.input_mlp": False,
+    "model.output_mlp": False,
+    "model.jk": "none",
+    "model.embedding": 0,
+}
 _PARTITION_LOCATION = "output_dir"
 
 
@@ -89,6 +104,9 @@ def under_current_names(saved: dict[str, Any], now: dict[str, Any]) -> dict[str,
         current["optimizer.name"] = "adam"
     if "train.precision" in now and "train.precision" not in saved:
         current["train.precision"] = "fp32"
+    for key, value in _MODEL_OPTIONS_OFF.items():  # a checkpoint from before they existed
+        if key in now and key not in saved:
+            current[key] = value
     return current
 
 

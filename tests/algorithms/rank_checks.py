@@ -58,7 +58,8 @@ def minibatch_matches_single_process(rank: int, world: int, cfg, key: int) -> di
 
 
 def parameters_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
-    """Train one epoch of `minibatch`; every rank must end with the same weights."""
+    """Train one epoch of `minibatch`; every rank must end with the same weights (and
+    batch normalisation's running statistics, with model.norm=batch)."""
     comm = Communicator()
     algorithm = DistributedMinibatch(cfg, comm, PhaseTimer())
     torch.manual_seed(cfg.train.seed)
@@ -67,7 +68,8 @@ def parameters_after_one_epoch(rank: int, world: int, cfg) -> list[float]:
     torch.manual_seed(100 + rank)  # different dropout per rank: gradients differ before all-reduce
     stats = train_epoch(algorithm, model, optimizer, 0)
     assert stats["steps"] >= 1 and comm.bytes.sent.get("features", 0) > 0
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+    state = [t.detach().reshape(-1).float() for t in model.state_dict().values()]
+    return torch.cat(state).tolist()
 
 
 def minibatch_samples_and_weights(rank: int, world: int, sampled, trained) -> tuple:

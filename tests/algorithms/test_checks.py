@@ -54,3 +54,60 @@ def test_fanouts_are_asked_for_only_where_blocks_are_sampled():
         cfg = make_config("dataset=synthetic-tiny", "model.layers=3", *sampled)
         with pytest.raises(GnnrunError, match=r"model.fanouts=\[10, 25\] has 2 entries and "):
             check_runnable(cfg)
+
+
+@pytest.mark.parametrize("algorithm", ["cd0", "sar"])
+def test_batch_norm_is_refused_where_a_full_batch_spans_ranks(algorithm):
+    overrides = ("dataset=synthetic-tiny", f"algorithm={algorithm}", "model.norm=batch")
+    with pytest.raises(GnnrunError, match=f"model.norm=batch: algorithm={algorithm} spreads"):
+        check_runnable(make_config(*overrides, "cluster.nprocs=2"))
+    check_runnable(make_config(*overrides, "cluster.nprocs=1"))  # one rank: the whole batch
+
+
+def test_sampled_algorithms_take_batch_norm_on_every_rank():
+    check_runnable(make_config("algorithm=minibatch", "model.norm=batch", "cluster.nprocs=2"))
+
+
+def test_spmm1d_refuses_the_options_around_the_layers_naming_them():
+    with pytest.raises(
+        GnnrunError,
+        match=r"without model.residual=true model.jk=cat: leave them out, or train with",
+    ):
+        check_runnable(
+            make_config(
+                "algorithm=spmm1d",
+                "model=gcn",
+                "partitioner=block1d",
+                "model.residual=true",
+                "model.jk=cat",
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ("model.norm=group", "model.norm 'group': choose one of none, layer, batch"),
+        ("model.jk=sum", "model.jk 'sum': choose one of none, cat, max"),
+    ],
+)
+def test_a_wrong_option_is_one_line_naming_the_choices(overrides, message):
+    with pytest.raises(Exception, match=message):
+        make_config(overrides)
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage", "gat"])
+def test_the_heterophilous_benchmark_presets_are_platonovs_recipe(name):
+    cfg = make_config(f"model=hetero_bench_{name}", "dataset=tolokers")
+    model = cfg.model
+    assert (model.name, model.hidden, model.activation, model.dropout) == (name, 512, "gelu", 0.2)
+    assert model.residual and model.norm == "layer" and model.input_mlp and model.output_mlp
+    assert (cfg.optimizer.lr, cfg.optimizer.weight_decay) == (3e-5, 0.0)
+
+
+def test_the_gae_preset_is_kipf_and_wellings():
+    cfg = make_config("model=gae", "task=link", "dataset=cora")
+    model = cfg.model
+    assert (model.name, model.layers, model.hidden, model.link_width) == ("gcn", 2, 32, 16)
+    assert model.dropout == model.input_dropout == 0
+    assert (cfg.optimizer.lr, cfg.optimizer.weight_decay) == (0.01, 0.0)

@@ -24,6 +24,7 @@ from conftest import make_config  # noqa: E402
 
 EPOCHS = 3
 SMALL_MODEL = ("model.hidden=48", "model.dropout=0", "model.input_dropout=0")
+OPTIONS = "gcn model.residual=true model.norm=layer model.input_mlp=true model.jk=cat"
 
 
 def _assert_matches_single(distributed: list[dict], single: dict) -> None:
@@ -48,7 +49,8 @@ def _assert_matches_single(distributed: list[dict], single: dict) -> None:
         pytest.param("synthetic-tiny", 2, ["sage_gcn"], marks=pytest.mark.slow),
         pytest.param("synthetic-tiny", 3, ["sage_gcn", "gcn", "sage"], marks=pytest.mark.slow),
         pytest.param("synthetic-tiny", 4, ["sage_gcn"], marks=pytest.mark.slow),
-        ("cora", 2, ["sage_gcn", "gcn", "sage"]),  # every model by default
+        # Every model by default, and one with every option around the layers.
+        ("cora", 2, ["sage_gcn", "gcn", "sage", OPTIONS]),
         pytest.param("cora", 4, ["sage_gcn"], marks=pytest.mark.slow),
     ],
 )
@@ -57,7 +59,7 @@ def test_cd0_equals_single_full_batch(configure, request, dataset, nprocs, model
         request.getfixturevalue("shared_datasets")
     cfgs, singles = [], []
     for model in models:
-        common = (f"dataset={dataset}", f"model={model}", *SMALL_MODEL)
+        common = (f"dataset={dataset}", *f"model={model}".split(), *SMALL_MODEL)
         cfgs.append(configure(*common, "algorithm=cd0", f"cluster.nprocs={nprocs}"))
         single_cfg = configure(*common, "algorithm=single", "algorithm.mode=full")
         singles.append(rank_checks.single_trajectory(single_cfg, EPOCHS))

@@ -15,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import pipeline_checks  # noqa: E402
 
 COMMON = ("dataset=synthetic-tiny", "model=sage", "model.batch_size=20", "model.fanouts=[5,5]")
+# The options around the layers, batch normalisation's statistics per minibatch included.
+AROUND = ("model.residual=true", "model.norm=batch", "model.jk=cat")
 CAPACITIES = {
     "synchronous": "{sample: 0, fetch: 0, device: 0}",
     "one": "{sample: 1, fetch: 1, device: 1}",
@@ -27,10 +29,14 @@ CAPACITIES = {
     "nprocs", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)]
 )  # 1 and 4 ranks: make test-slow
 def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure, nprocs):
-    minibatch = configure(*COMMON, "algorithm=minibatch", f"cluster.nprocs={nprocs}")
+    minibatch = configure(*COMMON, *AROUND, "algorithm=minibatch", f"cluster.nprocs={nprocs}")
     pipelines = {
         name: configure(
-            *COMMON, "algorithm=pipeline", f"cluster.nprocs={nprocs}", f"algorithm.capacity={c}"
+            *COMMON,
+            *AROUND,
+            "algorithm=pipeline",
+            f"cluster.nprocs={nprocs}",
+            f"algorithm.capacity={c}",
         )
         for name, c in CAPACITIES.items()
     }

@@ -17,7 +17,17 @@ import shard_checks  # noqa: E402
 EPOCHS = 2
 SMALL_MODEL = ("model.hidden=16", "model.dropout=0", "model.input_dropout=0")
 # rgcn and hetero_sage: layers that read their block through relation_rows / relation_blocks.
-MODELS = ("sage", "sage_gcn", "gcn", "gat", "rgcn", "hetero_sage")
+MODELS = (
+    "sage",
+    "sage_gcn",
+    "gcn",
+    "gat",
+    "rgcn",
+    "hetero_sage",
+    # Every option around the layers (model.norm=batch is refused on several ranks).
+    "gat model.residual=true model.norm=layer model.input_mlp=true model.output_mlp=true "
+    "model.jk=max",
+)
 # (algorithm, prefetch)
 VARIANTS = (("sar", False), ("sar", True), ("domain_parallel", False))
 
@@ -56,7 +66,7 @@ def test_sar_and_domain_parallel_equal_single_full_batch(configure, nprocs):
     prefetch, on 1, 2 and 4 ranks."""
     cfgs, names, singles = [], [], {}
     for model in MODELS:
-        common = ("dataset=synthetic-tiny", f"model={model}", *SMALL_MODEL)
+        common = ("dataset=synthetic-tiny", *f"model={model}".split(), *SMALL_MODEL)
         single_cfg = configure(*common, "algorithm=single", "algorithm.mode=full")
         singles[model] = sar_checks.single_trajectory(single_cfg, EPOCHS)
         for algorithm, prefetch in VARIANTS:

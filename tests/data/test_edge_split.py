@@ -90,6 +90,24 @@ def test_held_out_negatives_are_fixed_per_edge_and_differ_between_splits_and_see
     assert not torch.equal(reseeded, test)
 
 
+def test_uniform_held_out_negatives_draw_both_ends_and_stay_fixed_per_edge(undirected):
+    from gnnrun.data.edge_split import held_out_negative_pairs
+
+    indptr, indices = undirected
+    n = indptr.size - 1
+    split = split_edges(indptr, indices, False, 0.1, 0.1, seed=0)
+    ids = torch.arange(split.test.shape[1])
+    pairs = held_out_negative_pairs(split.test, ids, 3, (0, n), 0, "test", "uniform")
+    assert pairs.shape == (2, ids.numel(), 3) and pairs.min() >= 0 and pairs.max() < n
+    # Not the edges' own sources (GAE's random pairs), and one edge's do not depend on
+    # the others'.
+    assert not torch.equal(pairs[0, :, 0], torch.as_tensor(split.test[0]))
+    tail = held_out_negative_pairs(split.test[:, 5:], ids[5:], 3, (0, n), 0, "test", "uniform")
+    assert torch.equal(pairs[:, 5:], tail)
+    own = held_out_negative_pairs(split.test, ids, 3, (0, n), 0, "test", "per_source")
+    assert torch.equal(own[1], held_out_negatives(split.test, ids, 3, (0, n), 0, "test"))
+
+
 def test_the_link_dataset_is_written_once_and_made_again_for_another_split(tmp_path):
     from gnnrun.config import LinkTaskConfig
     from gnnrun.data.edge_split import load_link_dataset, prepare_link_dataset

@@ -25,11 +25,17 @@ TINY = ("dataset=synthetic-tiny",)
         (2, "gcn", 50),  # GCN reads the graph's out-degrees of remote vertices
         (2, "sage_gcn", 100_000),  # one chunk per rank
         (4, "gat", 33),
+        # Every option around the layers: the input linear layer and the skip rows go
+        # with the transform, jumping knowledge reads the earlier layers' files.
+        (2, "gcn model.residual=true model.norm=batch model.input_mlp=true model.jk=cat", 50),
     ],
 )
 def test_predictions_equal_the_full_graph_forward_pass(trained, ranks, model, chunk):
     cfg, run_dir = trained(
-        *TINY, f"model={model}", f"cluster.nprocs={ranks}", f"predict.chunk_vertices={chunk}"
+        *TINY,
+        *f"model={model}".split(),
+        f"cluster.nprocs={ranks}",
+        f"predict.chunk_vertices={chunk}",
     )
     summary = run_inference(cfg, "predict", run_dir)
     logits = full_graph_layers(cfg)[-1]

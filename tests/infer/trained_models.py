@@ -60,9 +60,14 @@ def full_graph_layers(cfg) -> list[torch.Tensor]:
     with torch.no_grad():
         h = x
         for i, layer in enumerate(model.layers):
-            h = layer(graph, h)
-            if i < len(model.layers) - 1:
-                h = model.activation(h)
+            if model.around_layers:  # residual, norm, jk, ...: layer-wise, in one process
+                earlier = outputs if i == len(model.layers) - 1 and model.jk != "none" else None
+                rows = model.transform(i, h) if model.transforms(i) else h
+                h = model.propagate(i, graph, rows, earlier)
+            else:
+                h = layer(graph, h)
+                if i < len(model.layers) - 1:
+                    h = model.activation(h)
             outputs.append(h)
-        assert torch.equal(model([graph] * len(model.layers), x), outputs[-1])
+        torch.testing.assert_close(model([graph] * len(model.layers), x), outputs[-1])
     return outputs

@@ -117,3 +117,70 @@ def test_gat_self_loops_keep_remote_shards_and_refuse_a_completion():
     completed.completion = object()
     with pytest.raises(ValueError, match="clone completion"):
         with_self_loops(completed)
+
+
+# The options around the layers (gnnrun.models.gnn), a few combinations of them.
+AROUND = {
+    "residual+layer": dict(residual=True, norm="layer"),
+    "batch+input+output": dict(norm="batch", input_mlp=True, output_mlp=True),
+    "residual+jk-cat": dict(residual=True, jk="cat"),
+    "all+jk-max": dict(residual=True, norm="batch", input_mlp=True, output_mlp=True, jk="max"),
+}
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn", "gat"])
+@pytest.mark.parametrize("options", AROUND.values(), ids=AROUND.keys())
+def test_options_around_layers_layer_by_layer_equal_the_forward_pass(name, options):
+    """What layer-wise inference runs (transform, then propagate; jk given the earlier
+    outputs) is the forward pass, and with every neighbour sampled the minibatch equals
+    the full batch on the seeds (residuals and jk read the destinations' rows first)."""
+    torch.manual_seed(0)
+    block = random_graph(120, 700)
+    cfg = ModelConfig(name=name, hidden=8, layers=3, heads=2, fanouts=[-1] * 3, **options)
+    model = build_model(cfg, in_dim=6, num_classes=3).eval()
+    x = torch.randn(120, 6)
+    full = model([block] * 3, x)
+    assert full.shape == (120, 3)
+    h, outputs = x, []
+    for i in range(3):
+        rows = model.transform(i, h) if model.transforms(i) else h
+        h = model.propagate(i, block, rows, outputs if i == 2 and cfg.jk != "none" else None)
+        outputs.append(h)
+    torch.testing.assert_close(h, full, rtol=1e-5, atol=1e-5)
+    if name != "gcn":  # GCN normalises by the block's degrees (DGL's convention)
+        seeds = torch.arange(0, 120, 5)
+        blocks = sample_blocks(block.indptr, block.indices, seeds, [-1] * 3, seed=1)
+        sampled = model(blocks, x[blocks[0].src_ids])
+        torch.testing.assert_close(sampled, full[seeds], rtol=1e-5, atol=1e-5)
+
+
+def test_options_build_what_they_say():
+    cfg = ModelConfig(name="sage", hidden=8, layers=2, residual=True, jk="cat", norm="layer")
+    model = build_model(cfg, in_dim=5, num_classes=3)
+    # A linear skip where the widths differ (5 -> 8), the identity where they do not.
+    assert isinstance(model.skips[0], torch.nn.Linear) and model.skips[0].bias is None
+    assert isinstance(model.skips[1], torch.nn.Identity)
+    # jk implies the output linear layer, over both layers' outputs concatenated; the
+    # last message-passing layer is then a hidden one, normalised.
+    assert model.output_linear.in_features == 16 and len(model.norms) == 2
+    assert isinstance(model.norms[1], torch.nn.LayerNorm)
+    plain = build_model(ModelConfig(name="sage", hidden=8, layers=2), in_dim=5, num_classes=3)
+    assert plain.skips is None and plain.output_linear is None and len(plain.norms) == 1
+    assert type(model).dims_of(model.state_dict(), 2) == (5, 3)
+    inputs = ModelConfig(name="sage", hidden=8, layers=2, input_mlp=True, output_mlp=True)
+    assert type(model).dims_of(build_model(inputs, 5, 3).state_dict(), 2) == (5, 3)
+
+
+def test_batch_norm_trains_on_the_batch_and_infers_with_running_statistics():
+    torch.manual_seed(0)
+    block = random_graph(50, 200)
+    cfg = ModelConfig(name="gcn", hidden=8, layers=2, norm="batch", dropout=0.0)
+    model = build_model(cfg, in_dim=4, num_classes=2)
+    x = torch.randn(50, 4)
+    model([block, block], x).sum().backward()  # train mode: the batch's statistics
+    assert model.norms[0].num_batches_tracked == 1
+    assert not torch.equal(model.norms[0].running_mean, torch.zeros(8))
+    model.eval()
+    one = model([block, block], x)[:5]
+    again = model([block, block], x)[:5]
+    assert torch.equal(one, again)

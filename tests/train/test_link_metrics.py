@@ -116,3 +116,30 @@ def test_a_collapsed_evaluation_is_never_the_best_and_is_listed():
     summary = summarize([record(0, 0.1), record(1, 0.9, collapsed=True), record(2, 0.2)], cfg, 1)
     assert summary["best"]["epoch"] == 2
     assert summary["collapsed_epochs"] == [2]
+
+
+def test_average_precision_by_hand_and_with_ties():
+    from gnnrun.train.link_metrics import average_precision
+
+    # Scores 0.9 (+), 0.8 (-), 0.7 (+), 0.1 (-): precision 1 at the first positive, 2/3 at
+    # the second: AP = (1 + 2/3) / 2.
+    positives, negatives = torch.tensor([0.9, 0.7]), torch.tensor([0.8, 0.1])
+    assert average_precision(positives, negatives) == pytest.approx(5 / 6)
+    # A positive tied with a negative (up to rounding) shares one threshold with it:
+    # precision 1/2 there, whichever order the sort left them in.
+    tied = torch.tensor([0.5, 0.5 + 1e-9])
+    assert average_precision(tied[:1], tied[1:]) == pytest.approx(0.5)
+    assert average_precision(tied[1:], tied[:1]) == pytest.approx(0.5)
+    # A collapsed model scores the positives' share; a perfect one 1.
+    assert average_precision(torch.ones(3), torch.ones(9)) == pytest.approx(0.25)
+    assert average_precision(torch.tensor([2.0, 3.0]), torch.tensor([1.0, 0.0])) == 1.0
+
+
+def test_link_metrics_report_average_precision_beside_roc_auc():
+    from gnnrun.comm import Communicator
+    from gnnrun.train.metrics import link_metrics
+
+    positive, negative = torch.tensor([0.9, 0.7]), torch.tensor([[0.8], [0.1]])
+    result = link_metrics({"test": (positive, negative)}, Communicator(), [1])
+    assert result["test_ap"] == pytest.approx(5 / 6)
+    assert result["test_auc"] == pytest.approx(3 / 4)

@@ -100,3 +100,13 @@ def test_setting_kinds():
     assert changes.refused == {"model.hidden": (256, 64)}
     assert changes.applied == {"optimizer.lr": (0.1, 0.2)}
     assert changes.diverging == {"model.fanouts": ([10], [5])}
+
+
+def test_options_around_the_layers_are_part_of_the_models_shape():
+    from gnnrun.train.resume import compare_settings
+
+    old = {"model.name": "sage", "model.hidden": 16}  # a checkpoint from before the options
+    now = old | {"model.residual": False, "model.norm": "none", "model.jk": "none"}
+    assert not compare_settings(old, now).refused
+    changed = compare_settings(old, now | {"model.residual": True, "model.norm": "layer"})
+    assert set(changed.refused) == {"model.residual", "model.norm"}
