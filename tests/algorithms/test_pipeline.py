@@ -44,6 +44,7 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
     # minibatch's traffic on every rank.
     pipelines["collective"] = configure(
         *COMMON,
+        *AROUND,
         "algorithm=pipeline",
         f"cluster.nprocs={nprocs}",
         f"algorithm.capacity={CAPACITIES['four']}",
