@@ -18,8 +18,8 @@ from gnnrun.progress import console, out
 
 def data_info(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_for_task
     from gnnrun.report.tables import dataset_table
+    from gnnrun.tasks import prepare_for_task
 
     config = to_objects(cfg)
     dataset = prepare_for_task(config.dataset, config.task, force=force)
@@ -28,7 +28,7 @@ def data_info(cfg: DictConfig, force: bool) -> None:
 
 def data_prepare(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_for_task
+    from gnnrun.tasks import prepare_for_task
 
     config = to_objects(cfg)
     dataset = prepare_for_task(config.dataset, config.task, force=force)
@@ -41,9 +41,9 @@ def data_prepare(cfg: DictConfig, force: bool) -> None:
 
 def partition(cfg: DictConfig) -> None:
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_for_task
     from gnnrun.partition import partition_dataset
     from gnnrun.report.tables import partition_table
+    from gnnrun.tasks import prepare_for_task
 
     config = to_objects(cfg)
     dataset = prepare_for_task(config.dataset, config.task)
@@ -64,13 +64,13 @@ def train(cfg: DictConfig) -> None:
     )
     from gnnrun.attempt import current_attempt
     from gnnrun.config import to_objects
-    from gnnrun.data import prepare_for_task
     from gnnrun.launch import sweep
     from gnnrun.launch.elastic import run_ranks
     from gnnrun.launch.slurm import run_slurm_rank
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
     from gnnrun.report.tables import summary_table
+    from gnnrun.tasks import prepare_for_task
     from gnnrun.train.display import TrainingDisplay
     from gnnrun.train.trainer import train
 
@@ -181,7 +181,6 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     """Layer-wise inference (gnnrun.infer) on cluster.nprocs local ranks from the checkpoint
     of the run in `run_dir`; returns the summary that the output's manifest holds too."""
     from gnnrun.algorithms.checks import check_gpu_ranks
-    from gnnrun.data import prepare_for_task
     from gnnrun.infer.output import refuse_occupied
     from gnnrun.infer.run import (
         finish_inference,
@@ -193,6 +192,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     from gnnrun.launch.elastic import run_rank_job
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
+    from gnnrun.tasks import prepare_for_task
 
     if config.cluster.name != "local":
         raise GnnrunError(
