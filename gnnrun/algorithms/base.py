@@ -50,7 +50,7 @@ class Algorithm:
     heterogeneous: ClassVar[bool] = False
     # The task.name values it trains (gnnrun.tasks); link prediction: the sampled
     # algorithms and full batch in one process.
-    tasks: ClassVar[tuple[str, ...]] = ("node",)
+    tasks: ClassVar[tuple[str, ...]] = ("node", "multilabel")
     schema: HeteroSchema | None = None  # the types of the graph it trains, if heterogeneous
 
     in_dim: int

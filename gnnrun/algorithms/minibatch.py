@@ -92,7 +92,7 @@ class SampledTraining(Algorithm):
 
     precisions = ("fp32", "bf16")
     heterogeneous = True
-    tasks = ("node", "link")
+    tasks = ("node", "link", "multilabel")
     # Sampling and feature gathers stay on the CPU, where the graph is; each minibatch
     # goes to the GPU once built (Minibatch.to) and the model trains there.
     devices = ("cpu", "cuda")

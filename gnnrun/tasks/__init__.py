@@ -7,7 +7,7 @@ from gnnrun.tasks.base import EvaluationSource, Objective, Task, TaskConfig, Ver
 from gnnrun.tasks.registry import TASKS, task_of
 
 # Importing a task's module registers it.
-from gnnrun.tasks import link, node  # noqa: E402, F401  isort: skip
+from gnnrun.tasks import link, multilabel, node  # noqa: E402, F401  isort: skip
 
 
 def prepare_for_task(dataset_cfg, task_cfg, force: bool = False):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gnnrun.errors import GnnrunError
 from gnnrun.tasks.base import Task
 from gnnrun.tasks.metrics import accuracy_metrics
 from gnnrun.tasks.registry import TASKS
@@ -17,6 +18,13 @@ class NodeTask(Task):
     figures = (("acc", "acc"), ("auc", "AUC"))
     best = "val_acc"
     shown = ("auc", "acc")  # AUC for two classes, else accuracy
+
+    def check_dataset(self, dataset):
+        if dataset.task == "multilabel":
+            raise GnnrunError(
+                f"dataset {dataset.name!r} has {dataset.num_classes} binary labels per vertex: "
+                "train it with task=multilabel"
+            )
 
     def vertex_loss(self, logits, labels, reduction="mean"):
         return torch.nn.functional.cross_entropy(logits, labels, reduction=reduction)
