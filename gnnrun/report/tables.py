@@ -369,7 +369,7 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
     if any(r.to_target for r in rows):
         lines.append(
             "to target: the first evaluation within 1% (relative) of train.target, or of the "
-            "run's best validation accuracy; seconds of training until its end"
+            "run's best validation figure; seconds of training until its end"
         )
     if len(sets) == 2:
         lines.append(
