@@ -167,20 +167,19 @@ class HostsClusterConfig(ClusterConfig):
     --nnodes --node-rank --rdzv-endpoint` does); gnnrun.launch.hosts."""
 
     name: str = "hosts"
-    nnodes: int = 2  # hosts taking part
-    node_rank: int = -1  # this host's place: 0 .. nnodes-1 (node 0 holds the rendezvous)
-    nproc_per_node: int = 1  # ranks per host: one per socket (CPU) or one per GPU
-    nprocs: int = II(
-        "gnnrun.world_size:${cluster.nnodes},${cluster.nproc_per_node},nnodes,nproc_per_node"
-    )
+    # Named as cluster=slurm names them (nodes, tasks_per_node: a task is a rank).
+    nodes: int = 2  # hosts taking part
+    node_rank: int = -1  # this host's place: 0 .. nodes-1 (node 0 holds the rendezvous)
+    tasks_per_node: int = 1  # ranks per host: one per socket (CPU) or one per GPU
+    nprocs: int = II("gnnrun.world_size:${cluster.nodes},${cluster.tasks_per_node}")
     rdzv_endpoint: str = ""  # HOST:PORT on node 0 that every host reaches
     # How long each host waits for the others to join (node 0 prepares the data meanwhile).
     join_timeout_s: int = 900
 
     def validate(self) -> None:
         super().validate()
-        check(self.nnodes >= 1, "cluster.nnodes must be at least 1")
-        check(self.nproc_per_node >= 1, "cluster.nproc_per_node must be at least 1")
+        check(self.nodes >= 1, "cluster.nodes must be at least 1")
+        check(self.tasks_per_node >= 1, "cluster.tasks_per_node must be at least 1")
         check(
             self.node_rank >= 0 and bool(self.rdzv_endpoint),
             "cluster=hosts runs one `gnnrun train` per host: give each its place and node 0's "
@@ -188,9 +187,9 @@ class HostsClusterConfig(ClusterConfig):
             "node 0 and cluster.node_rank=1 with the same endpoint on the next host",
         )
         check(
-            0 <= self.node_rank < self.nnodes,
-            f"cluster.node_rank={self.node_rank} must lie in 0..{self.nnodes - 1} "
-            f"(cluster.nnodes={self.nnodes}): give every host its own",
+            0 <= self.node_rank < self.nodes,
+            f"cluster.node_rank={self.node_rank} must lie in 0..{self.nodes - 1} "
+            f"(cluster.nodes={self.nodes}): give every host its own",
         )
         check(self.join_timeout_s > 0, "cluster.join_timeout_s must be positive")
         host, _, port = self.rdzv_endpoint.rpartition(":")
@@ -323,6 +322,9 @@ RENAMED_KEYS: dict[str, tuple[str, ...]] = {
     "model.lr": ("optimizer.lr",),
     "model.weight_decay": ("optimizer.weight_decay",),
     "algorithm.delay": ("algorithm.delay_epochs", "algorithm.delay_minibatches"),
+    # cluster=hosts names its layout as cluster=slurm does.
+    "cluster.nnodes": ("cluster.nodes",),
+    "cluster.nproc_per_node": ("cluster.tasks_per_node",),
 }
 
 

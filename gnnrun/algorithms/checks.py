@@ -87,7 +87,7 @@ def check_gpu_ranks(cluster) -> None:
             f"cluster.device=cuda but this torch ({torch.__version__}) sees no CUDA device: "
             "use cluster.device=cpu, or run where GPUs and a CUDA build of torch are"
         )
-    key = "nproc_per_node" if cluster.name == "hosts" else "nprocs"
+    key = "tasks_per_node" if cluster.name == "hosts" else "nprocs"
     ranks, gpus = getattr(cluster, key), torch.cuda.device_count()
     if ranks > gpus and cluster.backend != "gloo":
         # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); gloo takes them,
