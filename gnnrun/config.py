@@ -1,4 +1,4 @@
-"""The root config and the sections no registry owns: paths, cluster, task, train, predict, embed.
+"""The root config and the sections no registry owns: paths, cluster, train, predict, embed.
 
 Every YAML under configs/ starts from a structured-config schema stored in
 Hydra's ConfigStore (`defaults: [/schema/<group>/<name>@_here_, _self_]`), so a
@@ -167,20 +167,19 @@ class HostsClusterConfig(ClusterConfig):
     --nnodes --node-rank --rdzv-endpoint` does); gnnrun.launch.hosts."""
 
     name: str = "hosts"
-    nnodes: int = 2  # hosts taking part
-    node_rank: int = -1  # this host's place: 0 .. nnodes-1 (node 0 holds the rendezvous)
-    nproc_per_node: int = 1  # ranks per host: one per socket (CPU) or one per GPU
-    nprocs: int = II(
-        "gnnrun.world_size:${cluster.nnodes},${cluster.nproc_per_node},nnodes,nproc_per_node"
-    )
+    # Named as cluster=slurm names them (nodes, tasks_per_node: a task is a rank).
+    nodes: int = 2  # hosts taking part
+    node_rank: int = -1  # this host's place: 0 .. nodes-1 (node 0 holds the rendezvous)
+    tasks_per_node: int = 1  # ranks per host: one per socket (CPU) or one per GPU
+    nprocs: int = II("gnnrun.world_size:${cluster.nodes},${cluster.tasks_per_node}")
     rdzv_endpoint: str = ""  # HOST:PORT on node 0 that every host reaches
     # How long each host waits for the others to join (node 0 prepares the data meanwhile).
     join_timeout_s: int = 900
 
     def validate(self) -> None:
         super().validate()
-        check(self.nnodes >= 1, "cluster.nnodes must be at least 1")
-        check(self.nproc_per_node >= 1, "cluster.nproc_per_node must be at least 1")
+        check(self.nodes >= 1, "cluster.nodes must be at least 1")
+        check(self.tasks_per_node >= 1, "cluster.tasks_per_node must be at least 1")
         check(
             self.node_rank >= 0 and bool(self.rdzv_endpoint),
             "cluster=hosts runs one `gnnrun train` per host: give each its place and node 0's "
@@ -188,9 +187,9 @@ class HostsClusterConfig(ClusterConfig):
             "node 0 and cluster.node_rank=1 with the same endpoint on the next host",
         )
         check(
-            0 <= self.node_rank < self.nnodes,
-            f"cluster.node_rank={self.node_rank} must lie in 0..{self.nnodes - 1} "
-            f"(cluster.nnodes={self.nnodes}): give every host its own",
+            0 <= self.node_rank < self.nodes,
+            f"cluster.node_rank={self.node_rank} must lie in 0..{self.nodes - 1} "
+            f"(cluster.nodes={self.nodes}): give every host its own",
         )
         check(self.join_timeout_s > 0, "cluster.join_timeout_s must be positive")
         host, _, port = self.rdzv_endpoint.rpartition(":")
@@ -213,84 +212,6 @@ def _world_size(
 
 
 OmegaConf.register_new_resolver("gnnrun.world_size", _world_size, replace=True)
-
-
-@dataclass
-class TaskConfig:
-    """task=node (vertex classification) or task=link (link prediction)."""
-
-    name: str = MISSING
-    # The name of the graph the task trains on: partitions and checkpoints live under it.
-    graph: str = "${dataset.name}"
-
-    @property
-    def link(self) -> bool:
-        return self.name == "link"
-
-    def validate(self) -> None:
-        pass
-
-
-NEGATIVE_SAMPLERS = ("per_source", "uniform", "degree")
-EVAL_SAMPLERS = ("per_source", "uniform")
-SCORERS = ("dot", "mlp")
-LINK_LOSSES = ("bce", "margin")
-
-
-@dataclass
-class LinkTaskConfig(TaskConfig):
-    """task=link: edge-level training against sampled negatives, ranked held-out edges
-    (gnnrun.data.link_split, gnnrun.algorithms.link)."""
-
-    name: str = "link"
-    graph: str = "${dataset.name}-link"
-    # The dataset with its held-out edges out of the graph, beside the dataset's own.
-    prepared_dir: str = "${dataset.prepared_dir}-link"
-    # Shares of the edges (vertex pairs, on an undirected graph) held out, and the split's seed.
-    val_fraction: float = 0.05
-    test_fraction: float = 0.1
-    split_seed: int = 0
-    # Training negatives: per_source (each positive (u, v) gives (u, w), w uniform),
-    # uniform (both ends uniform) or degree (w drawn in proportion to degree ** 0.75).
-    negatives: str = "per_source"
-    num_negatives: int = 1  # per positive edge
-    # Fixed negatives (u, w) of every validation and test edge that MRR and Hits@K rank it among.
-    eval_negatives: int = 1000
-    # Whose negatives they are: per_source (u, w) of each edge (u, v), OGB's convention,
-    # or uniform (x, w), both ends uniform (GAE's random pairs).
-    eval_sampler: str = "per_source"
-    hits_at: list[int] = field(default_factory=lambda: [10, 50, 100])
-    # A heterogeneous graph's relation whose edges to predict (by name; required there).
-    relation: str | None = None
-    scorer: str = "dot"  # dot | mlp (on the two endpoint embeddings)
-    loss: str = "bce"  # bce | margin (each positive above its negatives by `margin`)
-    margin: float = 1.0
-
-    def validate(self) -> None:
-        check(
-            0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1,
-            f"task.val_fraction ({self.val_fraction}) and task.test_fraction "
-            f"({self.test_fraction}) must lie in [0, 1)",
-        )
-        check(
-            self.val_fraction + self.test_fraction < 1,
-            f"task.val_fraction + task.test_fraction = "
-            f"{self.val_fraction + self.test_fraction:.3f} leaves no training edges: keep it below 1",
-        )
-        for key, value, choices in (
-            ("negatives", self.negatives, NEGATIVE_SAMPLERS),
-            ("eval_sampler", self.eval_sampler, EVAL_SAMPLERS),
-            ("scorer", self.scorer, SCORERS),
-            ("loss", self.loss, LINK_LOSSES),
-        ):
-            check(value in choices, f"task.{key} {value!r}: choose one of {', '.join(choices)}")
-        check(self.num_negatives >= 1, "task.num_negatives must be at least 1")
-        check(self.eval_negatives >= 1, "task.eval_negatives must be at least 1")
-        check(
-            bool(self.hits_at) and all(k >= 1 for k in self.hits_at),
-            f"task.hits_at {list(self.hits_at)}: give one or more K >= 1",
-        )
-        check(self.margin > 0, "task.margin must be positive")
 
 
 PRECISIONS = ("fp32", "bf16")
@@ -389,14 +310,12 @@ class GnnrunConfig:
 
 
 def store_root_schemas() -> None:
-    """The root schema and the cluster and task groups' (the other groups' come with their registries)."""
+    """The root schema and the cluster group's (the other groups' come with their registries)."""
     cs = ConfigStore.instance()
     cs.store(name="gnnrun_schema", node=GnnrunConfig)
     cs.store(group="schema/cluster", name="base", node=ClusterConfig)
     cs.store(group="schema/cluster", name="slurm", node=SlurmClusterConfig)
     cs.store(group="schema/cluster", name="hosts", node=HostsClusterConfig)
-    cs.store(group="schema/task", name="node", node=TaskConfig)
-    cs.store(group="schema/task", name="link", node=LinkTaskConfig)
 
 
 # Keys renamed since the first release (CHANGELOG.md): old name -> the names it became.
@@ -406,6 +325,9 @@ RENAMED_KEYS: dict[str, tuple[str, ...]] = {
     "model.lr": ("optimizer.lr",),
     "model.weight_decay": ("optimizer.weight_decay",),
     "algorithm.delay": ("algorithm.delay_epochs", "algorithm.delay_minibatches"),
+    # cluster=hosts names its layout as cluster=slurm does.
+    "cluster.nnodes": ("cluster.nodes",),
+    "cluster.nproc_per_node": ("cluster.tasks_per_node",),
 }
 
 

@@ -20,11 +20,11 @@ def _prepared(config, force: bool = False):
     """The dataset the task trains on, prepared: chunked input on cluster=local is prepared
     on the job's ranks (gnnrun.data.prepare_ranks), none of them holding the graph; any
     other in this process."""
-    from gnnrun.data import prepare_for_task
+    from gnnrun.tasks import prepare_for_task, task_of
 
     if (
         config.dataset.source == "chunked"
-        and not config.task.link
+        and task_of(config).trains_vertices  # (a link task's copy is made in one process)
         and config.cluster.name == "local"
     ):
         from gnnrun.data.chunked_ranks import rank_table
@@ -81,9 +81,10 @@ def partition(cfg: DictConfig) -> None:
     from gnnrun.config import to_objects
     from gnnrun.partition import partition_dataset
     from gnnrun.report.tables import partition_table
+    from gnnrun.tasks import task_of
 
     config = to_objects(cfg)
-    if config.dataset.source == "chunked" and not config.task.link:
+    if config.dataset.source == "chunked" and task_of(config).trains_vertices:
         from gnnrun.partition import distributed
 
         if distributed.supports(config.partitioner.name):
@@ -246,7 +247,6 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     """Layer-wise inference (gnnrun.infer) on cluster.nprocs local ranks from the checkpoint
     of the run in `run_dir`; returns the summary that the output's manifest holds too."""
     from gnnrun.algorithms.checks import check_gpu_ranks
-    from gnnrun.data import prepare_for_task
     from gnnrun.infer.output import refuse_occupied
     from gnnrun.infer.run import (
         finish_inference,
@@ -258,6 +258,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     from gnnrun.launch.elastic import run_rank_job
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
+    from gnnrun.tasks import prepare_for_task
 
     if config.cluster.name != "local":
         raise GnnrunError(

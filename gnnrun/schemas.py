@@ -14,6 +14,7 @@ def register_schemas() -> None:
     import gnnrun.data  # noqa: F401
     import gnnrun.models  # noqa: F401
     import gnnrun.partition  # noqa: F401
+    import gnnrun.tasks  # noqa: F401
     import gnnrun.train.optimizer  # noqa: F401
     from gnnrun.config import store_root_schemas
     from gnnrun.tracking.config import store_schema

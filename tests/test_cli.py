@@ -242,12 +242,17 @@ ENDPOINT = "cluster.rdzv_endpoint=127.0.0.1:29400"
     "args, expected",
     [
         (
-            ["cluster=hosts", "cluster.nnodes=0", "cluster.node_rank=0", ENDPOINT],
-            "error: invalid config: cluster.nnodes must be at least 1, not 0\n",
+            ["cluster=hosts", "cluster.nodes=0", "cluster.node_rank=0", ENDPOINT],
+            "error: invalid config: cluster.nodes must be at least 1, not 0\n",
         ),
         (
-            ["cluster=hosts", "cluster.nproc_per_node=0", "cluster.node_rank=0", ENDPOINT],
-            "error: invalid config: cluster.nproc_per_node must be at least 1, not 0\n",
+            ["cluster=hosts", "cluster.tasks_per_node=0", "cluster.node_rank=0", ENDPOINT],
+            "error: invalid config: cluster.tasks_per_node must be at least 1, not 0\n",
+        ),
+        (
+            ["cluster=hosts", "cluster.nnodes=3", "cluster.node_rank=0", ENDPOINT],
+            "error: 'cluster.nnodes' is now 'cluster.nodes' (CHANGELOG.md): write "
+            "cluster.nodes=...\n",
         ),
         (
             ["dataset=custom"],

@@ -245,9 +245,9 @@ def test_a_link_runs_predict_scores_the_given_pairs_as_its_model_does(
     the mistakes a user makes with the file are named."""
     import torch
 
-    from gnnrun.data import load_for_task
     from gnnrun.models import build_model
     from gnnrun.ops.block import Block
+    from gnnrun.tasks import load_for_task
     from gnnrun.train.checkpoint import load_checkpoint
 
     monkeypatch.chdir(tmp_path)

@@ -10,9 +10,7 @@ from gnnrun.cli import CONFIG_DIR, GROUPS
 from gnnrun.config import (
     ClusterConfig,
     HostsClusterConfig,
-    LinkTaskConfig,
     SlurmClusterConfig,
-    TaskConfig,
     to_objects,
 )
 from gnnrun.data import DATASET_SOURCES
@@ -20,6 +18,7 @@ from gnnrun.errors import GnnrunError
 from gnnrun.models import LAYERS
 from gnnrun.partition import PARTITIONERS
 from gnnrun.schemas import register_schemas
+from gnnrun.tasks import TASKS
 from gnnrun.tracking.config import LoggerConfig
 from gnnrun.train.optimizer import OPTIMIZERS
 
@@ -56,7 +55,7 @@ SCHEMA_OF = {
     "cluster": lambda s: {"slurm": SlurmClusterConfig, "hosts": HostsClusterConfig}.get(
         s.name, ClusterConfig
     ),
-    "task": lambda s: LinkTaskConfig if s.name == "link" else TaskConfig,
+    "task": lambda s: TASKS.schema(s.name),
     "logger": lambda s: LoggerConfig,
 }
 

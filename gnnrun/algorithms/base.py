@@ -13,10 +13,10 @@ from omegaconf import MISSING
 
 from gnnrun.comm import Communicator
 from gnnrun.config import check
-from gnnrun.data import load_for_task
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.hetero import HeteroSchema
 from gnnrun.partition.book import PartitionBook, open_partition
+from gnnrun.tasks import Task, load_for_task, task_of
 from gnnrun.timers import PhaseTimer
 from gnnrun.torch_support import compute_device
 
@@ -50,9 +50,9 @@ class Algorithm:
     device: torch.device = torch.device("cpu")
     # Whether it trains heterogeneous graphs (gnnrun.data.hetero); the others are refused.
     heterogeneous: ClassVar[bool] = False
-    # The task.name values it trains (config.TaskConfig); link prediction: the sampled
-    # algorithms and full batch in one process (gnnrun.algorithms.link).
-    tasks: ClassVar[tuple[str, ...]] = ("node",)
+    # The task.name values it trains (gnnrun.tasks); link prediction: the sampled
+    # algorithms and full batch in one process.
+    tasks: ClassVar[tuple[str, ...]] = ("node", "multilabel")
     schema: HeteroSchema | None = None  # the types of the graph it trains, if heterogeneous
     # Whether one step's rows (full batch: every vertex) lie on several ranks: batch
     # normalisation (model.norm=batch) would then normalise each rank's rows by their own
@@ -62,12 +62,13 @@ class Algorithm:
     splits_batch: ClassVar[bool] = False
 
     in_dim: int
-    num_classes: int
-    task: str
+    num_classes: int  # the model's output width
+    task: Task  # what it learns: targets, loss, metrics (gnnrun.tasks)
 
     def __init__(self, cfg, comm: Communicator, timer: PhaseTimer) -> None:
         self.cfg, self.comm, self.timer = cfg, comm, timer
         self.device = compute_device(cfg)
+        self.task = task_of(cfg)
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -108,7 +109,8 @@ class Algorithm:
         return {"loss": float(np.mean(losses)) if losses else 0.0}
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Per split ("val", "test"): (logits, labels) of the vertices this rank evaluates;
+        """Per split ("val", "test"): what the task's metrics take from this rank (its
+        objective's evaluation): (logits, labels) of the vertices this rank evaluates;
         under task=link, (scores of its held-out edges, of their negatives [edges, k])."""
         raise NotImplementedError
 

@@ -15,6 +15,7 @@ from gnnrun.models.hetero import TypedInputEncoder
 from gnnrun.ops.precision import bf16_matmul_supported
 from gnnrun.partition import check_partition_kind
 from gnnrun.partition.book import PartitionBook
+from gnnrun.tasks import task_of
 
 
 def check_runnable(cfg) -> None:
@@ -98,7 +99,7 @@ def check_gpu_ranks(cluster) -> None:
             f"cluster.device=cuda but this torch ({torch.__version__}) sees no CUDA device: "
             "use cluster.device=cpu, or run where GPUs and a CUDA build of torch are"
         )
-    key = "nproc_per_node" if cluster.name == "hosts" else "nprocs"
+    key = "tasks_per_node" if cluster.name == "hosts" else "nprocs"
     ranks, gpus = getattr(cluster, key), torch.cuda.device_count()
     if ranks > gpus and cluster.backend != "gloo":
         # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); gloo takes them,
@@ -184,7 +185,9 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
             in_dim = TypedInputEncoder.width_for(schema, model.hidden, model.input_projection)
         except ValueError as exc:
             raise GnnrunError(f"{dataset.name}: {exc}") from None
-    out_dim = model.link_width if cfg.task.link else dataset.num_classes  # embeddings, or classes
+    task = task_of(cfg)
+    task.check_dataset(dataset)
+    out_dim = task.out_dim(model, dataset)  # classes, or embeddings
     model.check_widths(conv_widths(model, in_dim, out_dim))
     if schema is None:
         if model.relation_fanouts:
@@ -212,37 +215,10 @@ def check_training_vertices(cfg, dataset: GraphDataset, book: PartitionBook | No
     that will have none, and of an empty validation or test set (not evaluated)."""
     from gnnrun.progress import print_warning
 
-    if cfg.task.link:
-        if dataset.link_train is None or dataset.link_train.shape[1] == 0:
-            raise GnnrunError(
-                f"dataset {dataset.name!r} has no training edges once "
-                f"{cfg.task.val_fraction} + {cfg.task.test_fraction} of them are held out: "
-                "lower task.val_fraction / task.test_fraction, or use a graph with edges"
-            )
-        sizes = {"validation": dataset.link_val.shape[1], "test": dataset.link_test.shape[1]}
-        if empty := [name for name, size in sizes.items() if size == 0]:
-            print_warning(
-                f"dataset {dataset.name!r} has no {' and no '.join(empty)} edges once "
-                f"{cfg.task.val_fraction} + {cfg.task.test_fraction} of its edges are held "
-                "out: they are not evaluated, and no best epoch is chosen without validation "
-                "edges (raise task.val_fraction / task.test_fraction to evaluate)"
-            )
+    task = task_of(cfg)
+    task.check_targets(dataset)
+    if not task.trains_vertices:
         return
-    if dataset.train_idx.size == 0:
-        raise GnnrunError(
-            f"dataset {dataset.name!r} has no training vertices ({dataset.val_idx.size} "
-            f"validation, {dataset.test_idx.size} test): nothing to train on. Give the split "
-            "a training share (dataset.split.train > 0 where the split is drawn; train_idx or "
-            "train_mask in a custom .npz), then prepare it again"
-        )
-    sizes = {"validation": dataset.val_idx.size, "test": dataset.test_idx.size}
-    if empty := [name for name, size in sizes.items() if size == 0]:
-        print_warning(
-            f"dataset {dataset.name!r} has no {' and no '.join(empty)} vertices: they are not "
-            "evaluated, and no best epoch is chosen without validation vertices (give "
-            "dataset.split.val / dataset.split.test a share, or val_idx / test_idx in a "
-            "custom .npz, to evaluate)"
-        )
     if book is None or not ALGORITHMS.get(cfg.algorithm.name).trains_on_every_rank:
         return
     empty = [part for part, figures in enumerate(book.manifest["parts"]) if figures["train"] == 0]

@@ -128,11 +128,8 @@ class DistGNN(Algorithm):
         self.check_config(cfg)
         dataset, book = open_own_part(cfg, comm, self.partition_kind)
         part = book.load_part(comm.rank)
-        self.in_dim, self.num_classes, self.task = (
-            dataset.feat_dim,
-            dataset.num_classes,
-            dataset.task,
-        )
+        self.in_dim = dataset.feat_dim
+        self.num_classes = self.task.out_dim(cfg.model, dataset)
         bins = self.num_bins(cfg)
         # On a GPU rank the part, its partial sums and DRPA's exchanges (NCCL) are on the GPU.
         self.tree = CloneTree(part, comm.rank, comm.world_size, bins).to(self.device)
@@ -199,9 +196,7 @@ class DistGNN(Algorithm):
     def loss(self, model, batch, step: int) -> torch.Tensor:
         logits = self.logits(model)
         ids = self.train_ids
-        per_clone = torch.nn.functional.cross_entropy(
-            logits[ids], self.label[ids], reduction="none"
-        )
+        per_clone = self.task.vertex_loss(logits[ids], self.label[ids], reduction="none")
         return (per_clone * self.train_weights).sum() / self.num_train
 
     def end_epoch(self, losses: list[float]) -> dict[str, Any]:

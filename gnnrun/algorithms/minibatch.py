@@ -11,7 +11,6 @@ import numpy as np
 import torch
 
 from gnnrun.algorithms.base import Algorithm, open_own_part
-from gnnrun.algorithms.link import EdgeTargets, LinkObjective
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import (
     Fanout,
@@ -23,6 +22,8 @@ from gnnrun.algorithms.sources import (
 from gnnrun.errors import GnnrunError
 from gnnrun.models.hetero import TypedInput
 from gnnrun.ops.block import Block
+from gnnrun.tasks import Objective
+from gnnrun.tasks.link import EdgeTargets
 
 EVAL_STREAM = 0x5EED_E7A1  # keeps evaluation sampling apart from training sampling
 
@@ -84,20 +85,21 @@ class SampledTraining(Algorithm):
     """The minibatch loop shared by `single` (minibatch mode) and `minibatch`.
 
     Subclasses set `source`, `train_ids`, `eval_ids` (global ids of the
-    vertices this rank trains / evaluates) and `labels_of`; under task=link,
-    `link` (gnnrun.algorithms.link), whose training edges' ids become `train_ids`.
+    vertices this rank trains / evaluates) and `labels_of`, then call `set_objective`:
+    the task's objective (gnnrun.tasks) turns a step's items into its seeds and
+    targets, whose training items (vertices, or edges under task=link) become `train_ids`.
     """
 
     precisions = ("fp32", "bf16")
     heterogeneous = True
-    tasks = ("node", "link")
+    tasks = ("node", "link", "multilabel")
     # Sampling and feature gathers stay on the CPU, where the graph is; each minibatch
     # goes to the GPU once built (Minibatch.to) and the model trains there.
     devices = ("cpu", "cuda")
     source: GraphSource
     train_ids: torch.Tensor
     eval_ids: dict[str, torch.Tensor]
-    link: LinkObjective | None = None
+    objective: Objective
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -119,21 +121,21 @@ class SampledTraining(Algorithm):
     def labels_of(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def set_link(self, dataset, owner: torch.Tensor | None) -> None:
-        """Train task=link on `dataset`'s edges (those into the vertices this rank owns, by
-        `owner`; all of them in one process): embeddings `model.link_width` wide (model.embedding, or model.hidden)."""
-        self.link = LinkObjective(self.cfg.task, dataset, self.comm.rank, owner)
-        self.train_ids = self.link.train_ids
-        self.num_classes, self.task = self.cfg.model.link_width, "link"
+    def set_objective(self, dataset, owner: torch.Tensor | None) -> None:
+        """Train the task's objective on `dataset` (`owner`: each vertex's rank; None in one
+        process): its training items become `train_ids`, its output width `num_classes`."""
+        self.objective = self.task.objective(
+            dataset, self.comm.rank, owner, self.train_ids, self.eval_ids, self.labels_of
+        )
+        self.train_ids = self.objective.train_ids
+        self.num_classes = self.task.out_dim(self.cfg.model, dataset)
 
     def step_targets(
         self, items: torch.Tensor, key: int
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | EdgeTargets]:
         """A step's (seeds, pairs to leave out of its blocks, targets) from its training items:
-        vertices and their labels, or target edges (gnnrun.algorithms.link)."""
-        if self.link is not None:
-            return self.link.step(items, key)
-        return items, None, self.labels_of(items)
+        vertices and their labels, or target edges (the task's objective)."""
+        return self.objective.step(items, key)
 
     def training_source(self) -> GraphSource:
         """Where training minibatches come from (evaluation always uses `source`)."""
@@ -194,11 +196,7 @@ class SampledTraining(Algorithm):
 
     def loss(self, model, batch: Minibatch, step: int) -> torch.Tensor | None:
         out = self.forward(model, batch.blocks, batch.x, self.epoch, step, self.steps)
-        if self.link is not None:
-            return self.link.loss(model, out, batch.targets)
-        if not batch.targets.numel():
-            return None  # a rank without seeds still joined every collective of the forward
-        return torch.nn.functional.cross_entropy(out, batch.targets)
+        return self.objective.loss(model, out, batch.targets)
 
     def embedded_vertices(self) -> torch.Tensor:
         """The vertices whose embeddings this rank computes for link evaluation (in the
@@ -209,6 +207,9 @@ class SampledTraining(Algorithm):
         """The embeddings of any global vertices, from this rank's `table` of its
         `embedded_vertices()` (the local rows; the others from their owners)."""
         return lambda nodes: table[nodes]
+
+    def every_output(self, model) -> Callable[[torch.Tensor], torch.Tensor]:
+        return self.rows_of(self.link_embeddings(model))
 
     @torch.no_grad()
     def link_embeddings(self, model) -> torch.Tensor:
@@ -224,29 +225,24 @@ class SampledTraining(Algorithm):
         return torch.cat(rows) if rows else torch.zeros(0, self.num_classes, device=self.device)
 
     @torch.no_grad()
+    def outputs_of(self, model, ids: torch.Tensor) -> torch.Tensor:
+        """The model's outputs for vertices `ids`, in batches sampled with evaluation's keys."""
+        batch = self.cfg.model.batch_size
+        logits = []
+        for step in range(self._steps(ids.numel())):
+            seeds = ids[step * batch : (step + 1) * batch]
+            key = step_key(EVAL_STREAM, 0, step)
+            blocks, x = make_minibatch(self.source, seeds, self.fanouts, key)
+            if seeds.numel():  # ranks with fewer vertices still join the collectives
+                logits.append(model(*inputs_on(self.device, blocks, x)))
+        if logits:
+            return torch.cat(logits)
+        return torch.zeros(0, self.num_classes, device=self.device)
+
+    @torch.no_grad()
     def evaluate(self, model):
         model.eval()
-        if self.link is not None:
-            return self.link.evaluate(model, self.rows_of(self.link_embeddings(model)))
-        batch = self.cfg.model.batch_size
-        out = {}
-        for split, ids in self.eval_ids.items():
-            logits, labels = [], []
-            for step in range(self._steps(ids.numel())):
-                seeds = ids[step * batch : (step + 1) * batch]
-                key = step_key(EVAL_STREAM, 0, step)
-                blocks, x = make_minibatch(self.source, seeds, self.fanouts, key)
-                if seeds.numel():  # ranks with fewer vertices still join the collectives
-                    logits.append(model(*inputs_on(self.device, blocks, x)))
-                    labels.append(self.labels_of(seeds))
-            if logits:
-                out[split] = (torch.cat(logits), torch.cat(labels))
-            else:
-                out[split] = (
-                    torch.zeros(0, self.num_classes, device=self.device),
-                    torch.zeros(0, dtype=torch.int64, device=self.device),
-                )
-        return out
+        return self.objective.evaluate(model, self)
 
 
 @ALGORITHMS.register("minibatch")
@@ -286,18 +282,13 @@ class DistributedMinibatch(SampledTraining):
 
         self.train_ids = owned("train_idx")
         self.eval_ids = {"val": owned("val_idx"), "test": owned("test_idx")}
-        self.in_dim, self.num_classes, self.task = (
-            dataset.feat_dim,
-            dataset.num_classes,
-            dataset.task,
-        )
-        if cfg.task.link:
-            if trainers > 1:
-                raise GnnrunError(
-                    "task=link trains on one part per rank: partition with "
-                    "partitioner.layout=trainers"
-                )
-            self.set_link(dataset, self.source.owner)
+        self.in_dim = dataset.feat_dim
+        if trainers > 1 and not self.task.trains_vertices:
+            raise GnnrunError(
+                f"task={cfg.task.name} trains on one part per rank: partition with "
+                "partitioner.layout=trainers"
+            )
+        self.set_objective(dataset, self.source.owner)
 
     def labels_of(self, ids):
         return self.source.labels(ids)

@@ -64,7 +64,6 @@ import torch
 
 from gnnrun.algorithms.base import AlgorithmConfig, open_own_part
 from gnnrun.algorithms.feature_cache import FeatureCache
-from gnnrun.algorithms.link import EdgeTargets
 from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key, tensors_in
 from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
@@ -72,6 +71,7 @@ from gnnrun.algorithms.sources import PartitionGraphSource, sample_minibatch
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.ops.block import Block
+from gnnrun.tasks.link import EdgeTargets
 
 STAGES = ("sample", "fetch", "device")
 REMOTE_REQUESTS = ("served", "collective")

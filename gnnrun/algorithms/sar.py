@@ -69,11 +69,8 @@ class ShardedFullBatch(Algorithm):
         super().__init__(cfg, comm, timer)
         dataset, book = open_own_part(cfg, comm, self.partition_kind)
         part = book.load_part(comm.rank)
-        self.in_dim, self.num_classes, self.task = (
-            dataset.feat_dim,
-            dataset.num_classes,
-            dataset.task,
-        )
+        self.in_dim = dataset.feat_dim
+        self.num_classes = self.task.out_dim(cfg.model, dataset)
         halos = np.asarray(part["nodes"][part.num_solid :], dtype=np.int64)
         halo_local = np.asarray(book.node_local()[halos], dtype=np.int64)
         plan, graph = ShardPlan.from_part(part, halo_local, comm)
@@ -110,7 +107,7 @@ class ShardedFullBatch(Algorithm):
     def loss(self, model, batch, step: int) -> torch.Tensor:
         logits = self.logits(model)
         ids = self.train_ids
-        own = torch.nn.functional.cross_entropy(logits[ids], self.label[ids], reduction="sum")
+        own = self.task.vertex_loss(logits[ids], self.label[ids], reduction="sum")
         return own / self.num_train
 
     def end_epoch(self, losses: list[float]) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import torch
 from gnnrun.algorithms.minibatch import SampledTraining, step_key
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import LocalGraphSource
-from gnnrun.data import load_for_task
 from gnnrun.ops.block import Block
+from gnnrun.tasks import load_for_task
 
 
 @ALGORITHMS.register("single")
@@ -23,11 +23,7 @@ class Single(SampledTraining):
             raise ValueError("algorithm=single runs in one process (cluster.nprocs=1)")
         dataset = load_for_task(cfg.dataset, cfg.task)
         self.schema = dataset.hetero
-        self.in_dim, self.num_classes, self.task = (
-            dataset.feat_dim,
-            dataset.num_classes,
-            dataset.task,
-        )
+        self.in_dim = dataset.feat_dim
         self.label = torch.from_numpy(np.array(dataset.label, dtype=np.int64)).to(self.device)
         self.train_ids = torch.from_numpy(np.array(dataset.train_idx, dtype=np.int64))
         self.eval_ids = {
@@ -51,8 +47,7 @@ class Single(SampledTraining):
         else:
             self.source = LocalGraphSource(dataset)
         self.num_nodes = dataset.num_nodes
-        if cfg.task.link:
-            self.set_link(dataset, None)
+        self.set_objective(dataset, None)
 
     @staticmethod
     def samples(cfg) -> bool:
@@ -80,20 +75,30 @@ class Single(SampledTraining):
         if not self.full:
             return super().loss(model, batch, step)
         logits = self.full_logits(model)
-        if self.link is not None:
-            # Every training edge is a target and stays in the graph (full-graph link
-            # prediction's convention: leaving them all out would leave no graph).
-            key = step_key(self.cfg.train.seed, self.epoch, 0)
-            seeds, _, targets = self.link.step(self.train_ids, key)
-            return self.link.loss(model, logits[seeds], targets.to(self.device))
-        return torch.nn.functional.cross_entropy(logits[self.train_ids], self.label[self.train_ids])
+        # Every training item is a target in the one step; training edges stay in the
+        # graph (full-graph link prediction's convention: leaving them all out would
+        # leave no graph).
+        key = step_key(self.cfg.train.seed, self.epoch, 0)
+        seeds, _, targets = self.objective.step(self.train_ids, key)
+        return self.objective.loss(model, logits[seeds], targets.to(self.device))
 
     @torch.no_grad()
     def evaluate(self, model):
         if not self.full:
             return super().evaluate(model)
         model.eval()
-        logits = self.full_logits(model)
-        if self.link is not None:
-            return self.link.evaluate(model, lambda nodes: logits[nodes])
-        return {split: (logits[ids], self.label[ids]) for split, ids in self.eval_ids.items()}
+        self._logits = self.full_logits(model)  # one forward pass serves every split
+        try:
+            return self.objective.evaluate(model, self)
+        finally:
+            del self._logits
+
+    def outputs_of(self, model, ids):
+        if self.full:
+            return self._logits[ids]
+        return super().outputs_of(model, ids)
+
+    def every_output(self, model):
+        if self.full:
+            return lambda nodes: self._logits[nodes]
+        return super().every_output(model)

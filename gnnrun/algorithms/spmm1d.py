@@ -49,7 +49,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from gnnrun.algorithms.base import Algorithm, AlgorithmConfig, open_own_part
 from gnnrun.algorithms.registry import ALGORITHMS
@@ -312,11 +311,8 @@ class Spmm1d(Algorithm):
         self.check_config(cfg)
         dataset, book = open_own_part(cfg, comm, self.partition_kind)
         part = book.load_part(comm.rank)
-        self.in_dim, self.num_classes, self.task = (
-            dataset.feat_dim,
-            dataset.num_classes,
-            dataset.task,
-        )
+        self.in_dim = dataset.feat_dim
+        self.num_classes = self.task.out_dim(cfg.model, dataset)
         block_rows = [figures["rows"] for figures in book.manifest["parts"]]
         tiles = stacked_tiles(
             part["tile_indptr"], part["tile_indices"], part["tile_values"], block_rows, self.device
@@ -396,7 +392,7 @@ class Spmm1d(Algorithm):
     def loss(self, model, batch, step: int) -> torch.Tensor:
         logits = self.logits(model)
         ids = self.train_ids.to(self.device)
-        mine = F.cross_entropy(logits[ids], self.label[ids], reduction="sum")
+        mine = self.task.vertex_loss(logits[ids], self.label[ids], reduction="sum")
         return mine / self.num_train
 
     def end_epoch(self, losses: list[float]) -> dict[str, Any]:

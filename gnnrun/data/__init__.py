@@ -5,10 +5,8 @@ prepared copy stays current)."""
 from gnnrun.data.prepare import (
     build_dataset,
     dataset_identity,
-    load_for_task,
     load_prepared,
     prepare_dataset,
-    prepare_for_task,
 )
 from gnnrun.data.registry import DATASET_SOURCES, DatasetSource, register_source
 
@@ -23,9 +21,7 @@ __all__ = [
     "DatasetSource",
     "build_dataset",
     "dataset_identity",
-    "load_for_task",
     "load_prepared",
     "prepare_dataset",
-    "prepare_for_task",
     "register_source",
 ]

@@ -19,6 +19,9 @@ Vertex data, required:
 
 Optional:
 
+- `label` may be an N x C matrix instead: C binary labels per vertex (0 or 1, -1
+  where unknown), a multi-label dataset for `task=multilabel`; a vertex with no
+  known label is unlabelled;
 - a split, either `train_idx`, `val_idx`, `test_idx` (int vertex ids) or
   `train_mask`, `val_mask`, `test_mask` (N bool); all three of one kind. The
   parts must not overlap and hold labelled vertices only. Without a split,
@@ -156,9 +159,13 @@ def load(cfg: CustomDatasetConfig) -> GraphDataset:
         raise _fail(path, f"feat has dtype {feat.dtype}, expected a real number type")
     n = int(feat.shape[0])
     label = int_array(path, arrays, "label", _fail)
+    if label.ndim == 2 and label.shape[0] == n:
+        return _multilabel(cfg, path, arrays, feat, label)
     if label.shape != (n,):
         raise _fail(
-            path, f"label has shape {label.shape}, expected ({n},) to match feat {feat.shape}"
+            path,
+            f"label has shape {label.shape}, expected ({n},) to match feat {feat.shape} "
+            f"(or ({n}, C): C binary labels per vertex)",
         )
     if csr_nodes is not None and csr_nodes != n:
         raise _fail(path, f"indptr describes {csr_nodes} vertices but feat has {n} rows")
@@ -200,5 +207,47 @@ def load(cfg: CustomDatasetConfig) -> GraphDataset:
         num_classes=num_classes,
         directed=not cfg.to_undirected,
         task=task_for(num_classes),
+        info={"source": "custom", "graph_encoding": kind, "split_from_file": from_file},
+    )
+
+
+def _multilabel(
+    cfg: CustomDatasetConfig, path: Path, arrays: dict[str, np.ndarray], feat, label: np.ndarray
+) -> GraphDataset:
+    """An N x C label matrix: a multi-label dataset (gnnrun.tasks.multilabel)."""
+    n, c = label.shape
+    kind, src, dst, _ = _edges(path, arrays)
+    if c < 1:
+        raise _fail(path, f"label has shape {label.shape}: give at least one label column")
+    if label.size and (label.min() < -1 or label.max() > 1):
+        raise _fail(
+            path,
+            f"a 2-D label holds binary labels: 0, 1 or -1 where unknown, not values in "
+            f"[{label.min()}, {label.max()}]",
+        )
+    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+        raise _fail(path, f"{kind} has vertex ids outside [0, {n}) (N from feat)")
+    # The split is drawn over (and checked against) the vertices with a known label.
+    labelled = np.where((label >= 0).any(axis=1), 0, -1).astype(np.int64)
+    if not np.any(labelled >= 0):
+        raise _fail(path, "no vertex has a known label (all are -1)")
+    indptr, indices = csr_from_edges(src, dst, n, symmetrize=cfg.to_undirected)
+    split = split_from_file(path, arrays, n, labelled, _fail)
+    from_file = split is not None
+    if split is None:
+        fractions = (cfg.split.train, cfg.split.val, cfg.split.test)
+        split = stratified_split(labelled, fractions, cfg.seed)
+    return GraphDataset(
+        name=cfg.name,
+        indptr=indptr,
+        indices=indices,
+        feat=np.ascontiguousarray(feat, dtype=np.float32),
+        label=np.ascontiguousarray(label, dtype=np.int64),
+        train_idx=split[0],
+        val_idx=split[1],
+        test_idx=split[2],
+        num_classes=c,
+        directed=not cfg.to_undirected,
+        task="multilabel",
         info={"source": "custom", "graph_encoding": kind, "split_from_file": from_file},
     )

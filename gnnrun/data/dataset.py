@@ -34,7 +34,7 @@ ARRAY_NAMES = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "te
 # link_*: a link-prediction copy's edges (gnnrun.data.edge_split).
 OPTIONAL_ARRAY_NAMES = ("input_ids", "link_train", "link_val", "link_test")
 LINK_SPLITS = ("link_train", "link_val", "link_test")
-TASKS = ("multiclass", "binary")
+TASKS = ("multiclass", "binary", "multilabel")
 # meta.json's fields that `load` reads besides the file records, and their JSON types.
 META_FIELDS: dict[str, type] = {
     "name": str,
@@ -73,7 +73,9 @@ def too_many_classes(label: np.ndarray, num_classes: int) -> str | None:
 class GraphDataset:
     """A node-classification graph: in-CSR, features, labels and the split.
 
-    `label` is int64 with -1 for unlabelled vertices. Split arrays hold sorted
+    `label` is int64 with -1 for unlabelled vertices; a multi-label dataset's
+    (task "multilabel") is an N x C matrix of 0 / 1, -1 where a label is unknown,
+    `num_classes` = C (gnnrun.tasks.multilabel). Split arrays hold sorted
     global vertex ids. `input_ids[v]` is the id vertex v has in the source when
     the dataset was renumbered (`dataset.reorder`); None when the ids are the
     source's. Arrays may be in memory or memory-mapped from disk.
@@ -190,15 +192,27 @@ class GraphDataset:
             problems.append("indices has ids outside [0, num_nodes)")
         if self.feat.ndim != 2 or self.feat.shape[0] != n:
             problems.append(f"feat has shape {self.feat.shape}, expected ({n}, dim)")
-        if self.label.shape != (n,):
+        multilabel = self.task == "multilabel"
+        if multilabel:
+            if self.label.shape != (n, self.num_classes):
+                problems.append(
+                    f"label has shape {self.label.shape}, expected ({n}, {self.num_classes}) "
+                    "(one column per label)"
+                )
+            elif self.label.size and (self.label.min() < -1 or self.label.max() > 1):
+                problems.append("a multi-label dataset's labels are 0, 1 or -1 (unknown)")
+        elif self.label.shape != (n,):
             problems.append(f"label has shape {self.label.shape}, expected ({n},)")
-        if self.label.size and self.label.max() >= self.num_classes:
+        elif self.label.size and self.label.max() >= self.num_classes:
             problems.append("label has values >= num_classes")
+        # A vertex with no known label (every one unknown, for multi-label) is unlabelled.
+        known = self.label >= 0
+        labelled = known.any(axis=1) if multilabel and known.ndim == 2 else known
         for split in ("train_idx", "val_idx", "test_idx"):
             idx = getattr(self, split)
             if idx.size and (idx.min() < 0 or idx.max() >= n):
                 problems.append(f"{split} has ids outside [0, num_nodes)")
-            elif idx.size and np.any(self.label[idx] < 0):
+            elif idx.size and not np.all(labelled[idx]):
                 problems.append(f"{split} contains unlabelled vertices")
         if self.task not in TASKS:
             problems.append(f"task {self.task!r} is not one of {TASKS}")

@@ -23,8 +23,13 @@ when files are missing, and it caches to `processed/` with `torch.load`, which
 fails on torch >= 2.6. gnnrun never reads or writes `processed/`. ogb's import
 also starts a background PyPI version check; it is suppressed here.
 
-Multi-label datasets (ogbn-proteins) are refused. Labels are int64 with NaN
-(papers100M's unlabelled vertices) mapped to -1.
+Labels are int64 with NaN (papers100M's unlabelled vertices) mapped to -1.
+Multi-label datasets (ogbn-proteins: 112 binary labels per vertex, for
+`task=multilabel`) keep their N x C label matrix. ogbn-proteins has no vertex
+features, only 8 per edge (`raw/edge-feat.csv.gz` instead of
+`raw/node-feat.csv.gz`): a vertex's features are the mean of its edges'
+(as the usual ogbn-proteins baselines aggregate them); its split is by species
+(`split/species/`).
 Datasets whose raw edges list each undirected edge once (products) are always
 stored symmetrised; directed ones (arxiv, papers100M) are symmetrised when
 `dataset.to_undirected`, else stored directed (`directed=True`).
@@ -209,8 +214,12 @@ def required_files(meta: pd.Series) -> list[str]:
     dataset's column of the master table (its name is the dataset's)."""
     if _is_hetero(meta):
         raw = _hetero_raw(HETERO_LAYOUTS[meta.name])
+    elif meta["binary"] == "True":
+        raw = [f"raw/{f}" for f in BINARY_RAW]
     else:
-        raw = [f"raw/{f}" for f in (BINARY_RAW if meta["binary"] == "True" else CSV_RAW)]
+        # Without vertex features (ogbn-proteins) the edges' features stand in for them.
+        feat = "node-feat.csv.gz" if _has_vertex_features(meta) else "edge-feat.csv.gz"
+        raw = [f"raw/{f}" for f in CSV_RAW if f != "node-feat.csv.gz"] + [f"raw/{feat}"]
     return raw + [f"{_split_dir(meta)}/{p}.csv.gz" for p in SPLIT_PARTS]
 
 
@@ -229,12 +238,25 @@ def _check_supported(name: str, meta: pd.Series) -> None:
             f"gnnrun does not know; the heterogeneous OGB datasets it reads are "
             f"{', '.join(HETERO_LAYOUTS)}"
         )
-    if int(meta["num tasks"]) != 1 or meta["task type"] != "multiclass classification":
+    if not (_is_multilabel(meta) or _is_multiclass(meta)):
         raise GnnrunError(
-            f"{name} is a {meta['task type']} dataset with {meta['num tasks']} tasks per vertex "
-            "(multi-label); gnnrun supports single-label multiclass datasets only, not multi-label "
-            "ones yet: choose ogbn-arxiv, ogbn-products or ogbn-papers100M"
+            f"{name} is a {meta['task type']} dataset with {meta['num tasks']} tasks per vertex; "
+            "gnnrun reads single-label multiclass datasets (ogbn-arxiv, ogbn-products, "
+            "ogbn-papers100M, ogbn-mag) and multi-label binary ones (ogbn-proteins)"
         )
+
+
+def _is_multiclass(meta: pd.Series) -> bool:
+    return int(meta["num tasks"]) == 1 and meta["task type"] == "multiclass classification"
+
+
+def _is_multilabel(meta: pd.Series) -> bool:
+    """Several binary labels per vertex (ogbn-proteins), for task=multilabel."""
+    return int(meta["num tasks"]) > 1 and meta["task type"] == "binary classification"
+
+
+def _has_vertex_features(meta: pd.Series) -> bool:
+    return str(meta.get("has_node_attr", "True")) == "True"
 
 
 def _check_files(cfg: OgbDatasetConfig, meta: pd.Series, directory: Path) -> None:
@@ -273,6 +295,46 @@ def _labels(raw: np.ndarray, num_nodes: int, num_classes: int, where: Path) -> n
             "the file is damaged: unzip the official archive again"
         )
     return label
+
+
+def _label_matrix(raw: np.ndarray, num_nodes: int, num_labels: int, where: Path) -> np.ndarray:
+    """A multi-label dataset's N x C labels: 0 / 1, NaN (unknown) as -1."""
+    raw = np.asarray(raw)
+    if raw.shape != (num_nodes, num_labels):
+        raise GnnrunError(
+            f"{where} has labels of shape {raw.shape}, expected ({num_nodes}, {num_labels})"
+        )
+    unknown = np.isnan(raw) if np.issubdtype(raw.dtype, np.floating) else np.zeros(raw.shape, bool)
+    label = np.where(unknown, -1, np.nan_to_num(raw)).astype(np.int64)
+    if label.size and (label.min() < -1 or label.max() > 1):
+        raise GnnrunError(
+            f"{where} has labels outside 0 / 1 (min {label.min()}, max {label.max()}); "
+            "the file is damaged: unzip the official archive again"
+        )
+    return label
+
+
+def _mean_edge_features(graph: dict[str, Any], num_nodes: int, directory: Path) -> np.ndarray:
+    """Each vertex's features: the mean of the features of its edges (both ends of each)."""
+    edge_feat = graph.get("edge_feat")
+    if edge_feat is None:
+        raise GnnrunError(
+            f"{directory / 'raw'} has neither vertex nor edge features; unzip the official "
+            "archive again"
+        )
+    edge_feat = np.asarray(edge_feat, dtype=np.float64)
+    edge_index = np.asarray(graph["edge_index"])
+    if edge_feat.shape[0] != edge_index.shape[1]:
+        raise GnnrunError(
+            f"{directory / 'raw'}: {edge_feat.shape[0]} edge feature rows for "
+            f"{edge_index.shape[1]} edges; unzip the official archive again"
+        )
+    total = np.zeros((num_nodes, edge_feat.shape[1]))
+    count = np.zeros(num_nodes)
+    for end in edge_index:
+        np.add.at(total, end, edge_feat)
+        np.add.at(count, end, 1)
+    return (total / np.maximum(count, 1)[:, None]).astype(np.float32)
 
 
 # What reading a cut or damaged raw file raises (pandas' ParserError is a ValueError,
@@ -414,18 +476,25 @@ def _load_homogeneous(cfg: OgbDatasetConfig, meta: pd.Series, directory: Path) -
     name = cfg.ogb_name
     graph, raw_labels = _read_or_explain(lambda: _read(directory, meta), directory, meta)
     num_nodes = int(graph["num_nodes"])
-    num_classes = int(meta["num classes"])
-    if graph.get("node_feat") is None:
-        raise GnnrunError(
-            f"{directory / 'raw'} has no vertex features; unzip the official archive again"
-        )
-    feat = np.ascontiguousarray(graph["node_feat"], dtype=np.float32)
+    multilabel = _is_multilabel(meta)
+    num_classes = int(meta["num tasks"]) if multilabel else int(meta["num classes"])
+    if _has_vertex_features(meta):
+        if graph.get("node_feat") is None:
+            raise GnnrunError(
+                f"{directory / 'raw'} has no vertex features; unzip the official archive again"
+            )
+        feat = np.ascontiguousarray(graph["node_feat"], dtype=np.float32)
+    else:
+        feat = _mean_edge_features(graph, num_nodes, directory)
     if feat.shape[0] != num_nodes:
         raise GnnrunError(f"{directory}: {feat.shape[0]} feature rows for {num_nodes} vertices")
     label_file = (
         directory / "raw" / ("node-label.npz" if meta["binary"] == "True" else "node-label.csv.gz")
     )
-    label = _labels(raw_labels, num_nodes, num_classes, label_file)
+    if multilabel:
+        label = _label_matrix(raw_labels, num_nodes, num_classes, label_file)
+    else:
+        label = _labels(raw_labels, num_nodes, num_classes, label_file)
 
     undirected_raw = meta["add_inverse_edge"] == "True"  # raw lists each undirected edge once
     symmetrize = undirected_raw or cfg.to_undirected
@@ -449,13 +518,15 @@ def _load_homogeneous(cfg: OgbDatasetConfig, meta: pd.Series, directory: Path) -
         test_idx=test_idx,
         num_classes=num_classes,
         directed=not symmetrize,
-        task="multiclass",
+        task="multilabel" if multilabel else "multiclass",
         info={
             "source": "ogb",
             "ogb_name": name,
             "split": meta["split"],
             "raw_edges": int(edge_index.shape[1]),
-            "unlabelled_nodes": int(np.count_nonzero(label < 0)),
+            "unlabelled_nodes": int(
+                np.count_nonzero((label < 0).all(axis=1) if multilabel else label < 0)
+            ),
         },
     )
 

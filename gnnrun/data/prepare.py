@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from gnnrun.data.dataset import GraphDataset
-from gnnrun.data.edge_split import load_link_dataset, prepare_link_dataset
 from gnnrun.data.registry import DATASET_SOURCES, DatasetConfig
 from gnnrun.data.reorder import renumber
 from gnnrun.errors import GnnrunError
@@ -205,16 +204,3 @@ def load_prepared(cfg: DatasetConfig) -> GraphDataset:
             f"`gnnrun data prepare dataset={cfg.name}` again"
         )
     return dataset
-
-
-def prepare_for_task(cfg: DatasetConfig, task, force: bool = False) -> GraphDataset:
-    """The dataset `task` trains on, prepared: the dataset itself for task=node, its copy
-    with held-out edges for task=link (gnnrun.data.edge_split)."""
-    dataset = prepare_dataset(cfg, force=force)
-    return prepare_link_dataset(dataset, task) if task.link else dataset
-
-
-def load_for_task(cfg: DatasetConfig, task) -> GraphDataset:
-    """`prepare_for_task`'s dataset, already prepared and current (what ranks open)."""
-    dataset = load_prepared(cfg)
-    return load_link_dataset(dataset, task) if task.link else dataset

@@ -7,6 +7,7 @@
     class-00000.npy        predict: int64 predicted class
     prob-00000.npy         predict, multiclass: float32 [rows, classes] probabilities
     score-00000.npy        predict, binary: float32 probability of class 1
+                           (the columns of a prediction are the task's: gnnrun.tasks)
     embedding-00000.npy    embed: float32 [rows, width] the chosen layer's output
     parquet/part-00000.parquet   the same columns in one table (with pyarrow)
 
@@ -39,27 +40,6 @@ def shard_file(column: str, shard: int) -> str:
 def parquet_file(shard: int) -> str:
     """In a folder of its own: readers of a Parquet dataset take every file of a folder."""
     return f"parquet/part-{shard:05d}.parquet"
-
-
-def columns_of(kind: str, task: str) -> tuple[str, ...]:
-    """The arrays each shard holds besides `ids` (a task=link prediction's shards hold the
-    embeddings its pairs were scored from)."""
-    if kind == "embed" or task == "link":
-        return ("embedding",)
-    return ("class", "score") if task == "binary" else ("class", "prob")
-
-
-def prediction_columns(logits: np.ndarray, task: str) -> dict[str, np.ndarray]:
-    """Predicted class and probabilities (binary: the probability of class 1) of logits."""
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    prob = np.exp(shifted)
-    prob /= prob.sum(axis=1, keepdims=True)
-    columns = {"class": logits.argmax(axis=1).astype(np.int64)}
-    if task == "binary":
-        columns["score"] = prob[:, 1].astype(np.float32)
-    else:
-        columns["prob"] = prob.astype(np.float32)
-    return columns
 
 
 def write_shard(

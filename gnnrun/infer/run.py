@@ -35,8 +35,7 @@ import numpy as np
 import torch
 
 from gnnrun.comm import Communicator
-from gnnrun.data import load_for_task
-from gnnrun.data.dataset import GraphDataset, task_for
+from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
 from gnnrun.infer.display import InferenceDisplay, ProgressBoard, create_board
 from gnnrun.infer.graph import SPLITS, OwnedGraph
@@ -45,9 +44,7 @@ from gnnrun.infer.link import read_candidates, score_candidates
 from gnnrun.infer.output import (
     FORMAT_VERSION,
     MANIFEST,
-    columns_of,
     parquet_available,
-    prediction_columns,
     refuse_occupied,
     write_shard,
 )
@@ -56,9 +53,9 @@ from gnnrun.memory import PeakMemory, anonymous_mb
 from gnnrun.models import GNN, build_model, layer_widths
 from gnnrun.ops.precision import autocast
 from gnnrun.partition.book import open_partition
+from gnnrun.tasks import load_for_task, task_of
 from gnnrun.torch_support import compute_device
 from gnnrun.train.checkpoint import CHECKPOINT, PREDICT_FIX, load_checkpoint
-from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.resume import REFUSED, compare_settings, settings_of
 
 # Tests set it to "LAYER:RANK": that rank kills itself once its output of LAYER (1-based)
@@ -73,7 +70,7 @@ class InferencePlan:
     """What the launching process decided, the same for every rank."""
 
     kind: str  # predict | embed
-    task: str  # multiclass | binary | link (a task=link run's predict scores vertex pairs)
+    task: str  # task.name the run trained (gnnrun.tasks)
     layers: int  # layers to compute: all of them to predict, up to the chosen one to embed
     start_layer: int  # layers an interrupted run already computed
     run_dir: str
@@ -108,21 +105,9 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
         )
     _check_settings(cfg, state, directory)
     _check_written_by(run_dir, state, directory)
-    link = cfg.task.link
-    if kind == "predict" and link and not cfg.predict.candidates:
-        raise GnnrunError(
-            f"the run in {run_dir} trained task=link: give the vertex pairs to score with "
-            "predict.candidates=PAIRS.npy (shape (2, P) or (P, 2)), or write every vertex's "
-            "embedding with `gnnrun embed run=... embed.layer=-1`"
-        )
-    if cfg.predict.candidates and not (link and kind == "predict"):
-        raise GnnrunError(
-            "predict.candidates scores vertex pairs with a task=link run's model; "
-            f"`gnnrun {kind}` of the run in {run_dir} (task={cfg.task.name}) does not take it"
-        )
-    encoder = state["model"]
-    if link:  # LinkModel: the GNN under encoder., the scorer beside it
-        encoder = {k.removeprefix("encoder."): v for k, v in encoder.items()}
+    task = task_of(cfg)
+    task.check_inference(kind, cfg.predict.candidates, run_dir)
+    encoder = task.encoder_state(state["model"])
     try:
         in_dim, num_classes = GNN.dims_of(encoder, cfg.model.layers)
     except (KeyError, AttributeError, IndexError):
@@ -156,7 +141,7 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
         )
     return InferencePlan(
         kind=kind,
-        task="link" if link else task_for(num_classes),
+        task=cfg.task.name,
         layers=layers,
         start_layer=0,
         run_dir=str(run_dir),
@@ -230,8 +215,7 @@ def load_trained_model(cfg, path: Path, in_dim: int, num_classes: int) -> torch.
     state = load_checkpoint(path.parent, path.name, PREDICT_FIX)
     if state is None:
         raise GnnrunError(f"{path} is missing: it was there when the inference started")
-    scorer = cfg.task.scorer if cfg.task.link else None
-    model = build_model(cfg.model, in_dim, num_classes, scorer=scorer)
+    model = build_model(cfg.model, in_dim, num_classes, **task_of(cfg).model_options())
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as exc:
@@ -321,11 +305,13 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
 
     graph, work = rank.graph, Path(plan.work_dir)
     final = np.load(layer_file(work, plan.layers, comm.rank), mmap_mode="r")
-    task = plan.task
+    task = task_of(cfg)
     ids = dataset.source_ids(np.asarray(graph.nodes[: graph.num_own]))
-    predicts_vertices = plan.kind == "predict" and task != "link"
+    # A prediction per vertex; else embeddings (a pair-scoring task's predict writes the
+    # embeddings its pairs are scored from).
+    predicts_vertices = plan.kind == "predict" and not task.scores_pairs
     columns = (
-        (lambda rows: prediction_columns(rows, task))
+        task.prediction_columns
         if predicts_vertices
         else (lambda rows: {"embedding": rows.astype(np.float32)})
     )
@@ -371,7 +357,7 @@ class RankLayers:
         trained = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
         # Rows stay in CPU memory (files); each chunk goes to the device and back.
         self.device = compute_device(cfg)
-        self.model = (trained.encoder if plan.task == "link" else trained).to(self.device)
+        self.model = task_of(cfg).encoder(trained).to(self.device)
         self.widths = layer_widths(cfg.model, plan.in_dim, plan.num_classes)
         self.in_degrees, self.out_degrees = _graph_degrees(self.graph, self.halo)
         self.board = ProgressBoard(self.work, comm.rank)
@@ -501,10 +487,8 @@ def _gather(
     return x
 
 
-def _metrics(
-    graph: OwnedGraph, logits: np.ndarray, task: str, comm: Communicator
-) -> dict[str, float]:
-    """Accuracy (and ROC-AUC for binary tasks) on every labelled split, over all ranks."""
+def _metrics(graph: OwnedGraph, logits: np.ndarray, task, comm: Communicator) -> dict[str, float]:
+    """The task's figures (as training evaluates) on every labelled split, over all ranks."""
     outputs = {}
     for split in SPLITS:
         ids = np.asarray(graph.splits[split], dtype=np.int64)
@@ -512,7 +496,7 @@ def _metrics(
             torch.from_numpy(np.asarray(logits[ids], dtype=np.float32)),
             torch.from_numpy(np.asarray(graph.label[ids], dtype=np.int64)),
         )
-    result = evaluate_outputs(outputs, task, comm)
+    result = task.metrics(outputs, comm)
     return {k: v for k, v in result.items() if not math.isnan(v)}
 
 
@@ -530,7 +514,8 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
     work, output = Path(plan.work_dir), Path(plan.output_dir)
     vertices = sum(r["rows"] for r in ranks)
     scored = {}
-    if plan.kind == "predict" and plan.task == "link":
+    task = task_of(cfg)
+    if plan.kind == "predict" and task.scores_pairs:
         dataset = load_for_task(cfg.dataset, cfg.task)
         pairs = read_candidates(cfg.predict.candidates, dataset.num_nodes)
         model = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
@@ -562,7 +547,9 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
     }
     manifest = {
         "format_version": FORMAT_VERSION,
-        "columns": list(columns_of(plan.kind, plan.task)),
+        "columns": list(
+            task.output_columns(plan.num_classes) if plan.kind == "predict" else ("embedding",)
+        ),
         **({"pair_files": scored} if scored else {}),
         "shards": [r["rows"] for r in ranks],
         "files": {k: v for r in ranks for k, v in r["files"].items()},

@@ -9,7 +9,7 @@ last checkpoint (gnnrun.attempt says which attempt they are). The agent's own re
 are not used: with gloo they reconnect to the failed attempt's addresses now and then
 (torch 2.13: `connectFullMesh ... Connection refused`, or a hang). Hosts meet through
 the static rendezvous at node 0's endpoint (one host: a free loopback port), so that
-a host's cluster.node_rank is its place (ranks node_rank x nproc_per_node onwards),
+a host's cluster.node_rank is its place (ranks node_rank x tasks_per_node onwards),
 as torchrun --node-rank gives. The agent only watches its own host's ranks:
 gnnrun.launch.watchdog's AbortWatcher stops them when a rank on another host finds a
 loss. On SIGINT (Ctrl-C) or SIGTERM the agent stops every rank,
@@ -84,8 +84,8 @@ class ElasticGroup:
                 cluster.nprocs, join_timeout_s=cluster.timeout_s, max_restarts=cluster.max_restarts
             )
         return cls(
-            cluster.nproc_per_node,
-            nnodes=cluster.nnodes,
+            cluster.tasks_per_node,
+            nnodes=cluster.nodes,
             node_rank=cluster.node_rank,
             endpoint=cluster.rdzv_endpoint,
             # The same on every host (the run's own id is node 0's: gnnrun.launch.watchdog).
@@ -228,7 +228,7 @@ def _rendezvous_failure(error: Exception, group: ElasticGroup, endpoint: str) ->
         return (
             f"not every host joined the rendezvous at {endpoint} {waited} "
             f"({str(error).splitlines()[0]}): start `gnnrun train` with the same "
-            f"cluster.rdzv_endpoint and cluster.nnodes={group.nnodes} on the other hosts, "
+            f"cluster.rdzv_endpoint and cluster.nodes={group.nnodes} on the other hosts, "
             "each with its own cluster.node_rank"
         )
     return (

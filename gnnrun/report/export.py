@@ -6,9 +6,7 @@ import csv
 from pathlib import Path
 
 from gnnrun.errors import GnnrunError
-from gnnrun.report.rows import PHASES, ReportRow, hit_layers
-
-_SCORES = ("val_acc", "test_acc", "val_auc", "test_auc", "val_ap", "test_ap", "val_mrr", "test_mrr")
+from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
 
 
 def write_csv(rows: list[ReportRow], path: Path) -> None:
@@ -17,7 +15,8 @@ def write_csv(rows: list[ReportRow], path: Path) -> None:
     phases = list(PHASES)
     for row in rows:
         phases += [p for p in row.time if p not in phases]
-    scores = [s for s in _SCORES if any(s in r.best or s in r.final for r in rows)]
+    every = [f"{split}_{key}" for key, _ in figures_of(rows) for split in ("val", "test")]
+    scores = [s for s in every if any(s in r.best or s in r.final for r in rows)]
     comparing = any(r.run for r in rows)
     header = ["run"] if comparing else []
     header += ["point", "path", "overrides", "dataset", "model", "algorithm", "ranks"]

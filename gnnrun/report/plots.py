@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from gnnrun.errors import GnnrunError
-from gnnrun.report.rows import PHASES
+from gnnrun.report.rows import EARLIER_FIGURES, PHASES
 from gnnrun.report.runs import RANK_KEYS, Run, RunSet, distinguishing_overrides, override_key
 
 _PHASE_COLOURS = {
@@ -239,11 +239,10 @@ def _labelled_runs(sets: list[RunSet]) -> list[tuple[int, int, Run, str]]:
 
 
 def accuracy_figure(sets: list[RunSet]) -> Figure | None:
-    """Validation and test accuracy (MRR for link prediction) against epoch, one line per
-    run (rank 0's records)."""
+    """The task's best validation figure and its test figure (accuracy; MRR for link
+    prediction) against epoch, one line per run (rank 0's records)."""
     runs = _labelled_runs(sets)
-    link = not any("val_acc" in r for _, _, run, _ in runs for r in run.history)
-    metric, name = ("mrr", "MRR") if link else ("acc", "accuracy")
+    metric, name = _headline([run for _, _, run, _ in runs])
     curves = [
         (index, position, label, [r for r in run.history if f"val_{metric}" in r])
         for index, position, run, label in runs
@@ -274,11 +273,31 @@ def accuracy_figure(sets: list[RunSet]) -> Figure | None:
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0].set_ylabel("mean reciprocal rank" if link else "accuracy (fraction correct)")
+    axes[0].set_ylabel(_AXIS_NAMES.get(metric, name))
     handles = axes[0].get_legend_handles_labels()[0] + _set_handles(sets, bars=False)
     _legend(figure, handles)
     figure.suptitle(f"{name[0].upper() + name[1:]} against epoch (rank 0's metrics)")
     return figure
+
+
+# Longer names of some figures, for titles and for an axis.
+_PLOT_NAMES = {"acc": "accuracy"}
+_AXIS_NAMES = {"acc": "accuracy (fraction correct)", "mrr": "mean reciprocal rank"}
+
+
+def _headline(runs: list[Run]) -> tuple[str, str]:
+    """The figure the runs' summaries say picked their best epoch (the first that says,
+    as key suffix and name); for runs without one, the first earlier figure they logged."""
+    for run in runs:
+        best = (run.summary or {}).get("best_metric")
+        if best:
+            key = best.removeprefix("val_")
+            names = dict(tuple(f) for f in run.summary.get("figures") or [])
+            return key, _PLOT_NAMES.get(key, names.get(key, key))
+    for key, name in EARLIER_FIGURES:
+        if any(f"val_{key}" in r for run in runs for r in run.history):
+            return key, _PLOT_NAMES.get(key, name)
+    return "acc", "accuracy"
 
 
 def hit_rate_figure(sets: list[RunSet]) -> Figure | None:

@@ -13,6 +13,10 @@ from gnnrun.report.runs import Run, RunSet, distinguishing_overrides
 # The epoch-time split of the DistGNN / DistGNN-MB papers (their Figures 3 and 4).
 PHASES = ("mbc", "fwd", "bwd", "comm", "ared")
 
+# The figures of summaries written before they recorded their task's ("figures"): each
+# (key suffix, how tables name it), shown where the summary holds it.
+EARLIER_FIGURES = (("acc", "acc"), ("mrr", "MRR"), ("auc", "AUC"))
+
 
 @dataclass
 class ReportRow:
@@ -34,6 +38,10 @@ class ReportRow:
     best_epoch: int | None = None  # counted from 1, as the epoch table shows it
     best: dict[str, float] = field(default_factory=dict)  # val_acc, test_acc, ... at best_epoch
     final: dict[str, float] = field(default_factory=dict)  # the same at the last evaluation
+    # The task's figures (summary.json's "figures": key suffix, name in tables), and the
+    # validation figure that picked the best epoch.
+    figures: list[tuple[str, str]] = field(default_factory=list)
+    best_metric: str | None = None
     hit_rate: list[float] = field(default_factory=list)  # per layer, input layer first (hec)
     to_target: dict[str, Any] | None = None  # summary.json's to_target
     comm_hidden: float | None = None  # cd0 / cdr: share of DRPA's time in flight not waited for
@@ -85,6 +93,11 @@ def _row(run: Run, label: str, overrides: list[str]) -> ReportRow:
     row.best_epoch = best_epoch + 1 if best_epoch is not None else None
     row.best = best
     row.final = dict(summary.get("final") or {})
+    keys = set(row.best) | set(row.final)
+    row.figures = [tuple(f) for f in summary.get("figures") or []] or [
+        f for f in EARLIER_FIGURES if f"val_{f[0]}" in keys or f"test_{f[0]}" in keys
+    ]
+    row.best_metric = summary.get("best_metric")
     # a layer without lookups may have no rate (null): NaN keeps the layers in place
     row.hit_rate = [math.nan if h is None else float(h) for h in summary.get("hit_rate") or []]
     row.to_target = summary.get("to_target")
@@ -114,6 +127,15 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or not denominator:
         return None
     return numerator / denominator
+
+
+def figures_of(rows: list[ReportRow]) -> list[tuple[str, str]]:
+    """Every figure of the rows' tasks, in the order the first row to have it gives."""
+    seen: dict[str, str] = {}
+    for row in rows:
+        for key, name in row.figures:
+            seen.setdefault(key, name)
+    return list(seen.items())
 
 
 def hit_layers(rows: list[ReportRow]) -> int:

@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gnnrun.report.rows import PHASES, ReportRow, hit_layers
+from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
 from gnnrun.report.runs import RunSet, distinguishing_overrides
 
 if TYPE_CHECKING:  # only named in annotations: `gnnrun report` then runs without torch
@@ -285,21 +285,17 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
         for p in PHASES
     ]
     columns.append(_Column("MB/epoch", lambda r: megabytes(r.bytes_per_epoch)))
-    link = any("val_mrr" in r.best for r in rows)
-    if not link or any("val_acc" in r.best for r in rows):
+    # The figures of the rows' tasks (summary.json's), those that some row has; accuracy
+    # where no row has any (runs without results yet).
+    figures = [
+        (key, name)
+        for key, name in figures_of(rows)
+        if any(f"val_{key}" in r.best or f"test_{key}" in r.final for r in rows)
+    ] or [("acc", "acc")]
+    for key, name in figures:
         columns += [
-            _Column("best val acc", lambda r: score(r.best.get("val_acc"))),
-            _Column("final test acc", lambda r: score(r.final.get("test_acc"))),
-        ]
-    if link:
-        columns += [
-            _Column("best val MRR", lambda r: score(r.best.get("val_mrr"))),
-            _Column("final test MRR", lambda r: score(r.final.get("test_mrr"))),
-        ]
-    if any("val_auc" in r.best or "test_auc" in r.final for r in rows):  # binary tasks
-        columns += [
-            _Column("best val AUC", lambda r: score(r.best.get("val_auc"))),
-            _Column("final test AUC", lambda r: score(r.final.get("test_auc"))),
+            _Column(f"best val {name}", lambda r, k=key: score(r.best.get(f"val_{k}"))),
+            _Column(f"final test {name}", lambda r, k=key: score(r.final.get(f"test_{k}"))),
         ]
     if any("val_ap" in r.best or "test_ap" in r.final for r in rows):  # link prediction
         columns += [
@@ -367,7 +363,8 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
             lines.append(f"{tag}every point: {' '.join(common)}")
     lines.append(
         "times: median over epochs, s (rank 0); MB/epoch: bytes rank 0 sent per epoch (median), "
-        "1e6 bytes; best val: at the epoch of best validation accuracy; final test: last evaluation"
+        "1e6 bytes; best val: at the epoch of the task's best validation figure (accuracy; MRR "
+        "for link prediction); final test: last evaluation"
     )
     if any(r.comm_hidden is not None for r in rows):
         lines.append(
@@ -377,7 +374,7 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
     if any(r.to_target for r in rows):
         lines.append(
             "to target: the first evaluation within 1% (relative) of train.target, or of the "
-            "run's best validation accuracy; seconds of training until its end"
+            "run's best validation figure; seconds of training until its end"
         )
     if len(sets) == 2:
         lines.append(

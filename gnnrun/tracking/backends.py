@@ -53,10 +53,12 @@ BACKENDS: Registry[type[Backend]] = Registry("logger")
 
 
 def headline_tags(cfg: Any) -> list[str]:
-    """The per-epoch figures a run is judged by (the HParams table's metric columns)."""
-    if cfg.task.link:
-        return ["loss", "val_mrr", "test_mrr", "val_auc", "epoch_s"]
-    return ["loss", "val_acc", "test_acc", "epoch_s"]
+    """The per-epoch figures a run is judged by (the HParams table's metric columns): the
+    loss, the task's validation and test figures (gnnrun.tasks), the epoch's time."""
+    from gnnrun.tasks import task_of
+
+    figures = [key for key, _ in task_of(cfg).figures]
+    return ["loss", *(f"{split}_{key}" for key in figures for split in ("val", "test")), "epoch_s"]
 
 
 def run_label(info) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gnnrun.progress import bars
+from gnnrun.tasks import task_of
 
 PHASE_COLUMNS = ("mbc", "fwd", "bwd", "comm", "ared")
 
@@ -19,10 +20,9 @@ class TrainingDisplay:
 
     def __init__(self, cfg) -> None:
         self.epochs = cfg.train.epochs
-        # The figure the val / test columns show: MRR for link prediction, else AUC for
-        # binary tasks and accuracy.
-        self.metrics = ("mrr",) if cfg.task.link else ("auc", "acc")
-        self.columns = ("val MRR", "test MRR") if cfg.task.link else ("val", "test")
+        # The figure the val / test columns show: the task's (the first it has).
+        task = task_of(cfg)
+        self.metrics, self.columns = task.shown, task.shown_as
         self.progress = bars("{task.description:>6}", remaining=True)
         self.epoch_task = self.progress.add_task("epoch", total=self.epochs)
         self.step_task = self.progress.add_task("step", total=None)

@@ -26,6 +26,7 @@ from typing import Any
 from gnnrun.config import RENAMED_KEYS
 from gnnrun.data import dataset_identity
 from gnnrun.errors import GnnrunError
+from gnnrun.tasks import task_of
 from gnnrun.train.checkpoint import algorithm_checkpoint, load_checkpoint
 
 REFUSED = (
@@ -70,12 +71,7 @@ def settings_of(cfg) -> dict[str, Any]:
         for k, v in dataclasses.asdict(cfg.partitioner).items()
         if k != _PARTITION_LOCATION
     }
-    if cfg.task.link:  # vertex classification records none, as before tasks existed
-        flat |= {
-            f"task.{k}": v
-            for k, v in dataclasses.asdict(cfg.task).items()
-            if k not in ("graph", "prepared_dir")  # where, not what
-        }
+    flat |= task_of(cfg).settings()
     flat["dataset"] = dataset_identity(cfg.dataset)
     flat["cluster.nprocs"] = cfg.cluster.nprocs
     flat["train.seed"] = cfg.train.seed

@@ -21,10 +21,10 @@ from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
 from gnnrun.ops.precision import autocast
 from gnnrun.progress import print_warning
+from gnnrun.tasks import TASKS, task_of
 from gnnrun.timers import DeviceBusy, PhaseTimer
 from gnnrun.train.checkpoint import algorithm_checkpoint, keep_with_run, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
-from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.optimizer import build_optimizer, sparse_tables
 from gnnrun.train.resume import resume, settings_of
 
@@ -50,7 +50,7 @@ def train(
         algorithm.in_dim,
         algorithm.num_classes,
         algorithm.schema,
-        scorer=cfg.task.scorer if cfg.task.link else None,
+        **algorithm.task.model_options(),
     ).to(algorithm.device)
     optimizer = build_optimizer(model, cfg.optimizer)
 
@@ -106,12 +106,7 @@ def train(
                 record["train_rss_growth_mb"] = train_growth_mb
             if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
                 with timer.phase("eval"), autocast(cfg.train.precision, algorithm.device):
-                    figures = evaluate_outputs(
-                        on_cpu(algorithm.evaluate(model)),
-                        algorithm.task,
-                        comm,
-                        hits_at=getattr(cfg.task, "hits_at", ()),
-                    )
+                    figures = algorithm.task.metrics(on_cpu(algorithm.evaluate(model)), comm)
                 # NaN: an empty split (or AUC on one class) was not evaluated; left out.
                 record.update({k: v for k, v in figures.items() if not math.isnan(v)})
                 record["eval_bytes"] = comm.bytes.reset()
@@ -303,28 +298,22 @@ def _save_algorithm_state(directory: Path, rank: int, epoch: int, state: Any) ->
 
 
 def is_metric(key: str) -> bool:
-    """Whether a record's key is an evaluation figure the summary keeps."""
-    return key.endswith(("_acc", "_auc", "_ap", "_mrr")) or "_hits@" in key
+    """Whether a record's key is an evaluation figure the summary keeps (a figure of any
+    task, gnnrun.tasks)."""
+    figures = tuple(f"_{f}" for name in TASKS for f, _ in TASKS.get(name).figures)
+    return key.endswith(figures) or "_hits@" in key
 
 
-def headline_metric(history: list[dict[str, Any]]) -> str:
-    """The validation figure that picks the best epoch and the time to target: MRR for
-    link prediction, ROC-AUC for a binary task (its classes are seldom balanced:
-    Tolokers is 78% one class), accuracy otherwise."""
-    for metric in ("val_mrr", "val_auc", "val_acc"):
-        if any(metric in r for r in history):
-            return metric
-    return "val_acc"
-
-
-# The key of an evaluation whose validation scores collapsed (gnnrun.train.metrics).
+# The key of an evaluation whose validation scores collapsed (gnnrun.tasks.metrics).
 COLLAPSED = "val_collapsed"
 
 
 def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
-    """Final and best accuracies, median epoch time and its split, bytes per epoch (rank 0).
-    An evaluation whose scores collapsed is never the best."""
-    metric = headline_metric(history)
+    """Final and best figures (best: of the task's validation figure), median epoch time
+    and its split, bytes per epoch (rank 0). An evaluation whose scores collapsed is never
+    the best."""
+    task = task_of(cfg)
+    metric = task.best_metric(history)
     candidates = (r for r in history if metric in r and COLLAPSED not in r)
     best = max(candidates, key=lambda r: r[metric], default={})
     last = next((r for r in reversed(history) if any(map(is_metric, r))), {})
@@ -339,6 +328,10 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         "model": cfg.model.name,
         "algorithm": cfg.algorithm.name,
         "task": cfg.task.name,
+        # What reports show of it: the figure that picked the best epoch, and the task's
+        # figures with their names in tables (gnnrun.report reads no task module).
+        "best_metric": metric,
+        "figures": [list(f) for f in task.figures],
         "ranks": ranks,
         "epochs": len(history),
         "complete": len(history) == cfg.train.epochs,
@@ -376,7 +369,9 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
             else {}
         ),
         **(
-            {"to_target": reached} if (reached := time_to_target(history, cfg.train.target)) else {}
+            {"to_target": reached}
+            if (reached := time_to_target(history, cfg.train.target, metric))
+            else {}
         ),
     }
 
@@ -385,12 +380,13 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
 TARGET_TOLERANCE = 0.01
 
 
-def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any] | None:
-    """The first evaluation whose headline validation figure (accuracy; MRR for link
-    prediction; AUC for binary tasks) is within 1% of `target`, or of the run's best when
-    there is none: how many epochs it took and the training seconds until then
-    (evaluations excluded). None before any evaluation."""
-    metric = headline_metric(history)
+def time_to_target(
+    history: list[dict[str, Any]], target: float | None, metric: str = "val_acc"
+) -> dict[str, Any] | None:
+    """The first evaluation whose validation figure `metric` (the task's best: accuracy,
+    MRR for link prediction) is within 1% of `target`, or of the run's best when there is
+    none: how many epochs it took and the training seconds until then (evaluations
+    excluded). None before any evaluation."""
     evaluated = [r for r in history if metric in r]
     if not evaluated:
         return None

@@ -7,9 +7,9 @@ from hydra import compose, initialize_config_dir
 
 from gnnrun.cli import CONFIG_DIR
 from gnnrun.config import to_objects
-from gnnrun.data import prepare_for_task
 from gnnrun.partition import find_partition, partition_dataset
 from gnnrun.schemas import register_schemas
+from gnnrun.tasks import prepare_for_task
 
 
 def make_config(*overrides: str):

@@ -8,10 +8,10 @@ import torch
 from gnnrun.algorithms.minibatch import DistributedMinibatch, step_key
 from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
 from gnnrun.comm import Communicator
-from gnnrun.data import load_for_task
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.models.hetero import TypedInput
 from gnnrun.ops.block import Block
+from gnnrun.tasks import load_for_task
 from gnnrun.timers import PhaseTimer
 
 

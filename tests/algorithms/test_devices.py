@@ -247,10 +247,10 @@ def test_predict_on_the_gpu_equals_predict_on_the_cpu(tmp_path):
 def test_a_minibatch_lists_every_tensor_it_hands_over():
     """What the pipeline's trainer marks as used on its CUDA stream (record_stream): every
     tensor of the blocks, typed inputs and link targets, and none of a block's caches."""
-    from gnnrun.algorithms.link import EdgeTargets
     from gnnrun.algorithms.minibatch import Minibatch, tensors_in
     from gnnrun.models.hetero import TypedInput
     from gnnrun.ops.block import Block
+    from gnnrun.tasks.link import EdgeTargets
 
     block = Block(torch.tensor([0, 1, 2]), torch.tensor([1, 0]), 2, torch.tensor([7, 9]))
     block.etypes = torch.tensor([0, 1])

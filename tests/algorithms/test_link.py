@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gnnrun.algorithms import check_runnable
-from gnnrun.data import load_for_task
 from gnnrun.errors import GnnrunError
+from gnnrun.tasks import load_for_task
 from gnnrun.testing import run_on_ranks
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -81,7 +81,7 @@ def test_evaluation_with_every_neighbour_scores_as_full_batch(configure, shared_
         )
         exact, minibatch = full.evaluate(model), sampled.evaluate(model)
         for split in ("val", "test"):
-            assert exact[split][1].shape == (full.link.eval_ids[split].numel(), 50)
+            assert exact[split][1].shape == (full.objective.eval_ids[split].numel(), 50)
             for a, b in zip(exact[split], minibatch[split], strict=True):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 

@@ -32,7 +32,7 @@ def _book(train_per_part: list[int]) -> SimpleNamespace:
 
 def _cfg(algorithm: str) -> SimpleNamespace:
     return SimpleNamespace(
-        algorithm=SimpleNamespace(name=algorithm), task=SimpleNamespace(link=False)
+        algorithm=SimpleNamespace(name=algorithm), task=SimpleNamespace(name="node")
     )
 
 

@@ -397,3 +397,19 @@ def test_a_npy_in_a_folder_that_is_not_one_is_named(tmp_path):
         f"cannot read {folder / 'label.npy'} as a .npy: it is text, not a numpy array file; "
         "write it with numpy.save"
     )
+
+
+def test_a_two_dimensional_label_is_a_multi_label_dataset(tmp_path):
+    """An N x C label: C binary labels per vertex, -1 where unknown; a vertex with none known
+    is left out of the drawn split; other values are refused in one line."""
+    labels = np.random.default_rng(1).integers(0, 2, size=(N, 3))
+    labels[0] = -1  # nothing known: unlabelled
+    labels[1, 2] = -1
+    ds = build_dataset(_cfg(_save(tmp_path, _encodings()["edges"], label=labels)))
+    assert ds.task == "multilabel" and ds.num_classes == 3
+    assert np.array_equal(ds.label, labels)
+    split = np.concatenate([ds.train_idx, ds.val_idx, ds.test_idx])
+    assert 0 not in split and 1 in split
+    labels[2, 1] = 2
+    with pytest.raises(GnnrunError, match="0, 1 or -1 where unknown"):
+        build_dataset(_cfg(_save(tmp_path, _encodings()["edges"], label=labels)))

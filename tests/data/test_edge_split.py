@@ -109,9 +109,9 @@ def test_uniform_held_out_negatives_draw_both_ends_and_stay_fixed_per_edge(undir
 
 
 def test_the_link_dataset_is_written_once_and_made_again_for_another_split(tmp_path):
-    from gnnrun.config import LinkTaskConfig
     from gnnrun.data.edge_split import load_link_dataset, prepare_link_dataset
     from gnnrun.errors import GnnrunError
+    from gnnrun.tasks.link import LinkTaskConfig
 
     dataset = generate(SyntheticDatasetConfig(name="t", num_nodes=300, avg_degree=6))
     dataset.save(tmp_path / "t")

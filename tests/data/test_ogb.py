@@ -133,16 +133,45 @@ def test_absent_dataset_directory(tmp_path, offline):
         build_dataset(_cfg(tmp_path))
 
 
-@pytest.mark.parametrize(
-    "name,match",
-    [
-        ("ogbn-proteins", "multi-label"),
-        ("ogbn-nothing", "choose one of"),
-    ],
-)
-def test_unsupported_datasets(tmp_path, offline, name, match):
-    with pytest.raises(GnnrunError, match=match):
-        build_dataset(_cfg(tmp_path, name=name))
+def test_unsupported_datasets(tmp_path, offline):
+    with pytest.raises(GnnrunError, match="choose one of"):
+        build_dataset(_cfg(tmp_path, name="ogbn-nothing"))
+
+
+def _write_proteins(root, labels):
+    """ogbn-proteins' layout: no vertex features, 8 per edge, N x 112 labels, by species."""
+    d = root / "ogbn_proteins"
+    edge_feat = RNG.random((EDGES.shape[1], 8)).astype(np.float32)
+    _csv(d / "raw" / "edge.csv.gz", EDGES.T)
+    _csv(d / "raw" / "num-node-list.csv.gz", [N])
+    _csv(d / "raw" / "num-edge-list.csv.gz", [EDGES.shape[1]])
+    _csv(d / "raw" / "edge-feat.csv.gz", edge_feat)
+    _csv(d / "raw" / "node-label.csv.gz", labels)
+    _csv(d / "raw" / "node_species.csv.gz", np.zeros((N, 1), dtype=np.int64))
+    for part, idx in (("train", TRAIN), ("valid", VALID), ("test", TEST)):
+        _csv(d / "split" / "species" / f"{part}.csv.gz", idx.reshape(-1, 1))
+    return edge_feat
+
+
+def test_proteins_loads_as_a_multi_label_dataset(tmp_path, offline):
+    """Its N x 112 labels as they are; a vertex's features are the mean of its edges'."""
+    labels = (RNG.random((N, 112)) < 0.3).astype(np.int64)
+    edge_feat = _write_proteins(tmp_path, labels)
+    ds = build_dataset(_cfg(tmp_path, name="ogbn-proteins"))
+    assert ds.task == "multilabel" and ds.num_classes == 112
+    assert np.array_equal(ds.label, labels) and ds.label.dtype == np.int64
+    assert np.array_equal(ds.train_idx, TRAIN) and np.array_equal(ds.test_idx, TEST)
+    assert ds.feat.shape == (N, 8) and not ds.directed
+    for v in (0, 3, 7):  # 0 has four edges, 3 a self-loop among its own, 7 the 7 -> 2 edge
+        ends = (EDGES[0] == v) | (EDGES[1] == v)
+        touching = np.concatenate([edge_feat[EDGES[0] == v], edge_feat[EDGES[1] == v]])
+        assert ends.any()
+        np.testing.assert_allclose(ds.feat[v], touching.mean(axis=0), rtol=1e-5)
+    damaged = labels.copy()
+    damaged[2, 5] = 2
+    _write_proteins(tmp_path / "bad", damaged)
+    with pytest.raises(GnnrunError, match="labels outside 0 / 1"):
+        build_dataset(_cfg(tmp_path / "bad", name="ogbn-proteins"))
 
 
 def test_damaged_labels(tmp_path, offline):

@@ -11,22 +11,9 @@ from gnnrun.errors import GnnrunError
 from gnnrun.infer.output import (
     FORMAT_VERSION,
     MANIFEST,
-    columns_of,
-    prediction_columns,
     read_output,
     write_shard,
 )
-
-
-def test_prediction_columns():
-    logits = np.array([[1.0, 3.0, 0.0], [5.0, -1.0, 2.0]], dtype=np.float32)
-    columns = prediction_columns(logits, "multiclass")
-    assert columns["class"].tolist() == [1, 0] and columns["class"].dtype == np.int64
-    expected = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
-    np.testing.assert_allclose(columns["prob"], expected, rtol=1e-6)
-    binary = prediction_columns(np.array([[0.0, 0.0], [2.0, 0.0]], dtype=np.float32), "binary")
-    np.testing.assert_allclose(binary["score"], [0.5, 1 / (1 + np.e**2)], rtol=1e-6)
-    assert set(binary) == set(columns_of("predict", "binary")) == {"class", "score"}
 
 
 def _write(tmp_path, shards: list[np.ndarray], parquet: bool = False) -> dict:

@@ -89,7 +89,7 @@ class TestBed:
             str(Path(sys.executable).with_name("gnnrun")),
             "train",
             "cluster=hosts",
-            f"cluster.nnodes={self.hosts}",
+            f"cluster.nodes={self.hosts}",
             f"cluster.node_rank={host}",
             f"cluster.rdzv_endpoint={self.address(0)}:{port}",
             f"hydra.run.dir={run_dir}/host{host}",

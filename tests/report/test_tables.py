@@ -67,3 +67,18 @@ def test_time_to_target_and_hidden_communication_columns(hec_sweep, tables):
     assert [r["epochs to target"] for r in rows] == ["3", "not reached", "–"]
     assert [r["s to target"] for r in rows] == ["1.2", "not reached", "–"]
     assert [r["DRPA hidden"] for r in rows] == ["25%", "–", "–"]
+
+
+def test_the_columns_are_the_figures_the_summaries_name(hec_sweep, tables):
+    """A summary that names its task's figures (a multi-label run's micro-F1 and AUC) gets
+    their columns under their names; the others keep the figures they hold."""
+    path = hec_sweep / "0" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["figures"] = [["f1", "micro-F1"], ["auc", "AUC"]]
+    summary["best_metric"] = "val_f1"
+    summary["best"] |= {"val_f1": 0.71, "val_auc": 0.8}
+    summary["final"] |= {"test_f1": 0.69, "test_auc": 0.79}
+    path.write_text(json.dumps(summary))
+    rows = {r["point"]: r for r in tables(render([load_run_set(hec_sweep)], 400))}
+    assert rows["0"]["best val micro-F1"] == "0.7100" and rows["0"]["final test AUC"] == "0.7900"
+    assert rows["1"]["best val micro-F1"] == "–" and rows["1"]["best val acc"] != "–"

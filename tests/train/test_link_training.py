@@ -16,7 +16,6 @@ from gnnrun.comm import Communicator
 from gnnrun.launch.elastic import run_ranks
 from gnnrun.models.link import DotScorer, LinkModel
 from gnnrun.timers import PhaseTimer
-from gnnrun.train.metrics import evaluate_outputs
 from gnnrun.train.optimizer import build_optimizer
 from gnnrun.train.trainer import train, train_epoch
 
@@ -65,7 +64,7 @@ def feature_scorer_metrics(cfg, epochs: int) -> dict[str, float]:
     optimizer = build_optimizer(model, cfg.optimizer)
     for epoch in range(epochs):
         train_epoch(single, model, optimizer, epoch)
-    return evaluate_outputs(single.evaluate(model), "link", Communicator(), cfg.task.hits_at)
+    return single.task.metrics(single.evaluate(model), Communicator())
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ Two ways to rank a held-out edge's score:
   the K-th highest negative score strictly; with fewer than K negatives every
   positive is a hit.
 
-ROC-AUC over positives and negatives is gnnrun.train.metrics.roc_auc;
+ROC-AUC over positives and negatives is gnnrun.tasks.metrics.roc_auc;
 `average_precision` is AP over them (GAE's second figure, scikit-learn's
 average_precision_score), ties (within `tie_tolerance`) one threshold.
 """

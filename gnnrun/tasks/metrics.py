@@ -1,5 +1,6 @@
 """Evaluation metrics over all ranks: accuracy, ROC-AUC for binary tasks, and MRR, Hits@K,
-ROC-AUC and average precision for link prediction (gnnrun.train.link_metrics)."""
+ROC-AUC and average precision for link prediction (gnnrun.tasks.link_metrics); the tasks
+choose theirs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from gnnrun.comm import Communicator
-from gnnrun.train.link_metrics import average_precision, collapsed, ranks, tie_tolerance
+from gnnrun.tasks.link_metrics import average_precision, collapsed, ranks, tie_tolerance
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -35,7 +36,7 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 def pairwise_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
     """ROC-AUC of positive against negative scores, ties counted half: `roc_auc` of the two
     together, by one sort of the negatives (link prediction has k times more of them).
-    Scores equal up to rounding are ties (gnnrun.train.link_metrics.tie_tolerance)."""
+    Scores equal up to rounding are ties (gnnrun.tasks.link_metrics.tie_tolerance)."""
     if not positive.numel() or not negative.numel():
         return float("nan")
     ordered = torch.sort(negative.reshape(-1).to(torch.float64)).values
@@ -47,7 +48,7 @@ def pairwise_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
     return wins / (positive.numel() * ordered.numel())
 
 
-def _gathered(comm: Communicator, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+def gather_all(comm: Communicator, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     """Every rank's `tensors`, concatenated in rank order (each rank gets them all)."""
     if not comm.distributed:
         return tensors
@@ -76,7 +77,7 @@ def link_metrics(
         result[f"{split}_mrr"] = float(sums[0]) / count if count else float("nan")
         for i, k in enumerate(hits_at):
             result[f"{split}_hits@{k}"] = float(sums[1 + i]) / count if count else float("nan")
-        gathered = _gathered(comm, (positive, negative.reshape(-1)))
+        gathered = gather_all(comm, (positive, negative.reshape(-1)))
         result[f"{split}_auc"] = pairwise_auc(*gathered)
         result[f"{split}_ap"] = average_precision(*gathered)
         if collapsed(*gathered):
@@ -84,16 +85,11 @@ def link_metrics(
     return result
 
 
-def evaluate_outputs(
-    outputs: dict[str, tuple[torch.Tensor, torch.Tensor]],
-    task: str,
-    comm: Communicator,
-    hits_at: tuple[int, ...] | list[int] = (),
+def accuracy_metrics(
+    outputs: dict[str, tuple[torch.Tensor, torch.Tensor]], comm: Communicator
 ) -> dict[str, float]:
-    """{split}_acc (and {split}_auc for binary tasks) over the vertices of every rank;
-    link_metrics' figures for task "link"."""
-    if task == "link":
-        return link_metrics(outputs, comm, hits_at)
+    """{split}_acc over the vertices of every rank (and {split}_auc where there are two
+    classes: the probability of class 1 ranked against the labels)."""
     result = {}
     for split, (logits, labels) in outputs.items():
         counts = torch.tensor(
@@ -101,7 +97,7 @@ def evaluate_outputs(
         )
         comm.all_reduce_sum(counts)
         result[f"{split}_acc"] = float(counts[0] / counts[1]) if counts[1] else float("nan")
-        if task == "binary":
-            scores, labels = _gathered(comm, (torch.softmax(logits, 1)[:, 1], labels))
+        if logits.shape[1] == 2:
+            scores, labels = gather_all(comm, (torch.softmax(logits, 1)[:, 1], labels))
             result[f"{split}_auc"] = roc_auc(scores, labels)
     return result

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnrun.train.metrics import roc_auc
+from gnnrun.tasks.metrics import roc_auc
 
 
 @pytest.mark.parametrize("ties", [False, True])
@@ -27,10 +27,10 @@ def test_roc_auc_of_one_class_is_nan():
 
 @pytest.mark.parametrize("ties", [False, True])
 def test_pairwise_auc_is_roc_auc_of_positives_and_negatives_together(ties):
-    from gnnrun.train.metrics import pairwise_auc
+    from gnnrun.tasks.metrics import pairwise_auc
 
     rng = np.random.default_rng(1)
-    # Scores at least 1e-4 apart: closer ones tie (gnnrun.train.link_metrics.tie_tolerance).
+    # Scores at least 1e-4 apart: closer ones tie (gnnrun.tasks.link_metrics.tie_tolerance).
     distinct = torch.from_numpy(rng.permutation(2400) / 2000)
     positive, negative = distinct[:300] + 0.2001, distinct[300:].reshape(300, 7)
     if ties:
@@ -42,7 +42,7 @@ def test_pairwise_auc_is_roc_auc_of_positives_and_negatives_together(ties):
 
 def test_link_metrics_in_one_process_follow_the_ranks_by_hand():
     from gnnrun.comm import Communicator
-    from gnnrun.train.metrics import link_metrics
+    from gnnrun.tasks.metrics import link_metrics
 
     positive = torch.tensor([0.9, 0.5, 0.1])
     negative = torch.tensor([[0.1, 0.2, 0.3], [0.6, 0.5, 0.1], [0.8, 0.7, 0.6]])

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from gnnrun.train.link_metrics import hits_against_shared, ranking_metrics, ranks
+from gnnrun.tasks.link_metrics import hits_against_shared, ranking_metrics, ranks
 
 
 def test_ranks_by_hand_with_ties_halved():
@@ -69,8 +69,8 @@ def test_scores_equal_up_to_rounding_rank_as_ties(spread):
     """A collapsed model (every score log 2 up to the last bits of a float32 sum) ranks each
     positive in the middle of its negatives: MRR 2 / (k + 2), AUC 0.5. Before, a positive a
     rounding above its negatives ranked first: MRR and AUC 1.0."""
-    from gnnrun.train.link_metrics import collapsed
-    from gnnrun.train.metrics import pairwise_auc
+    from gnnrun.tasks.link_metrics import collapsed
+    from gnnrun.tasks.metrics import pairwise_auc
 
     g = torch.Generator().manual_seed(0)
     base = torch.tensor(0.6931472, dtype=torch.float32)
@@ -85,8 +85,8 @@ def test_scores_equal_up_to_rounding_rank_as_ties(spread):
 
 
 def test_scores_apart_still_rank_and_do_not_collapse():
-    from gnnrun.train.link_metrics import collapsed
-    from gnnrun.train.metrics import pairwise_auc
+    from gnnrun.tasks.link_metrics import collapsed
+    from gnnrun.tasks.metrics import pairwise_auc
 
     positives = torch.tensor([0.70, 0.60])
     negatives = torch.tensor([[0.69, 0.50, 0.71], [0.61, 0.62, 0.10]])
@@ -119,7 +119,7 @@ def test_a_collapsed_evaluation_is_never_the_best_and_is_listed():
 
 
 def test_average_precision_by_hand_and_with_ties():
-    from gnnrun.train.link_metrics import average_precision
+    from gnnrun.tasks.link_metrics import average_precision
 
     # Scores 0.9 (+), 0.8 (-), 0.7 (+), 0.1 (-): precision 1 at the first positive, 2/3 at
     # the second: AP = (1 + 2/3) / 2.
@@ -137,7 +137,7 @@ def test_average_precision_by_hand_and_with_ties():
 
 def test_link_metrics_report_average_precision_beside_roc_auc():
     from gnnrun.comm import Communicator
-    from gnnrun.train.metrics import link_metrics
+    from gnnrun.tasks.metrics import link_metrics
 
     positive, negative = torch.tensor([0.9, 0.7]), torch.tensor([[0.8], [0.1]])
     result = link_metrics({"test": (positive, negative)}, Communicator(), [1])
