@@ -132,7 +132,9 @@ def chromium() -> str:
     return found
 
 
-def screenshot(url: str, name: str, session_dir: Path, wait_ms: int = 15000) -> Path:
+def screenshot(
+    url: str, name: str, session_dir: Path, size: str = "1400,900", wait_ms: int = 15000
+) -> Path:
     """A PNG of `url` as headless Chromium renders it."""
     folder = Path(os.environ.get(SCREENSHOTS_ENV) or session_dir / "screenshots")
     folder.mkdir(parents=True, exist_ok=True)
@@ -145,7 +147,7 @@ def screenshot(url: str, name: str, session_dir: Path, wait_ms: int = 15000) -> 
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
-            "--window-size=1400,900",
+            f"--window-size={size}",
             f"--virtual-time-budget={wait_ms}",
             f"--screenshot={path}",
             url,

@@ -56,7 +56,7 @@ def test_a_run_has_its_params_metrics_and_artifacts(logged_run, mlflow_server, s
     assert checkpoint.file_size == (logged_run / "checkpoint.pt").stat().st_size
 
     url = f"{mlflow_server}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
-    picture = screenshot(url, "tracking-mlflow.png", session_dir)
+    picture = screenshot(url, "tracking-mlflow.png", session_dir, size="1400,2000")
     assert distinct_colours(picture) > 100, f"{picture} looks blank"
 
 
@@ -95,7 +95,7 @@ def test_a_sweep_is_a_parent_run_with_a_child_per_point(session_dir, mlflow_serv
         (run,) = [
             r.run for r in wandb_records(record_file) if r.WhichOneof("record_type") == "run"
         ][:1]
-        assert run.group == f"{sweep_dir.parent.name}/{sweep_dir.name}"
+        assert run.run_group == f"{sweep_dir.parent.name}/{sweep_dir.name}"
         assert run.job_type == "sweep-point"
     # TensorBoard: each point's settings in the HParams plugin, for one table.
     from tensorboard.plugins.hparams import plugin_data_pb2
