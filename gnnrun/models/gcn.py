@@ -27,7 +27,7 @@ class GCNConv(torch.nn.Module):
         # Glorot's initialisation, as Kipf & Welling's GCN and GAE (and PyG's GCNConv):
         # torch's default for a Linear draws weights about 2.5 times smaller, and GAE's
         # inner products then start near 0 and train slower (Cora's test ROC-AUC after
-        # its 200 epochs: 0.88 instead of 0.90).
+        # its 200 epochs, one seed: 0.878, against 0.905 with Glorot's).
         torch.nn.init.xavier_uniform_(self.linear.weight)
         self.bias = torch.nn.Parameter(torch.zeros(out_dim))
         self.project_first = out_dim < in_dim
