@@ -65,7 +65,7 @@ def run(logger: str, args, root: Path, index: int) -> tuple[list[float], float]:
     return [r["epoch_s"] for r in records[1:]], wall
 
 
-def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, float]:
+def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, float, float]:
     """A tracker's own cost per epoch, in this process: the trainer's call (`epoch_done`,
     which queues) and the tracker thread's work (sending one epoch), each the mean over
     `args.direct_epochs` epochs of a real run's records. The thread's work is CPU the
@@ -77,7 +77,7 @@ def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, f
     from gnnrun.schemas import register_schemas
     from gnnrun.tracking import make_tracker
 
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
+    os.environ["MLFLOW_TRACKING_URI"] = args.mlflow_uri or f"sqlite:///{root / 'mlflow.db'}"
     os.environ["WANDB_MODE"] = "offline"
     register_schemas()
     run_dir = root / f"direct-{logger}"
@@ -96,6 +96,7 @@ def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, f
     tracker = make_tracker(cfg, run_dir, 0, 2)
     tracker.started(0, 0, None)
     tracker.drain()
+    cpu_before = tracker.thread_cpu_s
     calls = 0.0
     start = time.perf_counter()
     for epoch in range(args.direct_epochs):
@@ -105,8 +106,10 @@ def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, f
         calls += time.perf_counter() - before
     tracker.drain()
     work = time.perf_counter() - start - calls
+    cpu = tracker.thread_cpu_s - cpu_before
     tracker.close()
-    return calls / args.direct_epochs, work / args.direct_epochs
+    n = args.direct_epochs
+    return calls / n, work / n, cpu / n
 
 
 def main() -> None:
@@ -116,17 +119,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--data-root", type=Path, default=Path("data"))
     parser.add_argument("--direct-epochs", type=int, default=200)
+    parser.add_argument(
+        "--direct-only", action="store_true", help="only each tracker's own work, no epoch runs"
+    )
+    parser.add_argument(
+        "--mlflow-uri", help="the direct measure's MLflow store (default: a sqlite file)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     epochs: dict[str, list[float]] = {name: [] for name in LOGGERS}
     walls: dict[str, list[float]] = {name: [] for name in LOGGERS}
-    costs: dict[str, tuple[float, float]] = {}
+    costs: dict[str, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-tracking-") as tmp:
         root = Path(tmp)
         run("none", args, root, -1)  # prepares the dataset and the partition: not timed
         records = [json.loads(line) for line in (root / "none--1" / "metrics.rank0.jsonl").open()]
         for logger in LOGGERS[1:]:
             costs[logger] = direct(logger, args, root, records)
+        if args.direct_only:
+            records_none = [r["epoch_s"] for r in records[1:]]
+            args.rounds = 0
+            epochs["none"] = records_none
         for round_ in range(args.rounds):
             for logger in LOGGERS:
                 times, wall = run(logger, args, root, round_)
@@ -139,25 +152,34 @@ def main() -> None:
     base = statistics.median(epochs["none"])
     print(
         f"\n{'logger':12} {'epochs':>6} {'epoch s':>9} {'vs none':>8} {'wall s':>7} "
-        f"{'call us':>8} {'thread ms':>9} {'thread/epoch':>12}"
+        f"{'call us':>8} {'thread ms':>9} {'cpu ms':>7} {'cpu/epoch':>9}"
     )
     rows = {}
     for logger in LOGGERS:
+        if not epochs[logger]:  # --direct-only: the tracker's own work alone
+            call, work, cpu = costs[logger]
+            print(
+                f"{logger:12} {'-':>6} {'-':>9} {'-':>8} {'-':>7} {call * 1e6:8.1f} "
+                f"{work * 1e3:9.3f} {cpu * 1e3:7.3f} {cpu / base:9.2%}"
+            )
+            rows[logger] = {"call_s": call, "thread_s": work, "cpu_s": cpu, "cpu_share": cpu / base}
+            continue
         median = statistics.median(epochs[logger])
-        call, work = costs.get(logger, (0.0, 0.0))
+        call, work, cpu = costs.get(logger, (0.0, 0.0, 0.0))
         rows[logger] = {
             "epochs": len(epochs[logger]),
             "epoch_s_median": median,
             "ratio": median / base,
-            "wall_s_median": statistics.median(walls[logger]),
+            "wall_s_median": statistics.median(walls[logger]) if walls[logger] else float("nan"),
             "call_s_per_epoch": call,
             "thread_s_per_epoch": work,
-            "thread_share_of_epoch": work / base,
+            "thread_cpu_s_per_epoch": cpu,
+            "thread_cpu_share_of_epoch": cpu / base,
         }
         print(
             f"{logger:12} {len(epochs[logger]):6d} {median:9.4f} {median / base:8.3f} "
             f"{rows[logger]['wall_s_median']:7.1f} {call * 1e6:8.1f} {work * 1e3:9.3f} "
-            f"{work / base:12.2%}"
+            f"{cpu * 1e3:7.3f} {cpu / base:9.2%}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

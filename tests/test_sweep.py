@@ -23,9 +23,9 @@ def count_trainings(monkeypatch) -> list[int]:
     seeds: list[int] = []
     real = trainer.train
 
-    def counting(cfg, run_dir, display=None):
+    def counting(cfg, run_dir, display=None, tracker=None):
         seeds.append(cfg.train.seed)
-        return real(cfg, run_dir, display)
+        return real(cfg, run_dir, display, tracker)
 
     monkeypatch.setattr(trainer, "train", counting)
     return seeds
@@ -40,11 +40,11 @@ def interrupt_at_seed(monkeypatch, seed: int) -> None:
     """Ctrl-C during that point's second epoch: one epoch logged, summary incomplete."""
     real = trainer.train
 
-    def interrupted(cfg, run_dir, display=None):
+    def interrupted(cfg, run_dir, display=None, tracker=None):
         if cfg.train.seed != seed:
-            return real(cfg, run_dir, display)
+            return real(cfg, run_dir, display, tracker)
         stopped = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, stop_after=1))
-        real(stopped, run_dir, display)
+        real(stopped, run_dir, display, tracker)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer, "train", interrupted)
@@ -224,11 +224,11 @@ def fail_at_seed(monkeypatch, seed: int) -> list[int]:
     seeds: list[int] = []
     real = trainer.train
 
-    def failing(cfg, run_dir, display=None):
+    def failing(cfg, run_dir, display=None, tracker=None):
         seeds.append(cfg.train.seed)
         if cfg.train.seed == seed:
             raise GnnrunError("the probe's failure")
-        return real(cfg, run_dir, display)
+        return real(cfg, run_dir, display, tracker)
 
     monkeypatch.setattr(trainer, "train", failing)
     return seeds
