@@ -26,6 +26,7 @@ OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONFIG_DIR / g).glob("*.
 # Options whose config leaves a required field for the user to give.
 REQUIRED = {
     ("dataset", "custom"): ["dataset.path=/x.npz"],
+    ("dataset", "chunked"): ["dataset.path=/x/metadata.json"],
     ("dataset", "ogbn"): ["dataset.ogb_name=ogbn-mag"],
     ("cluster", "hosts"): ["cluster.node_rank=0", "cluster.rdzv_endpoint=node0:29400"],
 }

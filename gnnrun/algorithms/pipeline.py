@@ -54,6 +54,7 @@ this epoch ended.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -303,7 +304,11 @@ class PipelinedMinibatch(DistributedMinibatch):
             self.pipeline.close()
             self.pipeline = None
         if self.served is not None:  # after the stages: they may still be asking
-            self.served.close()
+            # Closing waits for every rank to close. On the way out of an exception (a stop
+            # that every rank takes together, or a failure while the others are blocked
+            # elsewhere) it waits a little only, not to hold up the error.
+            failing = sys.exc_info()[0] is not None
+            self.served.close(timeout_s=10.0 if failing else 300.0)
             self.served = None
 
     # ------------------------------------------------------------------ the stages' side

@@ -263,10 +263,11 @@ class PartitionGraphSource(GraphSource):
         source.fetching = self.comm.request_service(self._answer_fetch)
         return source
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 300.0) -> None:
+        """End the served source's services (RequestService.close)."""
         for service in (self.sampling, self.fetching):
             if service is not None:
-                service.close()
+                service.close(timeout_s)
         self.sampling = self.fetching = None
 
     def _route(

@@ -92,12 +92,13 @@ class RequestService:
             self.bytes.add(purposes[0], (payload.numel() + header.numel()) * 8)
         return PendingAnswers(self, asked, layout, purposes[1], into or {}, works, sending)
 
-    def close(self, timeout_s: float = 5.0) -> None:
+    def close(self, timeout_s: float = 300.0) -> None:
         """Tell every other rank's server that this rank asks no more, and wait (at most
-        `timeout_s`) until every other rank has said the same to this one's. A rank closes
-        once its last minibatch is built; the ranks that train together get there within a
-        step of each other. One that does not (it failed) leaves the daemon thread behind
-        rather than hold up the error."""
+        `timeout_s`) until every other rank has said the same to this one's: the server
+        thread must be gone before the process group is (a thread still receiving then
+        aborts the process). Ranks that train together close within a step of each other.
+        A rank that is failing passes a short one: it leaves the daemon thread behind rather
+        than hold up its error while the others wait for it elsewhere."""
         if self._thread is None:
             return
         stop = torch.tensor([_STOP, 0, 0], dtype=torch.int64)
