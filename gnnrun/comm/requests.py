@@ -168,12 +168,13 @@ class PendingAnswers:
         for work in self.works:
             work.wait()
         self.works = self.sending = []
-        replies, answers = self.service.replies, {}
+        replies, answers, failed = self.service.replies, {}, []
         for r in self.asked:
             header = torch.empty(len(self.layout), dtype=torch.int64)
             dist.recv(header, r, group=replies, tag=_HEADER)
             if int(header[0]) == _FAILED:
-                raise RequestFailed(f"rank {r} could not answer a request (its log says why)")
+                failed.append(r)  # the others' answers are still taken: their sends must end
+                continue
             given = self.into.get(r)
             parts = []
             for i, ((dtype, trailing), rows) in enumerate(
@@ -189,4 +190,10 @@ class PendingAnswers:
                 self.service.bytes.add(self.purpose, part.numel() * part.element_size())
                 parts.append(part)
             answers[r] = parts
+        if failed:
+            ranks = ", ".join(map(str, failed))
+            plural = "s" if len(failed) > 1 else ""
+            raise RequestFailed(
+                f"rank{plural} {ranks} could not answer a request (their log says why)"
+            )
         return answers
