@@ -87,6 +87,7 @@ def test_ids_are_the_sources_and_another_graph_takes_the_same_model(tmp_path, mo
     np.testing.assert_allclose(renumbered["prob"], source["prob"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)
 def test_an_interrupted_run_resumes_at_the_next_layer(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     run_dir = _train(tmp_path, capsys, "algorithm=single", "algorithm.mode=full")

@@ -45,6 +45,7 @@ def test_distgnn_refuses_what_it_cannot_run_before_any_rank_starts(
     assert not (tmp_path / "data").exists()  # nothing prepared, partitioned or saved first
 
 
+@pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)
 def test_four_ranks_train_end_to_end(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     args = [

@@ -50,7 +50,8 @@ def _assert_matches_single(distributed: list[dict], single: dict) -> None:
         pytest.param("synthetic-tiny", 3, ["sage_gcn", "gcn", "sage"], marks=pytest.mark.slow),
         pytest.param("synthetic-tiny", 4, ["sage_gcn"], marks=pytest.mark.slow),
         # Every model by default, and one with every option around the layers.
-        ("cora", 2, ["sage_gcn", "gcn", "sage", OPTIONS]),
+        ("cora", 2, ["sage_gcn", "gcn", "sage"]),
+        pytest.param("cora", 2, [OPTIONS], marks=pytest.mark.slow),
         pytest.param("cora", 4, ["sage_gcn"], marks=pytest.mark.slow),
     ],
 )
@@ -73,6 +74,7 @@ def test_cd0_equals_single_full_batch(configure, request, dataset, nprocs, model
         _assert_matches_single(distributed, single)
 
 
+@pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)
 def test_cdr_limits_and_bytes(configure):
     """cdr with delay 0 is cd0 (gradients completed by autograd or delayed alike); with a
     delay beyond the run it is zero_comm; bins divide bytes."""

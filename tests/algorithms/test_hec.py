@@ -43,7 +43,11 @@ def test_cache_size_zero_is_local_only_training(configure):
     assert all(r["sent"] == 0 for r in results)
 
 
-@pytest.mark.parametrize("nprocs, delays", [(2, (0, 2)), (3, (1,))], ids=["2-ranks", "3-ranks"])
+@pytest.mark.parametrize(
+    "nprocs, delays",
+    [(2, (0, 2)), pytest.param(3, (1,), marks=pytest.mark.slow)],
+    ids=["2-ranks", "3-ranks"],
+)
 def test_a_loaded_halo_embedding_is_the_latest_its_owner_pushed_in_time(configure, nprocs, delays):
     # Batches of 16: about 6 minibatches per epoch, so that pushes cross epochs too.
     cfgs = [
@@ -142,6 +146,7 @@ def _pushes_with_eligible(results: list[dict]):
                 yield rank, now, layer, peer, ids, eligible[peer]
 
 
+@pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)
 def test_with_nothing_limited_every_eligible_halo_vertex_is_pushed(configure):
     cfg = hec_config(configure, 3, *UNLIMITED, "model.batch_size=16")
     results = run_on_ranks(rank_checks.hec_trace, 3, cfg, 1)
