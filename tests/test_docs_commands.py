@@ -333,6 +333,8 @@ def _is_fast(command: DocCommand) -> bool:
         return False
     if command.command in ("data", "partition"):
         return len(points) <= FAST_MAX_POINTS and _datasets(command) <= SMALL_DATASETS
+    if any("task=link" in p for p in points):  # 10-35 s each; tests/algorithms/test_link.py
+        return False  # trains link prediction in the default suite
     try:
         return len(points) == 1 and all(
             _value(p, "dataset") in TRAIN_FAST_DATASETS

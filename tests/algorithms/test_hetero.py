@@ -24,8 +24,8 @@ TINY = "dataset=synthetic-hetero-tiny"
 
 
 @pytest.mark.parametrize(
-    "nprocs", [2, pytest.param(4, marks=pytest.mark.slow)]
-)  # 4 ranks: make test-slow
+    "nprocs", [pytest.param(2, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)]
+)  # make test-slow (the default suite keeps under 10 minutes)
 def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs, tmp_path):
     """Per-relation sampling by the owners gives one process's blocks, relations, vertex
     types and typed features bit for bit; every sampled edge exists with its relation and
