@@ -18,7 +18,7 @@ agree within the spread between runs; see benchmarks/2026-11-26-dgl-two-harnesse
 Needs DGL's venv and the peers' graphs (once; `make dgl-venv` or the peers'
 setup_dgl.sh, then their gen_graph.py: see the peers' README.md):
 
-    .venv/bin/python scripts/bench_vs_dgl_check.py --peers ../shared/peers
+    .venv/bin/python scripts/bench_vs_dgl_check.py --peers PATH_TO_PEERS
     .venv/bin/python scripts/bench_vs_dgl_check.py --runs 1 --out check.md
 """
 
