@@ -38,6 +38,9 @@ def test_several_trackers_at_once_and_none_by_default():
 
 
 def test_a_missing_tracker_is_refused_with_its_install_line(monkeypatch):
+    # The default suite's environment has none of the trackers: tensorboard stands in as
+    # installed (any importable module does), mlflow as missing.
+    monkeypatch.setattr(BACKENDS.get("tensorboard"), "module", "json")
     monkeypatch.setattr(BACKENDS.get("mlflow"), "module", "gnnrun_no_such_package")
     logger = compose("logger=[tensorboard,mlflow]").logger
     with pytest.raises(GnnrunError, match=r"logger=mlflow needs .* pip install 'gnnrun\[mlflow\]'"):
