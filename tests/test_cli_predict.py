@@ -237,6 +237,7 @@ def test_every_algorithms_checkpoint_predicts(tmp_path, monkeypatch, capsys, tra
         assert _accuracy(output, "val", "dataset=synthetic-tiny") == pytest.approx(trained)
 
 
+@pytest.mark.slow  # 10 s: trains link prediction first
 def test_a_link_runs_predict_scores_the_given_pairs_as_its_model_does(
     tmp_path, monkeypatch, capsys
 ):

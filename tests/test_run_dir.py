@@ -64,6 +64,7 @@ def test_an_occupied_run_directory_is_refused(tmp_path):
     run_dir.refuse_occupied(tmp_path / "empty")  # a new one is fine
 
 
+@pytest.mark.slow  # 9 s: two real runs
 def test_two_runs_started_together_write_separate_directories(tmp_path):
     """... and prepare and partition their dataset once, the second waiting for the first."""
     gnnrun = Path(sys.executable).with_name("gnnrun")

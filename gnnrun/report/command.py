@@ -63,11 +63,12 @@ def cmd_report(args: list[str]) -> int:
     if options.csv is not None:
         write_csv(rows, options.csv)
     plots = write_plots(sets, out_dir)
-    # Paths are printed without markup: a [ in a directory name is not a style.
+    # Paths are printed without markup (a [ in a directory name is not a style) and on one
+    # line however long (soft_wrap: the terminal wraps it, so that it copies whole).
     csv_files = [out_dir / "report.csv", *([options.csv] if options.csv else [])]
-    out.print(f"table as CSV: {', '.join(map(str, csv_files))}", markup=False)
+    out.print(f"table as CSV: {', '.join(map(str, csv_files))}", markup=False, soft_wrap=True)
     for path in plots.written:
-        out.print(f"plot: {path}", markup=False)
+        out.print(f"plot: {path}", markup=False, soft_wrap=True)
     for name, why in plots.skipped:
         out.print(f"not drawn: {name} ({why})", markup=False, style="dim")
     return 0

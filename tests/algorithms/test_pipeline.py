@@ -107,6 +107,7 @@ def test_slow_stages_show_where_the_time_goes(configure):
         assert result["slow_compute"][-1]["ready"] == 0  # no epoch after the last
 
 
+@pytest.mark.slow  # 9 s, and timed: it wants a machine that is not loaded
 def test_a_stalled_rank_does_not_stall_the_others_sampling(configure):
     """Served requests: rank 0 builds its minibatches while rank 1's sampler is held up,
     since rank 1's server threads answer for it; with all-to-alls it builds none until

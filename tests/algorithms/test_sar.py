@@ -58,8 +58,8 @@ def _assert_matches_single(per_rank: list[dict], single: dict, name: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "nprocs", [1, 2, pytest.param(4, marks=pytest.mark.slow)]
-)  # 4 ranks: make test-slow
+    "nprocs", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 1 and 4 ranks: make test-slow
 def test_sar_and_domain_parallel_equal_single_full_batch(configure, nprocs):
     """Losses, summed parameter gradients and logits of single full batch, for SAGE (mean,
     gcn), GCN, GAT, RGCN and heterogeneous SAGE (on a homogeneous graph), with and without

@@ -65,8 +65,8 @@ def _products(events: list, purpose: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "nprocs", [1, 2, pytest.param(4, marks=pytest.mark.slow)]
-)  # 4 ranks: make test-slow
+    "nprocs", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)]
+)  # 1 and 4 ranks: make test-slow
 def test_spmm1d_equals_single_full_batch(configure, tmp_path, nprocs):
     runs = [  # (model, overrides of algorithm and partition)
         ("gcn16", ()),

@@ -24,7 +24,7 @@ TINY = ("dataset=synthetic-tiny",)
         (1, "sage", 7),  # chunks far smaller than the graph
         (2, "gcn", 50),  # GCN reads the graph's out-degrees of remote vertices
         (2, "sage_gcn", 100_000),  # one chunk per rank
-        (4, "gat", 33),
+        pytest.param(4, "gat", 33, marks=pytest.mark.slow),  # 5 s
         # Every option around the layers: the input linear layer and the skip rows go
         # with the transform, jumping knowledge reads the earlier layers' files.
         (2, "gcn model.residual=true model.norm=batch model.input_mlp=true model.jk=cat", 50),

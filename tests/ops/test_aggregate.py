@@ -183,7 +183,7 @@ def test_odd_shapes():
 
 
 @needs_native
-@pytest.mark.parametrize("max_degree", [4, 16])
+@pytest.mark.parametrize("max_degree", [4, pytest.param(16, marks=pytest.mark.slow)])
 def test_large_inputs_in_huge_pages(max_degree):
     """x and the output above 32 MiB: x is staged in huge pages only with >= 8 edges per source."""
     n, width = 140_000, 64

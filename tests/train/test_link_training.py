@@ -69,7 +69,10 @@ def feature_scorer_metrics(cfg, epochs: int) -> dict[str, float]:
 
 @pytest.mark.parametrize(
     ("dataset", "mode", "epochs"),
-    [("cora", "full", 200), pytest.param("facebook", "minibatch", 10, marks=pytest.mark.slow)],
+    [  # 9 s and more each: tests/algorithms/test_link.py trains link prediction by default
+        pytest.param("cora", "full", 200, marks=pytest.mark.slow),
+        pytest.param("facebook", "minibatch", 10, marks=pytest.mark.slow),
+    ],
 )
 def test_sage_ranks_held_out_edges_far_better_than_a_scorer_on_the_features(
     tmp_path, shared_datasets, dataset, mode, epochs
