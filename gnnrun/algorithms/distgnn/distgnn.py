@@ -2,7 +2,7 @@
 
 Each rank trains on its part's edges and a clone of every vertex they touch.
 Every aggregation is local (the part's edges), then completed across the
-clones of split vertices by DRPA (gnnrun/algorithms/drpa.py): synchronously
+clones of split vertices by DRPA (gnnrun/algorithms/distgnn/drpa.py): synchronously
 every layer (cd0), delayed by `algorithm.delay_epochs` epochs and in `algorithm.bins`
 turns (cdr), or not at all (zero_comm).
 
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from gnnrun.algorithms.base import AlgorithmConfig
-from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
+from gnnrun.algorithms.distgnn.drpa import CloneTree, DelayedRemoteAggregates
 from gnnrun.algorithms.full_batch import FullBatch
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.config import check

@@ -4,7 +4,7 @@ memory baseline `domain_parallel`.
 Each rank owns its part's solid vertices and computes every layer for them
 alone; the model runs on a Block over those vertices whose `sharded`
 aggregation brings in the in-edges from other parts
-(gnnrun/algorithms/shards.py): one remote shard at a time under `sar`
+(gnnrun/algorithms/sar/shards.py): one remote shard at a time under `sar`
 (Sequential Aggregation and Rematerialization, Mostafa, MLSys 2022; with
 `algorithm.prefetch`, the next shard arrives while the current one is
 aggregated), all of a layer's remote rows at once, kept for the backward pass,
@@ -31,7 +31,7 @@ import torch
 from gnnrun.algorithms.base import AlgorithmConfig
 from gnnrun.algorithms.full_batch import FullBatch
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.shards import (
+from gnnrun.algorithms.sar.shards import (
     DomainParallelAggregation,
     SequentialAggregation,
     ShardPlan,

@@ -3,7 +3,7 @@
 Each rank holds one row block of the renumbered graph (gnnrun.partition.block1d):
 its rows of GCN's normalised adjacency Â, cut into P column tiles, and its rows
 of the features. A GCN layer is out = Â H W + b. Its sparse product runs in P
-broadcast stages (gnnrun.algorithms.staged); weights are replicated and their
+broadcast stages (gnnrun.algorithms.spmm1d.staged); weights are replicated and their
 gradients summed across ranks by the trainer (each rank's loss is its share of
 the global mean). The dense product goes first when it narrows the width that
 travels (out_dim < in_dim: Â (H W)), last otherwise ((Â H) W), as GCNConv
@@ -53,7 +53,7 @@ import torch
 from gnnrun.algorithms.base import AlgorithmConfig
 from gnnrun.algorithms.full_batch import FullBatch
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.staged import StagedProduct
+from gnnrun.algorithms.spmm1d.staged import StagedProduct
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError
 from gnnrun.ops.dropout import dropout, relu_dropout
