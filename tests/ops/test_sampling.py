@@ -14,7 +14,7 @@ from gnnrun.ops.sampling import (
     sample_neighbors_reference,
     sample_relations,
 )
-from tests.ops.blocks import sample_blocks
+from tests.ops.sampled_blocks import sample_blocks
 
 HAVE_NATIVE = native_op("sample_neighbors", "sampler") is not None
 needs_native = pytest.mark.skipif(not HAVE_NATIVE, reason="kernels/sampler.cpp did not build")
