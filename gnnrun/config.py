@@ -164,7 +164,7 @@ class SlurmClusterConfig(ClusterConfig):
 @dataclass
 class HostsClusterConfig(ClusterConfig):
     """cluster=hosts: one `gnnrun train` per host, joined by a rendezvous (as `torchrun
-    --nnodes --node-rank --rdzv-endpoint` does); gnnrun.launch.hosts."""
+    --nnodes --node-rank --rdzv-endpoint` does); gnnrun.launch.elastic."""
 
     name: str = "hosts"
     # Named as cluster=slurm names them (nodes, tasks_per_node: a task is a rank).

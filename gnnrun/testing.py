@@ -7,7 +7,6 @@ and a failing rank raises GnnrunError quoting its rank and error.
 
 from __future__ import annotations
 
-import datetime
 import inspect
 import os
 import sys
@@ -15,23 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from gnnrun.launch.elastic import launch_local
-
-
-def _rank_entry(fn: Callable[..., Any], timeout_s: int, args: tuple) -> Any:
-    from torch.distributed.elastic.multiprocessing.errors import record
-
-    @record
-    def body() -> Any:
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
-        try:
-            return fn(dist.get_rank(), dist.get_world_size(), *args)
-        finally:
-            dist.destroy_process_group()
-
-    return body()
+from gnnrun.launch.rank import in_gloo_group
 
 
 def run_on_ranks(
@@ -46,4 +30,4 @@ def run_on_ranks(
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    return launch_local(_rank_entry, (fn, timeout_s, args), nprocs, timeout_s)
+    return launch_local(in_gloo_group, (fn, timeout_s, args), nprocs, timeout_s)

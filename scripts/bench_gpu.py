@@ -45,8 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnrun.algorithms.minibatch import Minibatch
-from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
+from gnnrun.algorithms import LocalGraphSource, Minibatch, make_minibatch
 from gnnrun.models import build_model
 from gnnrun.models.registry import ModelConfig
 from gnnrun.ops.block import Block

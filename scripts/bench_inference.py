@@ -126,8 +126,7 @@ def full_forward(run: Path, dataset_name: str) -> dict:
 def sampled(run: Path, dataset_name: str, exact: Path) -> dict:
     import torch
 
-    from gnnrun.algorithms.minibatch import EVAL_STREAM, step_key
-    from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
+    from gnnrun.algorithms import EVAL_STREAM, LocalGraphSource, make_minibatch, step_key
     from gnnrun.infer import read_output
 
     cfg, dataset, model = _loaded(run, dataset_name)

@@ -68,8 +68,7 @@ def locality(args, ranks: int) -> list[dict]:
     import numpy as np
     import torch
 
-    from gnnrun.algorithms.minibatch import step_key
-    from gnnrun.algorithms.sources import LocalGraphSource, sample_minibatch
+    from gnnrun.algorithms import LocalGraphSource, sample_minibatch, step_key
     from gnnrun.data.dataset import GraphDataset
     from gnnrun.errors import GnnrunError
 

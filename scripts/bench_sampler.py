@@ -1,4 +1,9 @@
-"""Neighbour-sampling throughput: sampled edges per second of gnnrun.ops.sampling.sample_blocks.
+"""Neighbour-sampling throughput: sampled edges per second of the sampling training runs.
+
+Each batch's blocks come from `gnnrun.algorithms.sample_minibatch` over a
+`LocalGraphSource`, keyed by `step_key` as a training step's are: the path
+`algorithm=single` and `minibatch` take (DistDGL's and the pipeline's ranks ask
+other ranks for some of the rows, through the same kernels).
 
 Graph: a seeded Chung-Lu power-law graph (default 1M nodes, 25M directed edges,
 i.e. 12.5M undirected pairs stored both ways, degree exponent 2.5, vertex ids
@@ -6,7 +11,10 @@ shuffled so that hubs are spread over the id range), drawn vectorised here.
 
 For each fanout list and thread count, `--batches` batches of `--batch-size`
 distinct random seeds are sampled (after two warm-up batches); the figure is
-the total number of block edges over the total wall time, compaction included.
+the total number of block edges over the total wall time, compaction included. The
+numpy reference and the share of compaction are timed hop by hop on the kernels
+(`gnnrun.ops.sampling`: `sample_neighbors`, `compact`), the only level that chooses
+between native and reference.
 
 Fanouts are in gnnrun's order (PyG's: the first entry is what each seed gets).
 `[15, 10, 5]` is DGL's `NeighborSampler([5, 10, 15])`, and `[5, 10, 15]` is
@@ -34,8 +42,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnrun.algorithms import LocalGraphSource, sample_minibatch, step_key
+from gnnrun.data.dataset import GraphDataset
 from gnnrun.ops.native import native_op
-from gnnrun.ops.sampling import compact, sample_blocks, sample_neighbors
+from gnnrun.ops.sampling import compact, sample_neighbors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dgl_side import check_dgl_python, run_worker  # noqa: E402
@@ -81,15 +91,28 @@ def busy_cores() -> tuple[float, float]:
     return machine, time.process_time()
 
 
-def rate(indptr, indices, batches, fanouts, native, seed=0) -> tuple[float, float, float]:
-    """(sampled edges per second, mean edges per batch, cores busy with other work meanwhile)."""
-    for warm in batches[:2]:
-        sample_blocks(indptr, indices, warm, fanouts, seed, native=native)
+def graph_source(indptr: torch.Tensor, indices: torch.Tensor) -> LocalGraphSource:
+    """The drawn graph as training reads it: a dataset without features or labels."""
+    n = indptr.numel() - 1
+    empty = np.zeros(0, dtype=np.int64)
+    dataset = GraphDataset(
+        name="chung-lu", indptr=indptr.numpy(), indices=indices.numpy(),
+        feat=np.zeros((n, 0), dtype=np.float32), label=np.zeros(n, dtype=np.int64),
+        train_idx=empty, val_idx=empty, test_idx=empty, num_classes=1,
+    )  # fmt: skip
+    return LocalGraphSource(dataset)
+
+
+def rate(source, batches, fanouts, seed=0) -> tuple[float, float, float]:
+    """Training's sampling: (sampled edges per second, mean edges per batch, cores busy
+    with other work meanwhile)."""
+    for i, warm in enumerate(batches[:2]):
+        sample_minibatch(source, warm, fanouts, step_key(seed + 1, 0, i))
     edges = 0
     machine0, own0 = busy_cores()
     start = time.perf_counter()
     for i, seeds in enumerate(batches):
-        blocks = sample_blocks(indptr, indices, seeds, fanouts, seed + i, native=native)
+        blocks = sample_minibatch(source, seeds, fanouts, step_key(seed, 0, i))
         edges += sum(b.num_edges for b in blocks)
     elapsed = time.perf_counter() - start
     machine1, own1 = busy_cores()
@@ -97,20 +120,25 @@ def rate(indptr, indices, batches, fanouts, native, seed=0) -> tuple[float, floa
     return edges / elapsed, edges / len(batches), others
 
 
-def compaction_share(indptr, indices, batches, fanouts, seed=0) -> float:
-    """The share of sampling time spent compacting (relabelling each hop into a block and
-    finding the next hop's frontier, in one pass): sample_blocks' loop, each call timed."""
+def kernel_loop(indptr, indices, batches, fanouts, native, seed=0) -> tuple[float, float]:
+    """The same hops on the kernels alone, each call timed: (sampled edges per second,
+    the share of the time spent compacting: relabelling each hop into a block and
+    finding the next hop's frontier, in one pass)."""
     sampling = compacting = 0.0
+    edges = 0
     for i, seeds in enumerate(batches):
         dst = seeds
         for layer, fanout in enumerate(fanouts):
             start = time.perf_counter()
-            offsets, neighbours = sample_neighbors(indptr, indices, dst, fanout, seed + i, layer)
+            offsets, neighbours = sample_neighbors(
+                indptr, indices, dst, fanout, seed + i, layer, native=native
+            )
             middle = time.perf_counter()
-            dst = compact(dst, offsets, neighbours)[2]
+            dst = compact(dst, offsets, neighbours, native=native)[2]
             sampling += middle - start
             compacting += time.perf_counter() - middle
-    return compacting / (sampling + compacting)
+            edges += int(neighbours.numel())
+    return edges / (sampling + compacting), compacting / (sampling + compacting)
 
 
 def dgl_side(args, indptr, indices, batches) -> dict:
@@ -188,6 +216,7 @@ def main() -> None:
         f"batch {args.batch_size}, {args.batches} batches, best of {args.repeats}; "
         "fanouts in gnnrun order (first entry = each seed's neighbours)"
     )
+    source = graph_source(indptr, indices)
     for fanouts in FANOUTS:
         dgl_name = list(reversed(fanouts))
         results = {}
@@ -195,7 +224,7 @@ def main() -> None:
             torch.set_num_threads(threads)
             best, per_batch, others = 0.0, 0.0, 0.0
             for _ in range(args.repeats):
-                r, per_batch, busy = rate(indptr, indices, batches, fanouts, native=True)
+                r, per_batch, busy = rate(source, batches, fanouts)
                 if r > best:
                     best, others = r, busy
             results[threads] = best
@@ -205,7 +234,7 @@ def main() -> None:
                 f"{per_batch / best * 1e3:.1f} ms/batch; other jobs busy {others:.1f} cores)"
             )
         torch.set_num_threads(default_threads)
-        ref, _, _ = rate(indptr, indices, batches[: args.ref_batches], fanouts, native=False)
+        ref = kernel_loop(indptr, indices, batches[: args.ref_batches], fanouts, native=False)[0]
         top = results[max(results)]
         print(
             f"  numpy reference, {default_threads} thread(s): {ref / 1e6:6.2f} M edges/s; "
@@ -214,9 +243,16 @@ def main() -> None:
         if 1 in results and 2 in results:
             print(f"  2-thread speed-up {results[2] / results[1]:.2f}x")
         torch.set_num_threads(1)
-        share = compaction_share(indptr, indices, batches, fanouts)
+        bare, share = max(  # best of the repeats, as the training path's figure is
+            kernel_loop(indptr, indices, batches, fanouts, native=True) for _ in range(args.repeats)
+        )
         torch.set_num_threads(default_threads)
         print(f"  compaction (relabelling and next frontier), 1 thread: {share:.0%} of sampling")
+        if 1 in results:  # what the training path adds to the kernels (blocks, dispatch)
+            print(
+                f"  the kernels' hops alone, 1 thread: {bare / 1e6:6.1f} M edges/s; "
+                f"training path / kernels {results[1] / bare:.2f}x"
+            )
         if dgl:
             theirs = dgl[tuple(fanouts)]["edges_per_s"]
             print(

@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,7 @@ reexec_with_allocator()  # as `gnnrun` does, before torch is imported
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fullbatch import available_gib, load, table, threads_note  # noqa: E402
-from train_runs import GNNRUN, REPO, variant_run  # noqa: E402
+from train_runs import GNNRUN, REPO, epoch_figures, variant_run  # noqa: E402
 
 PHASES = ("fwd", "bwd", "comm", "ared", "opt")
 # (label, algorithm, its overrides)
@@ -93,28 +92,6 @@ def train_run(
         [*dataset_overrides, f"model={args.model}", *args.model_overrides],
         [f"algorithm={algorithm}", *extra],
     )
-
-
-def epoch_figures(run: dict, skip: int) -> dict:
-    """Medians over the epochs after `skip`: epoch time (slowest rank), phases and bytes per
-    purpose (rank means)."""
-    records = run["records"]
-    epochs = len(records[0])
-    keep = range(min(skip, epochs - 1), epochs)
-
-    def rank_mean(value) -> float:
-        return statistics.fmean(statistics.median(value(r, e) for e in keep) for r in records)
-
-    purposes = sorted({p for r in records for rec in records[r] for p in rec["bytes"]})
-    return {
-        "epoch_s": statistics.median(max(records[r][e]["epoch_s"] for r in records) for e in keep),
-        "phases": {
-            k: rank_mean(lambda r, e, k=k: records[r][e]["time"].get(k, 0.0)) for k in PHASES
-        },
-        "mb": {
-            p: rank_mean(lambda r, e, p=p: records[r][e]["bytes"].get(p, 0) / 1e6) for p in purposes
-        },
-    }
 
 
 def memory_figures(run: dict) -> dict:
@@ -218,7 +195,7 @@ def speed(args: argparse.Namespace, tmp: Path) -> list[dict]:
     for label, ranks in plan:
         run = train_run(args, tmp, "epochs", args.dataset, label, ranks, args.epochs)
         if "records" in run:
-            run["epochs"] = epoch_figures(run, args.warmup)
+            run["epochs"] = epoch_figures(run, args.warmup, PHASES)
             run.pop("records")
             print(f"  {label} x{ranks}: {run['epochs']['epoch_s']:.3f} s/epoch", flush=True)
         runs.append(run)

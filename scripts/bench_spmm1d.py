@@ -53,7 +53,6 @@ import os
 import platform
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_fullbatch import available_gib, load, table, threads_note  # noqa: E402
 from bench_kernels import stream_copy_gbs  # noqa: E402
 from dgl_side import check_dgl_python, run_worker  # noqa: E402
-from train_runs import GNNRUN, REPO, variant_run  # noqa: E402
+from train_runs import GNNRUN, REPO, epoch_figures, variant_run  # noqa: E402
 
 from gnnrun.launch.rank import rank_cpus  # noqa: E402
 
@@ -121,29 +120,6 @@ def train_run(args, tmp: Path, tag: str, dataset: str, label: str, ranks: int, e
         ["model=gcn", *args.model_overrides],
         [f"algorithm={algorithm}", *extra],
     )
-
-
-def epoch_figures(run: dict, skip: int) -> dict:
-    """Medians over the epochs after `skip`: epoch time (slowest rank), phases and bytes per
-    purpose (rank means)."""
-    records = run["records"]
-    epochs = len(records[0])
-    keep = range(min(skip, epochs - 1), epochs)
-
-    def rank_mean(value) -> float:
-        return statistics.fmean(statistics.median(value(r, e) for e in keep) for r in records)
-
-    purposes = sorted({p for r in records for rec in records[r] for p in rec["bytes"]})
-    return {
-        "epoch_s": statistics.median(max(records[r][e]["epoch_s"] for r in records) for e in keep),
-        "phases": {
-            k: rank_mean(lambda r, e, k=k: records[r][e]["time"].get(k, 0.0))
-            for k in PHASES + SPMM_PHASES
-        },
-        "mb": {
-            p: rank_mean(lambda r, e, p=p: records[r][e]["bytes"].get(p, 0) / 1e6) for p in purposes
-        },
-    }
 
 
 def gnnrun_config(args):
@@ -245,7 +221,7 @@ def speed(args, tmp: Path) -> list[dict]:
     for label, ranks in plan:
         run = train_run(args, tmp, "epochs", args.dataset, label, ranks, args.epochs)
         if "records" in run:
-            run["epochs"] = epoch_figures(run, args.warmup)
+            run["epochs"] = epoch_figures(run, args.warmup, PHASES + SPMM_PHASES)
             run.pop("records")
             print(f"  {label} x{ranks}: {run['epochs']['epoch_s']:.3f} s/epoch", flush=True)
         runs.append(run)

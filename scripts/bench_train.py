@@ -6,7 +6,7 @@ Graph: the seeded Chung-Lu power-law graph of scripts/bench_kernels.py (default
 classes. Model and sampling: the `sage_products` preset (configs/model/
 sage_products.yaml: 3 SAGE-mean layers, 256 hidden, dropout 0.5, batch 1000,
 fanouts seeds-first [15, 10, 5], Adam lr 0.003), built with
-`gnnrun.models.build_model` and sampled with `gnnrun.algorithms.sources`
+`gnnrun.models.build_model` and sampled with `gnnrun.algorithms.minibatch.sources`
 (`LocalGraphSource` + `make_minibatch`) as `algorithm=single
 algorithm.mode=minibatch` trains, with its step keys.
 
@@ -61,8 +61,7 @@ import torch
 from bench_kernels import chung_lu  # scripts/ is on sys.path when this file runs
 from dgl_side import check_dgl_python, run_worker
 
-from gnnrun.algorithms.minibatch import step_key
-from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
+from gnnrun.algorithms import LocalGraphSource, make_minibatch, step_key
 from gnnrun.models import ACTIVATIONS, build_model
 from gnnrun.models.registry import ModelConfig
 from gnnrun.ops.block import Block

@@ -7,7 +7,7 @@ gnnrun's. The .npz holds `indptr`, `indices` (gnnrun's in-edge CSR, symmetric)
 and `batches` (one row of seed ids per batch). For each fanout list (gnnrun's
 order: the first entry is what each seed gets), DGL's
 `NeighborSampler(reversed list).sample_blocks` builds the blocks of every batch
-(sampling and compaction into blocks, as gnnrun's `sample_blocks` does), after
+(sampling and compaction into blocks, as gnnrun's `sample_minibatch` does), after
 two warm-up batches; the figure is block edges per second, best of
 `--repeats` passes, as bench_sampler.py measures gnnrun. Prints one JSON object.
 

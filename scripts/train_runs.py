@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,29 +98,43 @@ def variant_run(
     return result
 
 
-def epoch_figures(run: dict) -> dict:
-    """What every comparison of minibatch runs reports, from a run's per-rank records: the
-    median epoch (the slowest rank's, over the epochs after the first; the only one when
-    the run trained one), each epoch, rank 0's median phases, training bytes sent and
-    peak memory, and its last record (`last`); `failed` for a run that did not finish."""
+def epoch_figures(run: dict, skip: int = 1, phases: Sequence[str] = PHASES) -> dict:
+    """What every comparison of runs reports, from a run's per-rank records, over the epochs
+    after the first `skip` (the last one alone when the run trained no more): the median
+    epoch (the slowest rank's) and each epoch (all of them); rank 0's median `phases`,
+    training bytes sent and peak memory, and its last record (`last`); the rank means of
+    the median phases and of the median megabytes sent per purpose (`phases`, `mb`).
+    `failed` for a run that did not finish."""
     if "records" not in run:
         return {**run, "failed": True}
     records = run["records"]
     epochs = len(records[0])
+    keep = range(min(skip, epochs - 1), epochs)
     slowest = [max(r[e]["epoch_s"] for r in records.values()) for e in range(epochs)]
-    rank0 = records[0][1:] or records[0]
+    rank0 = [records[0][e] for e in keep]
+
+    def rank_mean(value) -> float:
+        return statistics.fmean(statistics.median(value(r, e) for e in keep) for r in records)
+
+    purposes = sorted({p for r in records for rec in records[r] for p in rec["bytes"]})
     return {
-        "label": run["label"],
-        "ranks": run["ranks"],
-        "command": run["command"],
-        "epoch_s": statistics.median(slowest[1:] or slowest),
+        "label": run.get("label"),
+        "ranks": run.get("ranks"),
+        "command": run.get("command"),
+        "epoch_s": statistics.median(slowest[e] for e in keep),
         "epoch_s_each": slowest,
         "phases_rank0": {
-            p: statistics.median(r["time"].get(p, 0.0) for r in rank0) for p in PHASES
+            p: statistics.median(r["time"].get(p, 0.0) for r in rank0) for p in phases
         },
         "mb_sent_rank0": statistics.median(sum(r["bytes"].values()) for r in rank0) / 1e6,
         "peak_rss_mb_rank0": max(r["peak_rss_mb"] for r in records[0]),
         "last": records[0][-1],
+        "phases": {
+            k: rank_mean(lambda r, e, k=k: records[r][e]["time"].get(k, 0.0)) for k in phases
+        },
+        "mb": {
+            p: rank_mean(lambda r, e, p=p: records[r][e]["bytes"].get(p, 0) / 1e6) for p in purposes
+        },
     }
 
 

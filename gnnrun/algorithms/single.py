@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnrun.algorithms.minibatch import SampledTraining, step_key
+from gnnrun.algorithms.minibatch.minibatch import SampledTraining, step_key
+from gnnrun.algorithms.minibatch.sources import LocalGraphSource
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.sources import LocalGraphSource
 from gnnrun.ops.block import Block
 from gnnrun.tasks import load_for_task
 

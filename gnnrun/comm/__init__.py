@@ -166,6 +166,71 @@ class Communicator:
                 dist.all_reduce(values, group=self.group)
         return values
 
+    def all_reduce_max(self, values: torch.Tensor) -> torch.Tensor:
+        """The element-wise maximum over ranks, into `values` (returned)."""
+        if self.distributed:
+            with self.blocked():
+                dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self.group)
+        return values
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's `tensor` (same shape and dtype on all), in rank order."""
+        if not self.distributed:
+            return [tensor]
+        every = [torch.zeros_like(tensor) for _ in range(self.world_size)]
+        with self.blocked():
+            dist.all_gather(every, tensor, group=self.group)
+        return every
+
+    def all_gather_object(self, value: Any) -> list[Any]:
+        """Every rank's picklable `value`, in rank order."""
+        if not self.distributed:
+            return [value]
+        gathered: list[Any] = [None] * self.world_size
+        with self.blocked():
+            dist.all_gather_object(gathered, value, group=self.group)
+        return gathered
+
+    def exchange_rows(self, rows: torch.Tensor, counts: torch.Tensor, purpose: str) -> torch.Tensor:
+        """All-to-all-v of one tensor whose rows are grouped by destination rank, `counts`
+        [world] of them to each: the rows received, grouped by the rank they came from.
+
+        `exchange` without the copy into and out of per-rank lists, for exchanges whose
+        memory is budgeted (the distributed preparation and partitioning)."""
+        if not self.distributed:
+            return rows
+        incoming = torch.zeros(self.world_size, dtype=torch.int64)
+        with self.blocked():
+            dist.all_to_all_single(incoming, counts, group=self.group)
+        received = torch.empty((int(incoming.sum()), *rows.shape[1:]), dtype=rows.dtype)
+        with self.blocked():
+            dist.all_to_all_single(
+                received,
+                rows,
+                output_split_sizes=incoming.tolist(),
+                input_split_sizes=counts.tolist(),
+                group=self.group,
+            )
+        row = rows[0].numel() * rows.element_size() if rows.shape[0] else 0
+        self.bytes.add(purpose, int(counts.sum() - counts[self.rank]) * row + counts.numel() * 8)
+        return received
+
+    def all_to_all_start(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_splits: list[int],
+        input_splits: list[int],
+    ) -> Any:
+        """A flat all-to-all-v whose split sizes both sides already know, returning at once:
+        the backend's work handle (`wait()`, `get_future()`), or None when not distributed.
+        The caller counts its bytes (DRPA counts what it sends, its own share included)."""
+        if not self.distributed:
+            return None
+        return dist.all_to_all_single(
+            output, input, output_splits, input_splits, group=self.group, async_op=True
+        )
+
     def barrier(self) -> None:
         if self.distributed:
             with self.blocked():

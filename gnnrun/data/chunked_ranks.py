@@ -14,13 +14,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gnnrun.data.chunked import ChunkedGraph
 from gnnrun.errors import GnnrunError
 from gnnrun.io import sha256_file
+
+if TYPE_CHECKING:  # torch is imported where it is needed, not with this module
+    from gnnrun.comm import Communicator
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -143,26 +146,17 @@ def check_ids(graph: ChunkedGraph, src: np.ndarray, dst: np.ndarray) -> None:
         )
 
 
-def exchange_pairs(payload: np.ndarray, send_counts: np.ndarray) -> np.ndarray:
+def exchange_pairs(comm: Communicator, payload: np.ndarray, send_counts: np.ndarray) -> np.ndarray:
     """Rows of `payload` (grouped by destination rank, `send_counts` each) to their ranks;
     the rows received, grouped by the rank they came from."""
     import torch
-    import torch.distributed as dist
 
-    world = send_counts.size
-    incoming = torch.zeros(world, dtype=torch.int64)
-    dist.all_to_all_single(incoming, torch.from_numpy(send_counts))
-    received = torch.empty((int(incoming.sum()), 2), dtype=torch.int64)
-    dist.all_to_all_single(
-        received,
-        torch.from_numpy(np.ascontiguousarray(payload)),
-        output_split_sizes=incoming.tolist(),
-        input_split_sizes=send_counts.tolist(),
-    )
-    return received.numpy()
+    rows = torch.from_numpy(np.ascontiguousarray(payload))
+    return comm.exchange_rows(rows, torch.from_numpy(send_counts), "edges").numpy()
 
 
 def exchange_edges(
+    comm: Communicator,
     graph: ChunkedGraph,
     plan: RoundPlan,
     share: tuple[int, int],
@@ -173,14 +167,9 @@ def exchange_edges(
     """Read the listed edges [share) a round at a time (self-loops dropped, reverses added
     on an undirected graph), send each [dst, src] pair to rank `owner(dst)`, and hand what
     arrives (grouped by sender) to `keep`. Every rank takes part in every round."""
-    import torch
-    import torch.distributed as dist
-
     world = figures.world
     # Every rank must take part in as many exchanges as the others: the most rounds any plans.
-    rounds = torch.tensor([plan.rounds], dtype=torch.int64)
-    dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
-    total = int(rounds.item())
+    total = comm.max_int(plan.rounds)
     for round_ in range(total):
         a = min(share[1], share[0] + round_ * plan.round_edges)
         src, dst = read_listed(graph, a, min(share[1], a + plan.round_edges))
@@ -196,7 +185,7 @@ def exchange_edges(
         del src, dst, order
         send_counts = np.bincount(to_rank, minlength=world).astype(np.int64)
         del to_rank
-        received = exchange_pairs(payload, send_counts)
+        received = exchange_pairs(comm, payload, send_counts)
         del payload
         keep(received)
         sent = int(send_counts.sum() - send_counts[figures.rank])

@@ -56,12 +56,13 @@ def _bounds(n: int, world: int) -> np.ndarray:
 def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     """One rank's rows of the prepared dataset, into `tmp_dir` (in its process group)."""
     import torch
-    import torch.distributed as dist
 
+    from gnnrun.comm import Communicator
     from gnnrun.memory import PeakMemory, resident_mb
 
     start = time.perf_counter()
-    world = dist.get_world_size()
+    comm = Communicator()
+    world = comm.world_size
     tmp = Path(tmp_dir)
     dcfg = cfg.dataset
     graph = open_chunked(dcfg.path)
@@ -72,7 +73,7 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     peak = PeakMemory()
 
     baseline = torch.tensor([resident_mb() * MIB], dtype=torch.float64)
-    dist.all_reduce(baseline, op=dist.ReduceOp.MAX)
+    comm.all_reduce_max(baseline)
     figures.baseline_mb = float(baseline.item()) / MIB
     total = graph.num_edges
     share = (total * rank // world, total * (rank + 1) // world)
@@ -100,7 +101,7 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     spill_path = tmp / SPILL.format(rank=rank)
     with open(spill_path, "wb") as spill:
         exchange_edges(
-            graph, plan, share, lambda dst: np.searchsorted(bounds, dst, side="right") - 1,
+            comm, graph, plan, share, lambda dst: np.searchsorted(bounds, dst, side="right") - 1,
             lambda received: spill.write(received.tobytes()), figures,
         )  # fmt: skip
     figures.seconds["exchange_s"] = time.perf_counter() - t
@@ -124,8 +125,7 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     del rows
     splits = {s: _split_ids(graph, s, lo, hi) for s in SPLITS}
     counts = torch.tensor([indices.size] + [splits[s].size for s in SPLITS], dtype=torch.int64)
-    every = [torch.zeros_like(counts) for _ in range(world)]
-    dist.all_gather(every, counts)
+    every = comm.all_gather(counts)
     table = torch.stack(every).numpy()  # [world, 1 + splits]
     before, totals = table[:rank].sum(0), table.sum(0)
     shapes = {
@@ -138,7 +138,7 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     if rank == 0:
         for name, (shape, dtype) in shapes.items():
             mapped_rows(tmp / f"{name}.npy", shape, dtype).flush()
-    dist.barrier()
+    comm.barrier()
 
     def mapped(name: str) -> np.ndarray:
         return np.lib.format.open_memmap(tmp / f"{name}.npy", mode="r+")
@@ -167,7 +167,7 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         out[before[1 + i] : before[1 + i] + ids.size] = ids
         out.flush()
     figures.seconds["rows_s"] = time.perf_counter() - t
-    dist.barrier()
+    comm.barrier()
 
     # 4. Checksums: file i by rank i mod world.
     t = time.perf_counter()
@@ -182,7 +182,7 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     figures.peak_rss_mb = peak.run_peak_mb()
     figures.seconds["total_s"] = time.perf_counter() - start
     say(rank, f"rows [{lo:,}, {hi:,}) written, {figures.edges_received:,} edges received")
-    dist.barrier()
+    comm.barrier()
     return {"records": records, "figures": figures.__dict__}
 
 

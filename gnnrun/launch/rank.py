@@ -17,7 +17,7 @@ import json
 import os
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,22 @@ def process_group(
             yield
     finally:
         dist.destroy_process_group()
+
+
+def in_gloo_group(fn: Callable[..., Any], timeout_s: int, args: tuple) -> Any:
+    """fn(rank, world_size, *args) in a gloo process group joined from the environment the
+    elastic launcher sets (gnnrun.testing's ranks), leaving it at the end."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def body() -> Any:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        try:
+            return fn(dist.get_rank(), dist.get_world_size(), *args)
+        finally:
+            dist.destroy_process_group()
+
+    return body()
 
 
 # Settings that may differ between the ranks of one run: a host's own place and CPUs,

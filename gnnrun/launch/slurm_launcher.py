@@ -20,7 +20,8 @@ the stock launcher). On top of the stock launcher this one:
 - in the job, turns a gnnrun error (SystemExit from the CLI) into a job error.
 
 Every SLURM task of a job runs `__call__`, hence the Hydra task function
-(`gnnrun.cli._train`), which becomes that task's rank (gnnrun.launch.slurm).
+(`gnnrun.cli.run_hydra`'s entry, running `gnnrun.job.train`), which becomes
+that task's rank (gnnrun.launch.slurm).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ class ModelConfig:
     heads: int = 1  # gat (gnnrun.models.gat)
     fanouts: list[int] = field(default_factory=lambda: [10, 25])  # seeds first (PyG order)
     batch_size: int = 1000
-    # Heterogeneous graphs (gnnrun.models.hetero, gnnrun.algorithms.sources): fanouts of
+    # Heterogeneous graphs (gnnrun.models.hetero, gnnrun.algorithms.minibatch.sources): fanouts of
     # single relations by name (one per layer, as `fanouts`; the others take `fanouts`),
     # and whether each featured type's features are projected to `hidden` first.
     relation_fanouts: dict[str, list[int]] = field(default_factory=dict)

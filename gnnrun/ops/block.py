@@ -14,7 +14,7 @@ A vertex-cut part is a Block whose edges are a subset of the graph's: it
 carries the graph's degrees of its vertices (`graph_degrees`), which
 normalisations use, and a `completion` that adds to each split vertex's
 partial aggregate what its clones in other parts aggregated (DistGNN's DRPA,
-gnnrun/algorithms/drpa.py).
+gnnrun/algorithms/distgnn/drpa.py).
 
 A block of a heterogeneous graph (gnnrun.data.hetero) carries each edge's
 relation (`etypes`, aligned with `indices`) and each source's vertex type
@@ -28,7 +28,7 @@ from a part's block would lose them, and is refused (`_check_derivable`).
 An edge-cut part trained full batch without halo rows (SAR) is a Block over
 the rank's own vertices only (num_src == num_dst), whose CSR holds the edges
 between them; its `sharded` aggregation adds the in-edges whose sources live
-on other ranks, fetching those rows itself (gnnrun/algorithms/shards.py). The
+on other ranks, fetching those rows itself (gnnrun/algorithms/sar/shards.py). The
 aggregation ops hand such a block to it whole.
 """
 
@@ -43,7 +43,7 @@ import torch
 
 
 class Completion(Protocol):
-    """Turns a vertex-cut part's partial aggregates into full ones (gnnrun.algorithms.drpa)."""
+    """Turns a vertex-cut part's partial aggregates into full ones (gnnrun.algorithms.distgnn.drpa)."""
 
     def __call__(self, partial: torch.Tensor) -> torch.Tensor: ...
 
@@ -54,7 +54,7 @@ class Completion(Protocol):
 
 class ShardedAggregation(Protocol):
     """Aggregates over a block's own edges and over in-edges from other ranks' vertices,
-    whose rows it fetches itself (gnnrun.algorithms.shards). `block`'s CSR is the local
+    whose rows it fetches itself (gnnrun.algorithms.sar.shards). `block`'s CSR is the local
     shard: the edges among this rank's vertices (with GAT's self-loops where added)."""
 
     def aggregate(self, block: Block, x: torch.Tensor, reduce: str) -> torch.Tensor:

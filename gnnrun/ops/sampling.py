@@ -1,10 +1,11 @@
-"""Multi-layer uniform neighbour sampling without replacement, and block compaction.
+"""Uniform neighbour sampling without replacement, one hop at a time, and block compaction;
+training chains the hops into a minibatch's blocks (gnnrun.algorithms.minibatch.sources).
 
 Fanout convention (gnnrun's, as PyG's `num_neighbors`): `fanouts` are listed
 from the seeds outwards. `[15, 10, 5]` gives every seed 15 neighbours, each of
 those 10, and the next hop 5. DGL's `NeighborSampler([15, 10, 5])` is the
 opposite order (its seeds get 5): pass `[5, 10, 15]` here for the same sample
-sizes. The blocks come back ordered from the INPUT layer to the OUTPUT layer
+sizes. The blocks are ordered from the INPUT layer to the OUTPUT layer
 (`blocks[-1]` has the seeds as destinations), ready for a model that runs
 `blocks[0], blocks[1], ...`. Hop `layer` (0 for the seeds' own neighbours)
 samples with `fanouts[layer]`.
@@ -43,7 +44,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
 
 _MASK64 = (1 << 64) - 1
@@ -263,31 +263,3 @@ def compact(
         return compact_reference(dst_nodes, offsets, neighbors)
     indptr, indices, src_ids = op(_ids(dst_nodes), _ids(offsets), _ids(neighbors))
     return indptr, indices, src_ids
-
-
-def sample_blocks(
-    indptr: ArrayLike,
-    indices: ArrayLike,
-    seeds: ArrayLike,
-    fanouts: Sequence[int],
-    seed: int,
-    *,
-    native: bool | None = None,
-) -> list[Block]:
-    """Sample a multi-layer computation graph around `seeds`; blocks from input to output layer.
-
-    `fanouts[0]` is the number of neighbours each seed gets (PyG order, see the
-    module docstring); `blocks[-1].src_ids[:len(seeds)]` are the seeds. Seeds
-    should be distinct: a repeated seed stays a repeated destination.
-    """
-    ptr = _ids(indptr)
-    idx = _index_tensor(indices)
-    dst = _ids(seeds)
-    blocks = []
-    for layer, fanout in enumerate(fanouts):
-        offsets, neighbors = sample_neighbors(ptr, idx, dst, fanout, seed, layer, native=native)
-        block_ptr, block_idx, src_ids = compact(dst, offsets, neighbors, native=native)
-        blocks.append(Block(block_ptr, block_idx, int(src_ids.numel()), src_ids))
-        dst = src_ids
-    blocks.reverse()
-    return blocks

@@ -97,12 +97,13 @@ def _group_ranks(parts: np.ndarray) -> np.ndarray:
 def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     """One rank's share of a distributed partition into `tmp_dir` (in its process group)."""
     import torch
-    import torch.distributed as dist
 
+    from gnnrun.comm import Communicator
     from gnnrun.memory import PeakMemory, resident_mb
 
     start = time.perf_counter()
-    world = dist.get_world_size()
+    comm = Communicator()
+    world = comm.world_size
     tmp = Path(tmp_dir)
     pcfg = cfg.partitioner
     graph = open_chunked(cfg.dataset.path)
@@ -113,7 +114,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
 
     # Plan the rounds on every rank from the same figures: the largest baseline and share.
     baseline = torch.tensor([resident_mb() * MIB], dtype=torch.float64)
-    dist.all_reduce(baseline, op=dist.ReduceOp.MAX)
+    comm.all_reduce_max(baseline)
     figures.baseline_mb = float(baseline.item()) / MIB
     total = graph.num_edges
     share = (total * rank // world, total * (rank + 1) // world)
@@ -140,14 +141,13 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     counts = np.zeros(num_parts, dtype=np.int64)
     for a, b in steps(lo, hi, ROWS_PER_STEP):
         counts += np.bincount(hash_parts(np.arange(a, b), n, num_parts, seed), minlength=num_parts)
-    every = [torch.zeros(num_parts, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(every, torch.from_numpy(counts))
+    every = comm.all_gather(torch.from_numpy(counts))
     before = torch.stack(every[:rank]).sum(0).numpy() if rank else np.zeros(num_parts, np.int64)
     part_sizes = torch.stack(every).sum(0).numpy()
     if rank == 0:
         mapped_rows(tmp / "node_owner.npy", (n,), np.int32).flush()
         mapped_rows(tmp / "node_local.npy", (n,), np.int64).flush()
-    dist.barrier()
+    comm.barrier()
     owner = np.lib.format.open_memmap(tmp / "node_owner.npy", mode="r+")
     local = np.lib.format.open_memmap(tmp / "node_local.npy", mode="r+")
     running = before.copy()
@@ -176,7 +176,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
 
     try:
         exchange_edges(
-            graph, plan, share, lambda dst: hash_parts(dst, n, num_parts, seed) % world, keep,
+            comm, graph, plan, share, lambda dst: hash_parts(dst, n, num_parts, seed) % world, keep,
             figures,
         )  # fmt: skip
     finally:
@@ -214,7 +214,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     figures.bytes_written = sum(r["bytes"] for r in records.values())
     figures.peak_rss_mb = peak.run_peak_mb()
     figures.seconds["total_s"] = time.perf_counter() - start
-    dist.barrier()
+    comm.barrier()
     return {"records": records, "parts": part_figures, "figures": figures.__dict__}
 
 

@@ -10,7 +10,7 @@ with `task.num_negatives` negatives (gnnrun.ops.negatives, keyed by the step,
 so that a distributed run builds one process's minibatches exactly). The
 model embeds the unique endpoints of positives and negatives, sampled from
 the message-passing graph with the step's target edges taken out of every
-block (gnnrun.algorithms.sources); the scorer (gnnrun.models.link) scores
+block (gnnrun.algorithms.minibatch.sources); the scorer (gnnrun.models.link) scores
 each pair, and the loss is binary cross-entropy over positives (label 1) and
 negatives (label 0), or the margin loss mean(relu(margin - s(pos) + s(neg)))
 over each positive and its own negatives.

@@ -5,7 +5,6 @@ choose theirs."""
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from gnnrun.comm import Communicator
 from gnnrun.tasks.link_metrics import average_precision, collapsed, ranks, tie_tolerance
@@ -52,8 +51,7 @@ def gather_all(comm: Communicator, tensors: tuple[torch.Tensor, ...]) -> tuple[t
     """Every rank's `tensors`, concatenated in rank order (each rank gets them all)."""
     if not comm.distributed:
         return tensors
-    gathered: list = [None] * comm.world_size
-    dist.all_gather_object(gathered, tensors)
+    gathered = comm.all_gather_object(tensors)
     return tuple(torch.cat(parts) for parts in zip(*gathered, strict=True))
 
 

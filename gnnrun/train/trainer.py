@@ -35,7 +35,7 @@ def train(
     """Train on this rank; rank 0 returns the run summary (also written to summary.json).
 
     `display` (rank 0's terminal) is told when epochs start and end and when steps finish;
-    `tracker` (gnnrun.tracking.Tracker: TensorBoard, MLflow, W&B) when the run starts, an
+    `tracker` (gnnrun.tracking.tracker.Tracker: TensorBoard, MLflow, W&B) when the run starts, an
     epoch ends, a checkpoint is written and the run ends.
     """
     run_dir = Path(run_dir)

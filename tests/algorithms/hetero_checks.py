@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from gnnrun.algorithms import ALGORITHMS
-from gnnrun.algorithms.sources import (
+from gnnrun.algorithms.minibatch.sources import (
     LocalGraphSource,
     PartitionGraphSource,
     hop_fanouts,

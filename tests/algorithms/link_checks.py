@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnrun.algorithms.minibatch import DistributedMinibatch, step_key
-from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
+from gnnrun.algorithms.minibatch.minibatch import DistributedMinibatch, step_key
+from gnnrun.algorithms.minibatch.sources import LocalGraphSource, make_minibatch
 from gnnrun.comm import Communicator
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.models.hetero import TypedInput

@@ -9,10 +9,14 @@ import torch
 import torch.nn.functional as F
 
 from gnnrun.algorithms import ALGORITHMS, open_own_part
-from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
-from gnnrun.algorithms.minibatch import DistributedMinibatch
+from gnnrun.algorithms.distgnn.drpa import CloneTree, DelayedRemoteAggregates
+from gnnrun.algorithms.minibatch.minibatch import DistributedMinibatch
+from gnnrun.algorithms.minibatch.sources import (
+    LocalGraphSource,
+    PartitionGraphSource,
+    make_minibatch,
+)
 from gnnrun.algorithms.single import Single
-from gnnrun.algorithms.sources import LocalGraphSource, PartitionGraphSource, make_minibatch
 from gnnrun.comm import Communicator
 from gnnrun.data import load_prepared
 from gnnrun.models import build_model
@@ -304,7 +308,7 @@ def hec_traces(rank: int, world: int, cfgs: list, epochs: int) -> list[dict]:
 def hec_local_only_logits(rank: int, world: int, cfg) -> dict:
     """With cache size 0, `hec`'s forward equals the model on its local minibatch with
     every edge from a halo vertex removed (removed here, independently of the algorithm)."""
-    from gnnrun.algorithms.hec import HistoricalEmbeddingCacheTraining
+    from gnnrun.algorithms.minibatch.hec import HistoricalEmbeddingCacheTraining
     from gnnrun.ops.block import Block
 
     comm = Communicator()

@@ -25,6 +25,7 @@ from gnnrun.testing import run_on_ranks
 from .conftest import make_config, prepared
 
 sys.path.insert(0, str(Path(__file__).parent))  # the ranks import the checks by name
+sys.path.insert(0, str(Path(__file__).parent / "pipeline"))
 import pipeline_checks  # noqa: E402
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
@@ -247,7 +248,7 @@ def test_predict_on_the_gpu_equals_predict_on_the_cpu(tmp_path):
 def test_a_minibatch_lists_every_tensor_it_hands_over():
     """What the pipeline's trainer marks as used on its CUDA stream (record_stream): every
     tensor of the blocks, typed inputs and link targets, and none of a block's caches."""
-    from gnnrun.algorithms.minibatch import Minibatch, tensors_in
+    from gnnrun.algorithms.minibatch.minibatch import Minibatch, tensors_in
     from gnnrun.models.hetero import TypedInput
     from gnnrun.ops.block import Block
     from gnnrun.tasks.link import EdgeTargets

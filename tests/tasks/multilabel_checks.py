@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from gnnrun.algorithms.minibatch import DistributedMinibatch, step_key
+from gnnrun.algorithms.minibatch.minibatch import DistributedMinibatch, step_key
+from gnnrun.algorithms.minibatch.sources import LocalGraphSource, make_minibatch
 from gnnrun.algorithms.single import Single
-from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
 from gnnrun.cli import CONFIG_DIR
 from gnnrun.comm import Communicator
 from gnnrun.config import to_objects

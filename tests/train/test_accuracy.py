@@ -100,7 +100,7 @@ def accuracies(dataset: str, tmp_path: Path) -> tuple[list[float], list[float]]:
 
 
 # Slow: the default suite holds the stronger exact checks (every rank's gradients
-# after the all-reduce, and the minibatches it samples, in tests/algorithms/test_minibatch.py).
+# after the all-reduce, and the minibatches it samples, in tests/algorithms/minibatch/test_minibatch.py).
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["synthetic-tiny", "synthetic-small", "cora"])
 def test_two_ranks_reach_the_single_process_accuracy(request, tmp_path, dataset):

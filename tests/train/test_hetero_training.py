@@ -154,8 +154,8 @@ def test_sampling_every_neighbour_gives_the_full_batch_logits():
     """With fanout -1 for every relation, a minibatch's blocks hold every in-edge of the
     seeds' neighbourhoods: RGCN's (and hetero SAGE's) logits for the seeds equal those of
     the full-batch pass over the whole graph."""
+    from gnnrun.algorithms.minibatch.sources import LocalGraphSource, make_minibatch
     from gnnrun.algorithms.single import Single
-    from gnnrun.algorithms.sources import LocalGraphSource, make_minibatch
     from gnnrun.comm import Communicator
     from gnnrun.models import build_model
     from gnnrun.timers import PhaseTimer

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnrun.algorithms.staged import StagedProduct
+from gnnrun.algorithms.spmm1d.staged import StagedProduct
 from gnnrun.comm import PendingExchange
 from gnnrun.timers import PhaseTimer
 

@@ -2,7 +2,7 @@
 
 Each rank trains on its part's edges and a clone of every vertex they touch.
 Every aggregation is local (the part's edges), then completed across the
-clones of split vertices by DRPA (gnnrun/algorithms/drpa.py): synchronously
+clones of split vertices by DRPA (gnnrun/algorithms/distgnn/drpa.py): synchronously
 every layer (cd0), delayed by `algorithm.delay_epochs` epochs and in `algorithm.bins`
 turns (cdr), or not at all (zero_comm).
 
@@ -34,8 +34,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gnnrun.algorithms.base import Algorithm, AlgorithmConfig, open_own_part
-from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
+from gnnrun.algorithms.base import AlgorithmConfig
+from gnnrun.algorithms.distgnn.drpa import CloneTree, DelayedRemoteAggregates
+from gnnrun.algorithms.full_batch import FullBatch
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError
@@ -105,10 +106,8 @@ UNSUPPORTED_BECAUSE = {
 }
 
 
-class DistGNN(Algorithm):
+class DistGNN(FullBatch):
     partition_kind = "vertex_cut"
-    splits_batch = True
-    devices = ("cpu", "cuda")
     # Epochs between sending and using remote partial aggregates; None: never (0c).
     delay: ClassVar[int | None] = 0
 
@@ -125,11 +124,7 @@ class DistGNN(Algorithm):
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
-        self.check_config(cfg)
-        dataset, book = open_own_part(cfg, comm, self.partition_kind)
-        part = book.load_part(comm.rank)
-        self.in_dim = dataset.feat_dim
-        self.num_classes = self.task.out_dim(cfg.model, dataset)
+        dataset, _, part = self.open_part(cfg, comm)
         bins = self.num_bins(cfg)
         # On a GPU rank the part, its partial sums and DRPA's exchanges (NCCL) are on the GPU.
         self.tree = CloneTree(part, comm.rank, comm.world_size, bins).to(self.device)
@@ -150,18 +145,12 @@ class DistGNN(Algorithm):
         self.local_degrees, self.whole_degrees = local[:, :2], whole[:, :2]
         self._degrees_in_use: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.graph.completion = self.drpa
-        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32)).to(self.device)
-        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64)).to(self.device)
+        # Every clone of a training vertex, weighted (the part's train_idx: its roots only).
         self.train_ids, self.train_weights = training_clones(
             dataset, np.asarray(part["nodes"]), whole[:, 2].cpu()
         )
         self.train_ids = self.train_ids.to(self.device)
         self.train_weights = self.train_weights.to(self.device)
-        self.eval_ids = {
-            "val": torch.from_numpy(np.array(part["val_idx"], dtype=np.int64)),
-            "test": torch.from_numpy(np.array(part["test_idx"], dtype=np.int64)),
-        }
-        self.num_train = len(dataset.train_idx)
         self.split_fraction = self.tree.num_split / max(part.num_local, 1)
 
     @staticmethod
@@ -186,8 +175,6 @@ class DistGNN(Algorithm):
             self._degrees_in_use[bins] = (degrees[:, 0].clone(), degrees[:, 1].clone())
         self.graph.graph_degrees = self._degrees_in_use[bins]
 
-    gradient_reduction = "sum"  # each rank's loss is its clones' share of the whole loss
-
     def begin_epoch(self, epoch: int) -> int:
         self.drpa.begin_epoch(epoch)
         self.use_degrees(self.drpa.bins_in_use(epoch))
@@ -199,10 +186,8 @@ class DistGNN(Algorithm):
         per_clone = self.task.vertex_loss(logits[ids], self.label[ids], reduction="none")
         return (per_clone * self.train_weights).sum() / self.num_train
 
-    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
-        overlap = self.drpa.end_epoch()
-        total_loss = self.comm.all_reduce_sum(torch.tensor(losses, dtype=torch.float64).sum())
-        return {"loss": float(total_loss), "split_fraction": self.split_fraction, **overlap}
+    def epoch_figures(self) -> dict[str, Any]:
+        return {"split_fraction": self.split_fraction, **self.drpa.end_epoch()}
 
     @torch.no_grad()
     def evaluate(self, model):

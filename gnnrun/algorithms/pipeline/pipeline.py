@@ -1,7 +1,7 @@
 """DistDGLv2's asynchronous minibatch pipeline: `minibatch`'s exact training, with every
 minibatch built ahead of the trainer by threads, in bounded stages.
 
-Stages (run by gnnrun.algorithms.pipeline_stages, which explains capacities,
+Stages (run by gnnrun.algorithms.pipeline.stages, which explains capacities,
 blocking and failures):
 
     sample  the step's seeds (and their labels, or a link step's negatives),
@@ -64,11 +64,16 @@ from typing import Any
 import torch
 
 from gnnrun.algorithms.base import AlgorithmConfig, open_own_part
-from gnnrun.algorithms.feature_cache import FeatureCache
-from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key, tensors_in
-from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
+from gnnrun.algorithms.minibatch.minibatch import (
+    DistributedMinibatch,
+    Minibatch,
+    step_key,
+    tensors_in,
+)
+from gnnrun.algorithms.minibatch.sources import PartitionGraphSource, sample_minibatch
+from gnnrun.algorithms.pipeline.feature_cache import FeatureCache
+from gnnrun.algorithms.pipeline.stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.sources import PartitionGraphSource, sample_minibatch
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.ops.block import Block
@@ -88,7 +93,7 @@ class PipelineConfig(AlgorithmConfig):
     # the trainer keeps the rank's compute threads.
     stage_threads: int = 1
     # Input-feature rows of the most-connected vertices kept on the rank's device (the
-    # GPU; gnnrun.algorithms.feature_cache); 0: none.
+    # GPU; gnnrun.algorithms.pipeline.feature_cache); 0: none.
     gpu_cache_rows: int = 0
     # How a rank asks the owners of remote vertices: "served", their server threads
     # answer whenever asked (DistDGLv2's sampler servers; no rank waits for another's

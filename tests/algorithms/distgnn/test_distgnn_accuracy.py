@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # the checks all families share
 sys.path.insert(0, str(Path(__file__).parent))
 from accuracy_runs import summaries_per_algorithm  # noqa: E402
 

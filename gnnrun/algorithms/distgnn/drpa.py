@@ -54,7 +54,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
@@ -401,12 +400,11 @@ class DelayedRemoteAggregates:
         row = int(np.prod(inp.shape[1:])) if inp.dim() > 1 else 1
         purpose = "drpa_exact" if self._exact else "drpa"  # evaluation and degrees: exact
         self.comm.bytes.add(purpose, inp.numel() * inp.element_size())
-        return dist.all_to_all_single(
+        return self.comm.all_to_all_start(
             out.view(-1),
             inp.reshape(-1),
             [c * row for c in out_counts],
             [c * row for c in in_counts],
-            async_op=True,
         )
 
     def _wait(self, exchange: Exchange) -> None:

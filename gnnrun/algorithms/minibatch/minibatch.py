@@ -11,14 +11,14 @@ import numpy as np
 import torch
 
 from gnnrun.algorithms.base import Algorithm, open_own_part
-from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.sources import (
+from gnnrun.algorithms.minibatch.sources import (
     Fanout,
     GraphSource,
     PartitionGraphSource,
     hop_fanouts,
     make_minibatch,
 )
+from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.errors import GnnrunError
 from gnnrun.models.hetero import TypedInput
 from gnnrun.ops.block import Block

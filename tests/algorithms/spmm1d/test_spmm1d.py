@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from gnnrun.algorithms import check_runnable
-from gnnrun.algorithms.spmm1d import DenseBuffers
+from gnnrun.algorithms.spmm1d.spmm1d import DenseBuffers
 from gnnrun.errors import GnnrunError
 from gnnrun.testing import run_on_ranks
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # the checks all families share
 sys.path.insert(0, str(Path(__file__).parent))
 import rank_checks  # noqa: E402
 import spmm1d_checks  # noqa: E402

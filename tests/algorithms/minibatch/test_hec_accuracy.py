@@ -3,7 +3,7 @@
 Both train the same model for the same epochs from the same seeds with the
 same per-rank batch; the accuracy compared is the test accuracy at the epoch
 of best validation accuracy, averaged over seeds. Evaluation is exact for both
-(gnnrun/algorithms/hec.py), so the difference is what training on local
+(gnnrun/algorithms/minibatch/hec.py), so the difference is what training on local
 minibatches with cached halo embeddings costs. All runs of one (dataset,
 ranks) pair go through one launch whose ranks call `train` once per config.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # the checks all families share
 sys.path.insert(0, str(Path(__file__).parent))
 from accuracy_runs import summaries_per_algorithm  # noqa: E402
 
@@ -53,7 +54,7 @@ def mean_test_accuracy(configure, tmp_path, dataset, nprocs, epochs, seeds, *ove
     return means
 
 
-@pytest.mark.slow  # the exactness of hec's pushes and loads is in tests/algorithms/test_hec.py
+@pytest.mark.slow  # the exactness of hec's pushes and loads is in tests/algorithms/minibatch/test_hec.py
 def test_hec_learns_like_minibatch_on_synthetic(configure, tmp_path):
     # Bytes are not compared here: on 2,000 vertices every halo fits in one push
     # (push_limit 2000), so hec pushes more than minibatch pulls; the slow tests

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import torch
-from rank_checks import algorithm_and_model  # beside this file on the ranks' path
 
 from gnnrun.train.trainer import train_epoch
+
+# rank_checks lies in the folder above, which the ranks do not have on their path.
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from rank_checks import algorithm_and_model  # noqa: E402
 
 
 def trajectory(cfg, epochs: int, hooks=None, compute_delay_s: float = 0.0) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnrun.algorithms.shards import DomainParallelAggregation, SequentialAggregation, ShardPlan
+from gnnrun.algorithms.sar.shards import DomainParallelAggregation, SequentialAggregation, ShardPlan
 from gnnrun.comm import Communicator
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges

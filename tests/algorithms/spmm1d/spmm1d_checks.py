@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
-from rank_checks import algorithm_and_model
 
 from gnnrun.train.trainer import train_epoch
+
+# rank_checks lies in the folder above, which the ranks do not have on their path.
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from rank_checks import algorithm_and_model  # noqa: E402
 
 
 def spmm1d_trajectory(rank: int, world: int, cfg, epochs: int) -> dict:

@@ -4,7 +4,7 @@ memory baseline `domain_parallel`.
 Each rank owns its part's solid vertices and computes every layer for them
 alone; the model runs on a Block over those vertices whose `sharded`
 aggregation brings in the in-edges from other parts
-(gnnrun/algorithms/shards.py): one remote shard at a time under `sar`
+(gnnrun/algorithms/sar/shards.py): one remote shard at a time under `sar`
 (Sequential Aggregation and Rematerialization, Mostafa, MLSys 2022; with
 `algorithm.prefetch`, the next shard arrives while the current one is
 aggregated), all of a layer's remote rows at once, kept for the backward pass,
@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnrun.algorithms.base import Algorithm, AlgorithmConfig, open_own_part
+from gnnrun.algorithms.base import AlgorithmConfig
+from gnnrun.algorithms.full_batch import FullBatch
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.shards import (
+from gnnrun.algorithms.sar.shards import (
     DomainParallelAggregation,
     SequentialAggregation,
     ShardPlan,
@@ -57,20 +58,15 @@ class SarConfig(ShardedFullBatchConfig):
     prefetch: bool = False
 
 
-class ShardedFullBatch(Algorithm):
-    """What `sar` and `domain_parallel` share; they differ only in their aggregation."""
+class ShardedFullBatch(FullBatch):
+    """What `sar` and `domain_parallel` share; they differ only in their aggregation.
+    (SAR's paper trains on CPUs and on GPUs, as FullBatch does.)"""
 
     partition_kind = "edge_cut"
-    splits_batch = True
-    gradient_reduction = "sum"  # each rank's loss is its share of the one global loss
-    devices = ("cpu", "cuda")  # SAR's paper trains on CPUs and on GPUs
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
-        dataset, book = open_own_part(cfg, comm, self.partition_kind)
-        part = book.load_part(comm.rank)
-        self.in_dim = dataset.feat_dim
-        self.num_classes = self.task.out_dim(cfg.model, dataset)
+        _, book, part = self.open_part(cfg, comm)
         halos = np.asarray(part["nodes"][part.num_solid :], dtype=np.int64)
         halo_local = np.asarray(book.node_local()[halos], dtype=np.int64)
         plan, graph = ShardPlan.from_part(part, halo_local, comm)
@@ -79,14 +75,6 @@ class ShardedFullBatch(Algorithm):
         self.graph.graph_degrees = (plan.in_degrees, plan.out_degrees)
         self.aggregation = self.sharded_aggregation(cfg, plan, comm)
         self.graph.sharded = self.aggregation
-        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32)).to(self.device)
-        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64)).to(self.device)
-        self.train_ids = torch.from_numpy(np.array(part["train_idx"], dtype=np.int64))
-        self.eval_ids = {
-            "val": torch.from_numpy(np.array(part["val_idx"], dtype=np.int64)),
-            "test": torch.from_numpy(np.array(part["test_idx"], dtype=np.int64)),
-        }
-        self.num_train = len(dataset.train_idx)
         self.remote_rows = plan.remote_rows()
         self.shard_rows = [plan.remote[plan.ahead(step)].num_rows for step in plan.steps]
 
@@ -104,16 +92,8 @@ class ShardedFullBatch(Algorithm):
         self.aggregation.rows.reset()
         return 1
 
-    def loss(self, model, batch, step: int) -> torch.Tensor:
-        logits = self.logits(model)
-        ids = self.train_ids
-        own = self.task.vertex_loss(logits[ids], self.label[ids], reduction="sum")
-        return own / self.num_train
-
-    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
-        total_loss = self.comm.all_reduce_sum(torch.tensor(losses, dtype=torch.float64).sum())
+    def epoch_figures(self) -> dict[str, Any]:
         return {
-            "loss": float(total_loss),
             # Per layer, input layer first: remote rows alive at once (forward or backward),
             # from the lifetimes of the buffers they arrived in.
             "remote_rows_peak": self.aggregation.remote_rows.peaks(),

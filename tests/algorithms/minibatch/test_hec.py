@@ -12,6 +12,7 @@ import torch
 
 from gnnrun.testing import run_on_ranks
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # the checks all families share
 sys.path.insert(0, str(Path(__file__).parent))
 import rank_checks  # noqa: E402
 

@@ -53,9 +53,9 @@ import numpy as np
 import torch
 
 from gnnrun.algorithms.base import AlgorithmConfig
-from gnnrun.algorithms.minibatch import DistributedMinibatch, step_key
+from gnnrun.algorithms.minibatch.minibatch import DistributedMinibatch, step_key
+from gnnrun.algorithms.minibatch.sources import GraphSource, PartitionGraphSource
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.sources import GraphSource, PartitionGraphSource
 from gnnrun.comm import PendingExchange
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError

@@ -1,4 +1,4 @@
-"""SAR's sharded aggregation (gnnrun.algorithms.shards) at the level of the layers: real
+"""SAR's sharded aggregation (gnnrun.algorithms.sar.shards) at the level of the layers: real
 gloo ranks against the whole graph in one process, and the streamed edge softmax."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from gnnrun.algorithms import shards
-from gnnrun.algorithms.shards import EdgeSoftmaxGradients, StreamingEdgeSoftmax
+from gnnrun.algorithms.sar import shards
+from gnnrun.algorithms.sar.shards import EdgeSoftmaxGradients, StreamingEdgeSoftmax
 from gnnrun.ops.attention import gat_aggregate_reference
 from gnnrun.ops.block import Block
 from gnnrun.testing import run_on_ranks
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # the checks all families share
 sys.path.insert(0, str(Path(__file__).parent))
 import shard_checks  # noqa: E402
 
@@ -77,7 +78,7 @@ def test_plan_covers_every_edge_and_degree(on_ranks):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_remote_rows_alive_at_once(on_ranks, world):
-    """Measured from the received buffers' lifetimes (gnnrun.algorithms.shards.RemoteRows):
+    """Measured from the received buffers' lifetimes (gnnrun.algorithms.sar.shards.RemoteRows):
     sar holds one remote shard at a time, the largest at its peak; with prefetch a shard
     and the next one in ring order; domain_parallel all of a layer's remote rows, from its
     forward pass to its backward pass, and every layer's at once. Nothing remote outlives

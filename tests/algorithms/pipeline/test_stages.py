@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
+from gnnrun.algorithms.pipeline.stages import Stage, StagePipeline
 
 
 def drain(pipeline: StagePipeline) -> list:

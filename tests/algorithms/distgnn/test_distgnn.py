@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from gnnrun.algorithms.distgnn import CDR, training_clones
-from gnnrun.algorithms.drpa import CloneTree, DelayedRemoteAggregates
+from gnnrun.algorithms.distgnn.distgnn import CDR, training_clones
+from gnnrun.algorithms.distgnn.drpa import CloneTree, DelayedRemoteAggregates
 from gnnrun.comm import Communicator
 from gnnrun.errors import GnnrunError
 from gnnrun.partition.book import Part
 from gnnrun.testing import run_on_ranks
 from gnnrun.timers import PhaseTimer
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # the checks all families share
 sys.path.insert(0, str(Path(__file__).parent))
 import rank_checks  # noqa: E402
 from conftest import make_config  # noqa: E402

@@ -3,7 +3,7 @@
 Each rank holds one row block of the renumbered graph (gnnrun.partition.block1d):
 its rows of GCN's normalised adjacency Â, cut into P column tiles, and its rows
 of the features. A GCN layer is out = Â H W + b. Its sparse product runs in P
-broadcast stages (gnnrun.algorithms.staged); weights are replicated and their
+broadcast stages (gnnrun.algorithms.spmm1d.staged); weights are replicated and their
 gradients summed across ranks by the trainer (each rank's loss is its share of
 the global mean). The dense product goes first when it narrows the width that
 travels (out_dim < in_dim: Â (H W)), last otherwise ((Â H) W), as GCNConv
@@ -45,14 +45,15 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
 
-from gnnrun.algorithms.base import Algorithm, AlgorithmConfig, open_own_part
+from gnnrun.algorithms.base import AlgorithmConfig
+from gnnrun.algorithms.full_batch import FullBatch
 from gnnrun.algorithms.registry import ALGORITHMS
-from gnnrun.algorithms.staged import StagedProduct
+from gnnrun.algorithms.spmm1d.staged import StagedProduct
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError
 from gnnrun.ops.dropout import dropout, relu_dropout
@@ -280,11 +281,8 @@ def _options_around_layers(model) -> list[str]:
 
 
 @ALGORITHMS.register("spmm1d", Spmm1dConfig)
-class Spmm1d(Algorithm):
+class Spmm1d(FullBatch):
     partition_kind = "block1d"
-    splits_batch = True
-    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
-    gradient_reduction = "sum"  # each rank's loss is its rows' share of the global mean
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -308,11 +306,7 @@ class Spmm1d(Algorithm):
 
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
-        self.check_config(cfg)
-        dataset, book = open_own_part(cfg, comm, self.partition_kind)
-        part = book.load_part(comm.rank)
-        self.in_dim = dataset.feat_dim
-        self.num_classes = self.task.out_dim(cfg.model, dataset)
+        _, book, part = self.open_part(cfg, comm)
         block_rows = [figures["rows"] for figures in book.manifest["parts"]]
         tiles = stacked_tiles(
             part["tile_indptr"], part["tile_indices"], part["tile_values"], block_rows, self.device
@@ -331,14 +325,6 @@ class Spmm1d(Algorithm):
         )
         self.rows = block_rows[comm.rank]
         self.nodes = torch.from_numpy(np.array(part["nodes"], dtype=np.int64))
-        self.x = torch.from_numpy(np.array(part["feat"], dtype=np.float32)).to(self.device)
-        self.label = torch.from_numpy(np.array(part["label"], dtype=np.int64)).to(self.device)
-        self.train_ids = torch.from_numpy(np.array(part["train_idx"], dtype=np.int64))
-        self.eval_ids = {
-            "val": torch.from_numpy(np.array(part["val_idx"], dtype=np.int64)),
-            "test": torch.from_numpy(np.array(part["test_idx"], dtype=np.int64)),
-        }
-        self.num_train = len(dataset.train_idx)
         self.planned = cfg.algorithm.buffers == "plan"
         self.net: PlannedGCN | None = None
         # Â X, computed once where the input never changes (no input dropout); it then
@@ -386,21 +372,8 @@ class Spmm1d(Algorithm):
                 h = relu_dropout(h, model.dropout.p, model.training)
         return h
 
-    def begin_epoch(self, epoch: int) -> int:
-        return 1
-
-    def loss(self, model, batch, step: int) -> torch.Tensor:
-        logits = self.logits(model)
-        ids = self.train_ids.to(self.device)
-        mine = self.task.vertex_loss(logits[ids], self.label[ids], reduction="sum")
-        return mine / self.num_train
-
-    def end_epoch(self, losses: list[float]) -> dict[str, Any]:
-        total = self.comm.all_reduce_sum(torch.tensor(losses, dtype=torch.float64).sum())
-        stats: dict[str, Any] = {"loss": float(total)}
-        if self.net is not None:
-            stats |= self.net.buffers.reset_peak()
-        return stats
+    def epoch_figures(self) -> dict[str, Any]:
+        return self.net.buffers.reset_peak() if self.net is not None else {}
 
     @torch.no_grad()
     def evaluate(self, model):
