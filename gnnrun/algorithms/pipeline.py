@@ -63,9 +63,15 @@ from typing import Any
 
 import torch
 
-from gnnrun.algorithms.base import AlgorithmConfig, open_own_part
+from gnnrun.algorithms.base import open_own_part
 from gnnrun.algorithms.feature_cache import FeatureCache
-from gnnrun.algorithms.minibatch import DistributedMinibatch, Minibatch, step_key, tensors_in
+from gnnrun.algorithms.minibatch import (
+    DistributedMinibatch,
+    Minibatch,
+    SampledConfig,
+    step_key,
+    tensors_in,
+)
 from gnnrun.algorithms.pipeline_stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.algorithms.sources import PartitionGraphSource, sample_minibatch
@@ -79,7 +85,7 @@ REMOTE_REQUESTS = ("served", "collective")
 
 
 @dataclass
-class PipelineConfig(AlgorithmConfig):
+class PipelineConfig(SampledConfig):
     name: str = "pipeline"
     # Finished minibatches that may wait after each stage (DistDGLv2 keeps many cheap
     # sampled ones, fewer with their features, one on the device: 25, 5, 1); 0: inline.
