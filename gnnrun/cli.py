@@ -22,8 +22,9 @@ from gnnrun import job
 from gnnrun.errors import GnnrunError, ReportedError, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
+from gnnrun.resources import shipped
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data
+CONFIG_DIR = shipped("configs")
 GROUPS = (
     "dataset",
     "partitioner",
