@@ -22,8 +22,9 @@ from gnnrun import job
 from gnnrun.errors import GnnrunError, ReportedError, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
+from gnnrun.resources import shipped
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data
+CONFIG_DIR = shipped("configs")
 GROUPS = (
     "dataset",
     "partitioner",
@@ -522,13 +523,20 @@ def _split_flags(arguments: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _unknown_key_message(cfg: DictConfig, key: str) -> str:
-    from gnnrun.config import RENAMED_KEYS
+    from gnnrun.config import renamed
 
-    if key in RENAMED_KEYS:
-        names = RENAMED_KEYS[key]
-        here = [n for n in names if OmegaConf.select(cfg, n, default=None) is not None]
-        new = here[0] if here else " or ".join(names)
-        return f"'{key}' is now '{new}' (CHANGELOG.md): write {new}=..."
+    if (was := renamed(key)) is not None:
+        old, names = was
+        here = [n for n in names if _known_key(cfg, n, adding=False)]
+        if here:
+            new = here[0] + key[len(old) :]
+            add = "+" if new != here[0] else ""  # a key under a mapping is added
+            return f"'{key}' is now '{new}' (CHANGELOG.md): write {add}{new}=..."
+        new = " or ".join(n + key[len(old) :] for n in names)
+        why = _sampled_only(cfg, names[0]) or ", which this config does not have"
+        return f"'{key}' is now '{new}' (CHANGELOG.md){why}"
+    if hint := _sampled_only(cfg, key):
+        return f"unknown config key '{key}'{hint}"
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
     if not isinstance(node, DictConfig):
@@ -538,6 +546,23 @@ def _unknown_key_message(cfg: DictConfig, key: str) -> str:
     hint = f" Did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near else ""
     where = f"'{parent}'" if parent else "the top level"
     return f"unknown config key '{key}'.{hint} Keys of {where}: {', '.join(keys)}."
+
+
+def _sampled_only(cfg: DictConfig, key: str) -> str:
+    """Why `key` is missing where it is a sampled algorithm's setting and the chosen
+    algorithm trains full batch; "" otherwise."""
+    from gnnrun.algorithms import ALGORITHMS, SampledConfig
+
+    section, _, leaf = key.partition(".")
+    field = leaf.split(".")[0]
+    if section != "algorithm" or field not in SampledConfig.__dataclass_fields__:
+        return ""
+    sampled = [n for n in ALGORITHMS if issubclass(ALGORITHMS.schema(n), SampledConfig)]
+    return (
+        f": algorithm={OmegaConf.select(cfg, 'algorithm.name')} trains full batch, and "
+        f"algorithm.{field} belongs to the sampled algorithms ({', '.join(sampled)}); "
+        "drop it or choose one of those"
+    )
 
 
 # ------------------------------------------------------------------- help

@@ -328,7 +328,21 @@ RENAMED_KEYS: dict[str, tuple[str, ...]] = {
     # cluster=hosts names its layout as cluster=slurm does.
     "cluster.nnodes": ("cluster.nodes",),
     "cluster.nproc_per_node": ("cluster.tasks_per_node",),
+    # The sampled algorithms' settings (gnnrun.algorithms.minibatch.SampledConfig): full
+    # batch has none.
+    "model.fanouts": ("algorithm.fanouts",),
+    "model.batch_size": ("algorithm.batch_size",),
+    "model.relation_fanouts": ("algorithm.relation_fanouts",),
 }
+
+
+def renamed(key: str) -> tuple[str, tuple[str, ...]] | None:
+    """(the renamed key `key` is or lies under (model.relation_fanouts.writes), its new
+    names); None where `key` was not renamed."""
+    for old, names in RENAMED_KEYS.items():
+        if key == old or key.startswith(f"{old}."):
+            return old, names
+    return None
 
 
 def _one_line(exc: Exception) -> str:

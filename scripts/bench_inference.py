@@ -14,7 +14,7 @@ to reuse. Then, each in a fresh process, on the same prepared dataset:
 - the full-graph forward pass in one process (`model([graph] * L, x)`, all rows in
   memory): vertices per second and peak resident memory;
 - sampled inference with the training fanouts, as the trainer evaluates a sampled
-  model: every vertex in batches of `model.batch_size`, its blocks sampled: vertices
+  model: every vertex in batches of `algorithm.batch_size`, its blocks sampled: vertices
   per second, and how many predictions differ from the exact ones.
 
 Accuracies are on the dataset's validation and test vertices.
@@ -131,14 +131,14 @@ def sampled(run: Path, dataset_name: str, exact: Path) -> dict:
 
     cfg, dataset, model = _loaded(run, dataset_name)
     source = LocalGraphSource(dataset)
-    size = cfg.model.batch_size
+    size = cfg.algorithm.batch_size
     predicted = np.empty(dataset.num_nodes, dtype=np.int64)
     start = time.perf_counter()
     with torch.no_grad():
         for step, first in enumerate(range(0, dataset.num_nodes, size)):
             seeds = torch.arange(first, min(first + size, dataset.num_nodes))
             key = step_key(EVAL_STREAM, 0, step)
-            blocks, x = make_minibatch(source, seeds, cfg.model.fanouts, key)
+            blocks, x = make_minibatch(source, seeds, cfg.algorithm.fanouts, key)
             predicted[first : first + seeds.numel()] = model(blocks, x).argmax(1).numpy()
     seconds = time.perf_counter() - start
     exact_classes = read_output(exact)["class"]  # sorted by id: the source's ids
@@ -148,7 +148,7 @@ def sampled(run: Path, dataset_name: str, exact: Path) -> dict:
         "vertices_per_s": dataset.num_nodes / seconds,
         "seconds": seconds,
         "peak_rss_mb": _peak_mb(),
-        "fanouts": list(cfg.model.fanouts),
+        "fanouts": list(cfg.algorithm.fanouts),
         "differ_from_exact": differ,
         **_accuracy(dataset, predicted),
     }

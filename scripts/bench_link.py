@@ -41,8 +41,8 @@ SETTINGS = {
         [
             "model=sage",
             "model.hidden=64",
-            "model.fanouts=[5,10]",
-            "model.batch_size=4096",
+            "algorithm.fanouts=[5,10]",
+            "algorithm.batch_size=4096",
             "task.val_fraction=0.005",
             "task.test_fraction=0.005",
             "task.eval_negatives=100",
@@ -68,8 +68,8 @@ def summarize(run: dict, batch_size: int) -> dict:
 
 
 def batch_size_of(overrides: list[str]) -> int:
-    """model.batch_size as the overrides set it (the sage preset's 1000 otherwise)."""
-    given = [o.split("=", 1)[1] for o in overrides if o.startswith("model.batch_size=")]
+    """algorithm.batch_size as the overrides set it (the sage preset's 1000 otherwise)."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("algorithm.batch_size=")]
     return int(given[-1]) if given else 1000
 
 

@@ -182,7 +182,12 @@ def accuracy_table(out: Path, cells: list[str], lrs: str, seeds: str, epochs: in
 
 
 def hec_table(out: Path, dataset: str, epochs: int) -> None:
-    common = [f"dataset={dataset}", "model=sage", "model.batch_size=256", f"train.epochs={epochs}"]
+    common = [
+        f"dataset={dataset}",
+        "model=sage",
+        "algorithm.batch_size=256",
+        f"train.epochs={epochs}",
+    ]
     print(
         f"\n{dataset}, model=sage, batch 256 per rank, {epochs} epochs, seed 0; target: the minibatch run's best validation accuracy"
     )

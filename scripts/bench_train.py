@@ -61,7 +61,7 @@ import torch
 from bench_kernels import chung_lu  # scripts/ is on sys.path when this file runs
 from dgl_side import check_dgl_python, run_worker
 
-from gnnrun.algorithms import LocalGraphSource, make_minibatch, step_key
+from gnnrun.algorithms import LocalGraphSource, SampledConfig, make_minibatch, step_key
 from gnnrun.models import ACTIVATIONS, build_model
 from gnnrun.models.registry import ModelConfig
 from gnnrun.ops.block import Block
@@ -77,8 +77,10 @@ PHASES = ("mbc", "fwd", "bwd", "opt", "total", "cpu")
 # ----------------------------------------------------------------------- setup
 
 
-def preset_config(fanouts: list[int] | None) -> tuple[ModelConfig, OptimizerConfig]:
-    """The model and optimizer that `gnnrun train model=sage_products` composes."""
+def preset_config(
+    fanouts: list[int] | None,
+) -> tuple[ModelConfig, OptimizerConfig, SampledConfig]:
+    """The model, optimizer and sampling that `gnnrun train model=sage_products` composes."""
     from hydra import compose, initialize_config_dir
 
     from gnnrun.cli import CONFIG_DIR
@@ -88,10 +90,10 @@ def preset_config(fanouts: list[int] | None) -> tuple[ModelConfig, OptimizerConf
     register_schemas()
     overrides = [f"model={PRESET}"]
     if fanouts is not None:
-        overrides.append(f"model.fanouts=[{','.join(map(str, fanouts))}]")
+        overrides.append(f"algorithm.fanouts=[{','.join(map(str, fanouts))}]")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = to_objects(compose("config", overrides=overrides))
-    return cfg.model, cfg.optimizer
+    return cfg.model, cfg.optimizer, cfg.algorithm
 
 
 class Graph:
@@ -198,14 +200,14 @@ def busy_cores() -> float:
         return float("nan")
 
 
-def profile_steps(model, optimizer, source, seeds_of, labels, cfg, steps: int) -> None:
+def profile_steps(model, optimizer, source, seeds_of, labels, sampling, steps: int) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for step in range(steps):
             seeds = seeds_of(10_000 + step)
             with record_function("MBC"):
-                blocks, x = make_minibatch(source, seeds, cfg.fanouts, step_key(1, 1, step))
+                blocks, x = make_minibatch(source, seeds, sampling.fanouts, step_key(1, 1, step))
             with record_function("FWD"):
                 loss = torch.nn.functional.cross_entropy(model(blocks, x), labels[seeds])
             with record_function("BWD"):
@@ -220,7 +222,7 @@ def profile_steps(model, optimizer, source, seeds_of, labels, cfg, steps: int) -
 # ----------------------------------------------------------------------- main
 
 
-def dgl_steps(args, cfg, optimizer_cfg, source: LocalGraphSource, labels, steps) -> dict:
+def dgl_steps(args, cfg, sampling, optimizer_cfg, source: LocalGraphSource, labels, steps) -> dict:
     """DGL's training steps on the same graph, features, labels and batches (its own venv)."""
     if cfg.activation != "relu" or cfg.aggregator != "mean":
         sys.exit("the DGL side trains SAGE-mean with ReLU only")
@@ -240,7 +242,7 @@ def dgl_steps(args, cfg, optimizer_cfg, source: LocalGraphSource, labels, steps)
             [
                 f"--data={data}",
                 "--fanouts",
-                *map(str, cfg.fanouts),
+                *map(str, sampling.fanouts),
                 f"--classes={args.classes}",
                 f"--hidden={cfg.hidden}",
                 f"--dropout={cfg.dropout}",
@@ -282,7 +284,7 @@ def main() -> None:
     args = parser.parse_args()
     check_dgl_python(args.dgl_python)
     torch.set_num_threads(args.threads)
-    cfg, optimizer_cfg = preset_config(args.fanouts)
+    cfg, optimizer_cfg, sampling = preset_config(args.fanouts)
     for stem, op in (("aggregate", "csr_aggregate"), ("sampler", "sample_neighbors")):
         if native_op(op, stem) is None:
             raise SystemExit(f"kernels/{stem}.cpp cannot be built: this would time the fallback")
@@ -311,14 +313,14 @@ def main() -> None:
     }
     models = {"gnnrun": model, "plain": plain}
     order = torch.from_numpy(rng.permutation(args.nodes))
-    batch = cfg.batch_size
+    batch = sampling.batch_size
 
     def seeds_of(step: int) -> torch.Tensor:
         lo = (step * batch) % (args.nodes - batch)
         return order[lo : lo + batch]
 
     # The two models compute the same function from the same weights.
-    blocks, x = make_minibatch(source, seeds_of(0), cfg.fanouts, step_key(args.seed, 0, 0))
+    blocks, x = make_minibatch(source, seeds_of(0), sampling.fanouts, step_key(args.seed, 0, 0))
     model.eval(), plain.eval()
     with torch.no_grad():
         diff = float((model(blocks, x) - plain(blocks, x)).abs().max())
@@ -326,7 +328,7 @@ def main() -> None:
     sizes = ", ".join(f"{b.num_src:,}->{b.num_dst:,} ({b.num_edges:,} edges)" for b in blocks)
     print(
         f"preset {PRESET}: {cfg.layers} x {cfg.hidden} SAGE-{cfg.aggregator}, batch {batch}, "
-        f"fanouts {cfg.fanouts} (seeds first; DGL order {cfg.fanouts[::-1]}), lr {optimizer_cfg.lr}, "
+        f"fanouts {sampling.fanouts} (seeds first; DGL order {sampling.fanouts[::-1]}), lr {optimizer_cfg.lr}, "
         f"dropout {cfg.dropout}; threads {args.threads}; allocator {allocator_in_use()}; "
         f"gnnrun in {args.precision}, plain PyTorch and DGL in fp32"
     )
@@ -342,7 +344,9 @@ def main() -> None:
         seeds = seeds_of(step + 1)
         source.feature_seconds = 0.0
         c0, t0 = time.process_time(), time.perf_counter()
-        blocks, x = make_minibatch(source, seeds, cfg.fanouts, step_key(args.seed, 0, step + 1))
+        blocks, x = make_minibatch(
+            source, seeds, sampling.fanouts, step_key(args.seed, 0, step + 1)
+        )
         y = labels[seeds]
         mbc, mbc_cpu = time.perf_counter() - t0, time.process_time() - c0
         # Alternate which model goes first, so neither always finds the caches warm.
@@ -396,7 +400,7 @@ def main() -> None:
     dgl = None
     if args.dgl_python:
         steps = [seeds_of(step + 1).numpy() for step in range(args.warmup + args.steps)]
-        dgl = dgl_steps(args, cfg, optimizer_cfg, source, labels, steps)
+        dgl = dgl_steps(args, cfg, sampling, optimizer_cfg, source, labels, steps)
         ms = dgl["ms"]
         print(
             f"DGL {dgl['dgl']} (torch {dgl['torch']}, {dgl['threads']} threads, allocator "
@@ -417,14 +421,14 @@ def main() -> None:
     )
 
     if args.profile:
-        profile_steps(model, optimizers["gnnrun"], source, seeds_of, labels, cfg, 5)
+        profile_steps(model, optimizers["gnnrun"], source, seeds_of, labels, sampling, 5)
     if args.json:
         result = {
             "threads": args.threads,
             "torch": torch.__version__,
             "nodes": args.nodes,
             "edges": args.edges,
-            "fanouts": cfg.fanouts,
+            "fanouts": sampling.fanouts,
             "precision": args.precision,
             "batch_size": batch,
             "steps": args.steps,

@@ -151,7 +151,7 @@ def kernel_runs(name: str, block: Block, args: argparse.Namespace, stream: float
 def training_step(block: Block, label: np.ndarray, order: np.ndarray | None, args) -> callable:
     """A full-batch SAGE-mean 3 x 256 forward + backward over `block` in `order`."""
     torch.manual_seed(args.seed)
-    model = build_model(SageConfig(name="sage", hidden=256, layers=3, fanouts=[10] * 3), 128, 32)
+    model = build_model(SageConfig(name="sage", hidden=256, layers=3), 128, 32)
     x = torch.from_numpy(features(block.num_src, 128))
     y = torch.from_numpy(label if order is None else label[order])
     train = torch.arange(0, block.num_src, 10)

@@ -126,11 +126,24 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         (["train", "cluster.nprocs=0"], "invalid config: cluster.nprocs must be at least 1"),
         (["train", "model=gat", "model.heads=0"], "model.heads must be at least 1"),
         (["train", "model=gat", "model.hidden=10", "model.heads=4"], "must be a multiple of"),
-        (["train", "model.fanouts=[0,0]"], "0 would train without neighbours"),
+        (["train", "algorithm.fanouts=[0,0]"], "0 would train without neighbours"),
         (["train", "model.activation=tanh"], "choose one of relu, elu, gelu"),
         (["train", "model.aggregator=max"], "choose one of mean, gcn"),
         (["train", "optimizer.lr=0"], "optimizer.lr must be positive"),
         (["train", "model.lr=0.01"], "'model.lr' is now 'optimizer.lr'"),
+        (["train", "model.fanouts=[5,5]"], "'model.fanouts' is now 'algorithm.fanouts'"),
+        (["train", "model.batch_size=64"], "write algorithm.batch_size=..."),
+        (
+            ["train", "+model.relation_fanouts.cites=[2,2]"],
+            "write +algorithm.relation_fanouts.cites=...",
+        ),
+        (
+            ["train", "algorithm=cd0", "model.fanouts=[5,5]"],
+            "'model.fanouts' is now 'algorithm.fanouts' (CHANGELOG.md): algorithm=cd0 trains "
+            "full batch, and algorithm.fanouts belongs to the sampled algorithms (hec, "
+            "minibatch, pipeline, single)",
+        ),
+        (["train", "algorithm=sar", "algorithm.batch_size=64"], "sar trains full batch"),
         (["train", "algorithm=cdr", "algorithm.delay=2"], "now 'algorithm.delay_epochs'"),
         (["train", "algorithm=hec", "algorithm.delay=2"], "now 'algorithm.delay_minibatches'"),
         (

@@ -45,6 +45,16 @@ def test_distgnn_refuses_what_it_cannot_run_before_any_rank_starts(
     assert not (tmp_path / "data").exists()  # nothing prepared, partitioned or saved first
 
 
+def test_full_batch_trains_any_depth_without_fanouts(tmp_path, monkeypatch, capsys):
+    """Fanouts are the sampled algorithms' (algorithm.fanouts): full batch takes every
+    neighbour, so a third layer needs no third fanout."""
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "dataset=synthetic-tiny", "algorithm=single", "algorithm.mode=full"]
+    code = main([*args, "model.layers=3", "train.epochs=1", "hydra.run.dir=run"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["epochs"] == 1
+
+
 @pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)
 def test_four_ranks_train_end_to_end(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 
 from gnnrun.algorithms import ALGORITHMS
+from gnnrun.algorithms.minibatch.minibatch import SampledConfig, SampledTraining
 from gnnrun.cli import CONFIG_DIR, GROUPS
 from gnnrun.config import (
     ClusterConfig,
@@ -110,3 +112,44 @@ def test_cluster_slurm_refuses_restarts_and_a_late_warning():
         SlurmClusterConfig(nprocs=1, max_restarts=1).validate()
     with pytest.raises(GnnrunError, match="shorter than the time limit"):
         SlurmClusterConfig(nprocs=1, time_limit_min=1, signal_delay_s=120).validate()
+
+
+SAMPLED = [n for n in ALGORITHMS if issubclass(ALGORITHMS.schema(n), SampledConfig)]
+SAMPLING = CONFIG_DIR / "algorithm" / "sampling"
+
+
+def test_the_sampled_algorithms_and_only_they_have_sampling_settings():
+    for name in ALGORITHMS:
+        samples = issubclass(ALGORITHMS.get(name), SampledTraining)
+        assert issubclass(ALGORITHMS.schema(name), SampledConfig) == samples, name
+    assert {"minibatch", "pipeline", "hec", "single"} <= set(SAMPLED)
+
+
+def _algorithm_of(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return to_objects(compose("config", overrides=list(overrides))).algorithm
+
+
+def test_a_model_presets_sampling_reaches_the_sampled_algorithms():
+    """algorithm/sampling/<model>.yaml: what model=<model> samples with under the sampled
+    algorithms (each preset under one of them, in turn); the command line still wins, and
+    full batch has none of it."""
+    presets = sorted(p.stem for p in SAMPLING.glob("*.yaml"))
+    for number, preset in enumerate(presets):
+        assert (CONFIG_DIR / "model" / f"{preset}.yaml").is_file(), f"no model={preset}"
+        expected = yaml.safe_load((SAMPLING / f"{preset}.yaml").read_text())
+        algorithm = SAMPLED[number % len(SAMPLED)]
+        composed = _algorithm_of(f"model={preset}", f"algorithm={algorithm}")
+        assert {k: getattr(composed, k) for k in expected} == expected, (preset, algorithm)
+    products = _algorithm_of("model=sage_products", "algorithm=minibatch")
+    assert (products.fanouts, products.batch_size) == ([15, 10, 5], 1000)
+    given = _algorithm_of("model=sage_products", "algorithm.fanouts=[3]", "algorithm.batch_size=7")
+    assert (given.fanouts, given.batch_size) == ([3], 7)
+    assert not hasattr(_algorithm_of("model=sage_products", "algorithm=cd0"), "fanouts")
+
+
+def test_a_model_without_a_sampling_preset_samples_with_the_defaults():
+    assert not (SAMPLING / "sage.yaml").exists()
+    composed = _algorithm_of("model=sage", "algorithm=minibatch")
+    default = SampledConfig(name="minibatch")
+    assert (composed.fanouts, composed.batch_size) == (default.fanouts, default.batch_size)

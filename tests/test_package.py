@@ -49,6 +49,12 @@ def test_the_wheel_installs_and_trains_from_an_empty_directory(tmp_path):
     env.pop("PYTHONPATH", None)
     where = _run(python, "-c", "import gnnrun; print(gnnrun.__file__)", cwd=empty, env=env)
     assert where.startswith(str(site)), where
+    # The configs and kernels' sources are the wheel's copies (setup.py's mapping).
+    folders = _run(python, "-c", "from gnnrun.cli import CONFIG_DIR; from gnnrun.ops.native "
+                   "import KERNELS_DIR; print(CONFIG_DIR); print(KERNELS_DIR)",
+                   cwd=empty, env=env).split()  # fmt: skip
+    assert folders == [str((site / "gnnrun" / name).resolve()) for name in ("configs", "kernels")]
+    assert (site / "gnnrun" / "configs" / "algorithm" / "sampling" / "sage_products.yaml").is_file()
     gnnrun = venv / "bin" / "gnnrun"
     assert _run(gnnrun, "--version", cwd=empty, env=env).strip().startswith("gnnrun ")
     assert "native kernels" in _run(gnnrun, "env", cwd=empty, env=env)

@@ -30,7 +30,7 @@ from gnnrun.algorithms.spmm1d import spmm1d  # noqa: E402, F401  isort: skip
 
 # For programs outside the package (the benchmarks): the minibatches training samples,
 # drawn as its steps draw them (a step's key, the sampled blocks and their input rows).
-from gnnrun.algorithms.minibatch.minibatch import EVAL_STREAM, Minibatch, step_key  # noqa: E402  isort: skip
+from gnnrun.algorithms.minibatch.minibatch import EVAL_STREAM, Minibatch, SampledConfig, step_key  # noqa: E402  isort: skip
 from gnnrun.algorithms.minibatch.sources import LocalGraphSource, make_minibatch, sample_minibatch  # noqa: E402  isort: skip
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "EVAL_STREAM",
     "Algorithm",
     "LocalGraphSource",
+    "SampledConfig",
     "Minibatch",
     "check_dataset",
     "check_known_dataset",

@@ -189,11 +189,13 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
     task.check_dataset(dataset)
     out_dim = task.out_dim(model, dataset)  # classes, or embeddings
     model.check_widths(conv_widths(model, in_dim, out_dim))
+    # Only a sampled algorithm has relation fanouts (SampledConfig); full batch takes all.
+    relation_fanouts = getattr(cfg.algorithm, "relation_fanouts", None) or {}
     if schema is None:
-        if model.relation_fanouts:
+        if relation_fanouts:
             raise GnnrunError(
-                f"model.relation_fanouts is set but {dataset.name} is homogeneous (one relation): "
-                "give the fanouts in model.fanouts"
+                f"algorithm.relation_fanouts is set but {dataset.name} is homogeneous (one "
+                "relation): give the fanouts in algorithm.fanouts"
             )
         return
     _refuse_heterogeneous(
@@ -202,10 +204,10 @@ def check_dataset(cfg, dataset: GraphDataset) -> None:
         f" ({schema.num_types} vertex types, {schema.num_relations} relations)",
     )
     names = schema.relation_names()
-    for name in model.relation_fanouts:
+    for name in relation_fanouts:
         if name not in names:
             raise GnnrunError(
-                f"model.relation_fanouts names {name!r}, which is not a relation of "
+                f"algorithm.relation_fanouts names {name!r}, which is not a relation of "
                 f"{dataset.name}{did_you_mean(name, names)}; its relations are {', '.join(names)}"
             )
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnrun.algorithms.minibatch.minibatch import SampledTraining, step_key
+from gnnrun.algorithms.minibatch.minibatch import SampledConfig, SampledTraining, step_key
 from gnnrun.algorithms.minibatch.sources import LocalGraphSource
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.ops.block import Block
 from gnnrun.tasks import load_for_task
 
 
-@ALGORITHMS.register("single")
+@ALGORITHMS.register("single", SampledConfig)
 class Single(SampledTraining):
     """`algorithm.mode=full`: the whole graph every layer, one step per epoch.
     `algorithm.mode=minibatch`: sampled blocks from the whole graph, as `minibatch` samples."""

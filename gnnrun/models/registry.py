@@ -14,7 +14,7 @@ block that reads the vertex. A layer without `project_first` is run whole."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from omegaconf import MISSING
@@ -41,12 +41,8 @@ class ModelConfig:
     activation: str = "relu"
     aggregator: str = "mean"  # sage: mean | gcn (gnnrun.models.sage)
     heads: int = 1  # gat (gnnrun.models.gat)
-    fanouts: list[int] = field(default_factory=lambda: [10, 25])  # seeds first (PyG order)
-    batch_size: int = 1000
-    # Heterogeneous graphs (gnnrun.models.hetero, gnnrun.algorithms.minibatch.sources): fanouts of
-    # single relations by name (one per layer, as `fanouts`; the others take `fanouts`),
-    # and whether each featured type's features are projected to `hidden` first.
-    relation_fanouts: dict[str, list[int]] = field(default_factory=dict)
+    # Heterogeneous graphs (gnnrun.models.hetero): whether each featured type's features
+    # are projected to `hidden` first.
     input_projection: bool = True
     # Around the layers (gnnrun.models.gnn): a residual connection over each layer (a
     # linear map where the widths differ), a normalisation of each hidden layer's output,
@@ -76,12 +72,6 @@ class ModelConfig:
         check(0 <= self.dropout < 1, "model.dropout must be in [0, 1)")
         check(0 <= self.input_dropout < 1, "model.input_dropout must be in [0, 1)")
         check(
-            all(f >= 1 or f == -1 for f in self.fanouts),
-            f"model.fanouts {list(self.fanouts)}: each entry is the neighbours sampled per "
-            "vertex, at least 1 (or -1 for all of them; 0 would train without neighbours)",
-        )
-        check(self.batch_size >= 1, "model.batch_size must be positive")
-        check(
             self.activation in ACTIVATIONS,
             f"model.activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}",
         )
@@ -92,12 +82,6 @@ class ModelConfig:
             f"model.jk {self.jk!r}: choose one of {', '.join(JUMPING_KNOWLEDGE)}",
         )
         check(self.embedding >= 0, "model.embedding must be positive (or 0: model.hidden)")
-        for relation, fanouts in self.relation_fanouts.items():
-            check(
-                len(fanouts) == self.layers and all(f >= 0 or f == -1 for f in fanouts),
-                f"model.relation_fanouts.{relation}={list(fanouts)}: give one fanout per layer "
-                "(0 samples none of the relation's edges, -1 all of them)",
-            )
 
     def check_widths(self, widths: list[int]) -> None:
         """Refuse layer widths (the input, then every layer's output) the model cannot

@@ -37,8 +37,9 @@ import numpy as np
 import torch
 
 from gnnrun.ops import kernel_cache
+from gnnrun.resources import shipped
 
-KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"  # package data
+KERNELS_DIR = shipped("kernels")
 # A build takes well under a minute per file; a lock older than this was left by
 # a build that was killed, and torch would wait on it forever.
 STALE_LOCK_SECONDS = 600

@@ -94,8 +94,12 @@ def under_current_names(saved: dict[str, Any], now: dict[str, Any]) -> dict[str,
     from before train.precision trained in float32."""
     current = {}
     for key, value in saved.items():
-        names = [n for n in RENAMED_KEYS.get(key, ()) if n in now]
-        current[names[0] if names else key] = value
+        if key in RENAMED_KEYS:
+            names = [n for n in RENAMED_KEYS[key] if n in now]
+            if not names:  # a setting this run does not have (fanouts under full batch)
+                continue
+            key = names[0]
+        current[key] = value
     if "optimizer.name" in now and "optimizer.name" not in saved:
         current["optimizer.name"] = "adam"
     if "train.precision" in now and "train.precision" not in saved:

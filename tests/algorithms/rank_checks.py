@@ -38,8 +38,8 @@ def minibatch_matches_single_process(rank: int, world: int, cfg, key: int) -> di
     local = LocalGraphSource(dataset)
     rng = np.random.default_rng(rank)
     seeds = torch.from_numpy(rng.choice(dataset.num_nodes, 64, replace=False).astype(np.int64))
-    blocks_d, x_d = make_minibatch(distributed, seeds, cfg.model.fanouts, key)
-    blocks_l, x_l = make_minibatch(local, seeds, cfg.model.fanouts, key)
+    blocks_d, x_d = make_minibatch(distributed, seeds, cfg.algorithm.fanouts, key)
+    blocks_l, x_l = make_minibatch(local, seeds, cfg.algorithm.fanouts, key)
     for bd, bl in zip(blocks_d, blocks_l, strict=True):
         assert torch.equal(bd.indptr, bl.indptr) and torch.equal(bd.indices, bl.indices)
         assert torch.equal(bd.src_ids, bl.src_ids)
@@ -316,7 +316,7 @@ def hec_local_only_logits(rank: int, world: int, cfg) -> dict:
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes).eval()
     seeds = algorithm.train_ids[:64]
-    blocks, x = make_minibatch(algorithm.training_source(), seeds, cfg.model.fanouts, 777)
+    blocks, x = make_minibatch(algorithm.training_source(), seeds, cfg.algorithm.fanouts, 777)
     owner = algorithm.source.owner
     local_blocks, halo_edges = [], 0
     for block in blocks:

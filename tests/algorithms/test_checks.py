@@ -52,7 +52,7 @@ def test_fanouts_are_asked_for_only_where_blocks_are_sampled():
     check_runnable(make_config(*full))
     for sampled in (("algorithm=single", "algorithm.mode=minibatch"), ("algorithm=minibatch",)):
         cfg = make_config("dataset=synthetic-tiny", "model.layers=3", *sampled)
-        with pytest.raises(GnnrunError, match=r"model.fanouts=\[10, 25\] has 2 entries and "):
+        with pytest.raises(GnnrunError, match=r"algorithm.fanouts=\[10, 25\] has 2 entries and "):
             check_runnable(cfg)
 
 

@@ -37,24 +37,24 @@ CASES = {
     "single-full-sage": ("algorithm=single", "algorithm.mode=full", "model=sage"),
     "single-full-gcn": ("algorithm=single", "algorithm.mode=full", "model=gcn"),
     "single-full-gat": ("algorithm=single", "algorithm.mode=full", "model=gat"),
-    "single-minibatch-sage": ("algorithm=single", "model=sage", "model.batch_size=256"),
-    "minibatch-sage": ("algorithm=minibatch", "cluster.nprocs=1", "model.batch_size=256"),
+    "single-minibatch-sage": ("algorithm=single", "model=sage", "algorithm.batch_size=256"),
+    "minibatch-sage": ("algorithm=minibatch", "cluster.nprocs=1", "algorithm.batch_size=256"),
     "pipeline-gat": (
         "algorithm=pipeline",
         "cluster.nprocs=1",
         "model=gat",
-        "model.batch_size=256",
+        "algorithm.batch_size=256",
     ),
     "sar-sage": ("algorithm=sar", "cluster.nprocs=1", "model=sage"),
     "cd0-sage_gcn": ("algorithm=cd0", "cluster.nprocs=1", "model=sage_gcn"),
     "link-single-full": ("algorithm=single", "algorithm.mode=full", "task=link"),
     "link-minibatch": ("algorithm=minibatch", "cluster.nprocs=1", "task=link"),
-    "hec-2ranks": ("algorithm=hec", "cluster.nprocs=2", "model.batch_size=256"),
+    "hec-2ranks": ("algorithm=hec", "cluster.nprocs=2", "algorithm.batch_size=256"),
     "hetero-rgcn": (
         "dataset=synthetic-hetero-tiny",
         "algorithm=single",
         "model=rgcn",
-        "model.batch_size=256",
+        "algorithm.batch_size=256",
     ),
 }
 # The cases the default suite runs through the device path on CPU tensors (hec's two
@@ -174,11 +174,11 @@ def on_gpus(overrides: tuple[str, ...]) -> tuple[str, ...]:
 # DistGNN's partial aggregates (cd0 at once, cdr delayed: its state in flight), HEC's
 # pushes, MG-GCN's staged broadcasts.
 TWO_RANKS = {
-    "minibatch-sage": ("algorithm=minibatch", "model.batch_size=256"),
-    "pipeline-sage": ("algorithm=pipeline", "model.batch_size=256"),
+    "minibatch-sage": ("algorithm=minibatch", "algorithm.batch_size=256"),
+    "pipeline-sage": ("algorithm=pipeline", "algorithm.batch_size=256"),
     "cd0-gcn": ("algorithm=cd0", "model=gcn"),
     "cdr-sage_gcn": ("algorithm=cdr", "model=sage_gcn", "train.epochs=4"),
-    "hec-sage": ("algorithm=hec", "model.batch_size=256"),
+    "hec-sage": ("algorithm=hec", "algorithm.batch_size=256"),
     "spmm1d-gcn": ("algorithm=spmm1d", "model=gcn"),
     "sar-gat": ("algorithm=sar", "model=gat"),
     "domain_parallel-sage": ("algorithm=domain_parallel", "model=sage"),
@@ -204,7 +204,12 @@ def test_the_pipeline_on_the_gpu_hands_the_trainer_minibatch_s_minibatches(nproc
     pinned buffer, put in order on the GPU) are minibatch's on the GPU bit for bit; the
     losses equal up to the GPU's nondeterministic sums."""
     common = on_gpus(
-        ("dataset=synthetic-tiny", "model=sage", "model.batch_size=20", "model.fanouts=[5,5]")
+        (
+            "dataset=synthetic-tiny",
+            "model=sage",
+            "algorithm.batch_size=20",
+            "algorithm.fanouts=[5,5]",
+        )
         + (f"cluster.nprocs={nprocs}",)
     )
     minibatch = prepared(*common, "algorithm=minibatch")

@@ -34,17 +34,17 @@ def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs, tmp_path)
     with the trainer (sparse embedding gradients combined across ranks)."""
     common = (TINY, "algorithm=minibatch", f"cluster.nprocs={nprocs}", "model=rgcn")
     sampled = [
-        configure(*common, "model.fanouts=[4,3]", "+model.relation_fanouts.cites=[2,1]"),
+        configure(*common, "algorithm.fanouts=[4,3]", "+algorithm.relation_fanouts.cites=[2,1]"),
         # Two featured types of other widths and a featureless one: one exchange per type.
         configure(
             "dataset=custom",
             f"dataset.path={write_two_featured_types(tmp_path)}",
             "dataset.name=two-featured",
             *common[1:],
-            "model.fanouts=[3,2]",
+            "algorithm.fanouts=[3,2]",
         ),  # fmt: skip
     ]
-    trained = configure(*common, "model.batch_size=256", "model.hidden=16")
+    trained = configure(*common, "algorithm.batch_size=256", "model.hidden=16")
     runs = [
         configure(
             TINY,
@@ -54,7 +54,7 @@ def test_owners_sample_heterogeneous_blocks_exactly(configure, nprocs, tmp_path)
             "train.epochs=2",
             "train.eval_every=1",
             "model.hidden=16",
-            "model.batch_size=64",
+            "algorithm.batch_size=64",
             f"train.checkpoint_dir={tmp_path}/checkpoints/{algorithm}",
         )  # fmt: skip
         for algorithm in ("minibatch", "pipeline")
@@ -132,11 +132,13 @@ def test_partitions_without_types_are_refused(tmp_path, monkeypatch, capsys, par
 
 
 def test_relation_fanouts_are_checked_against_the_relations(configure):
-    cfg = configure(TINY, "algorithm=single", "model=rgcn", "+model.relation_fanouts.cite=[2,2]")
+    cfg = configure(
+        TINY, "algorithm=single", "model=rgcn", "+algorithm.relation_fanouts.cite=[2,2]"
+    )
     with pytest.raises(GnnrunError, match="'cite'.*did you mean cites"):
         check_dataset(cfg, prepare_dataset(cfg.dataset))
     homogeneous = configure(
-        "dataset=synthetic-tiny", "algorithm=single", "+model.relation_fanouts.x=[2,2]"
+        "dataset=synthetic-tiny", "algorithm=single", "+algorithm.relation_fanouts.x=[2,2]"
     )
     with pytest.raises(GnnrunError, match="homogeneous"):
         check_dataset(homogeneous, prepare_dataset(homogeneous.dataset))

@@ -28,7 +28,7 @@ def test_owners_build_one_process_link_minibatches_without_target_edges(
 ):
     cfg = configure(
         "dataset=cora", "task=link", "algorithm=minibatch", f"cluster.nprocs={nprocs}",
-        "model.fanouts=[5,5]", "model.batch_size=256", "task.num_negatives=3",
+        "algorithm.fanouts=[5,5]", "algorithm.batch_size=256", "task.num_negatives=3",
     )  # fmt: skip
     results = run_on_ranks(link_checks.link_epoch_checks, nprocs, cfg)
     train_edges = 4488  # Cora's 5,278 pairs, 5% and 10% held out (seed 0)
@@ -40,8 +40,8 @@ def test_owners_build_one_process_minibatches_of_a_target_relation(configure):
     relations included; its held-out edges and their `rev_writes` twins in no block."""
     cfg = configure(
         "dataset=synthetic-hetero-tiny", "task=link", "task.relation=writes", "model=rgcn",
-        "algorithm=minibatch", "cluster.nprocs=2", "model.fanouts=[4,3]",
-        "model.batch_size=512", "task.negatives=degree", "task.num_negatives=2",
+        "algorithm=minibatch", "cluster.nprocs=2", "algorithm.fanouts=[4,3]",
+        "algorithm.batch_size=512", "task.negatives=degree", "task.num_negatives=2",
     )  # fmt: skip
     results = run_on_ranks(link_checks.link_epoch_checks, 2, cfg)
     dataset = load_for_task(cfg.dataset, cfg.task)
@@ -72,7 +72,7 @@ def test_evaluation_with_every_neighbour_scores_as_full_batch(configure, shared_
 
     for scorer in ("dot", "mlp"):
         common = (*graph, "task=link", "algorithm=single", f"task.scorer={scorer}")
-        common += ("task.eval_negatives=50", "model.fanouts=[-1,-1]", "model.hidden=32")
+        common += ("task.eval_negatives=50", "algorithm.fanouts=[-1,-1]", "model.hidden=32")
         full = Single(configure(*common, "algorithm.mode=full"), Communicator(), PhaseTimer())
         sampled = Single(configure(*common), Communicator(), PhaseTimer())
         torch.manual_seed(0)
@@ -112,7 +112,7 @@ def test_pipeline_trains_link_prediction_exactly_as_minibatch(configure, shared_
         run_dir.mkdir()
         cfg = configure(
             "dataset=cora", "task=link", f"algorithm={algorithm}", "cluster.nprocs=2",
-            "model.hidden=32", "model.batch_size=512", "train.epochs=2", "train.eval_every=2",
+            "model.hidden=32", "algorithm.batch_size=512", "train.epochs=2", "train.eval_every=2",
             "task.eval_negatives=100",
             "task.negatives=degree", "task.loss=margin", "task.scorer=mlp",
             f"train.checkpoint_dir={tmp_path}/checkpoints/{algorithm}",

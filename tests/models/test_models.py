@@ -67,15 +67,13 @@ def test_sage_mean_aggregator_matches_the_formula(in_dim, out_dim):
 def test_every_model_runs_full_batch_and_on_sampled_blocks_with_gradients(name):
     torch.manual_seed(0)
     block = random_graph(200, 1500)
-    cfg = ModelConfig(
-        name=name, hidden=16, layers=2, heads=4 if name == "gat" else 1, fanouts=[5, 5]
-    )
+    cfg = ModelConfig(name=name, hidden=16, layers=2, heads=4 if name == "gat" else 1)
     model = build_model(cfg, in_dim=7, num_classes=3)
     x = torch.randn(200, 7)
     full = model([block, block], x)
     assert full.shape == (200, 3)
     seeds = torch.arange(0, 200, 7)
-    blocks = sample_blocks(block.indptr, block.indices, seeds, cfg.fanouts, seed=1)
+    blocks = sample_blocks(block.indptr, block.indices, seeds, [5, 5], seed=1)
     out = model(blocks, x[blocks[0].src_ids])
     assert out.shape == (seeds.numel(), 3)
     out.sum().backward()
@@ -95,7 +93,7 @@ def test_every_model_runs_full_batch_and_on_sampled_blocks_with_gradients(name):
 )
 def test_every_model_runs_on_an_empty_minibatch(name, aggregator):
     # A rank whose part has no training vertices still runs each step (hec's pushes are collectives).
-    cfg = ModelConfig(name=name, aggregator=aggregator, layers=2, hidden=8, fanouts=[2, 2], heads=2)
+    cfg = ModelConfig(name=name, aggregator=aggregator, layers=2, hidden=8, heads=2)
     model = build_model(cfg, 5, 3)
     empty = Block(torch.zeros(1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 0)
     x = torch.zeros(0, 5, requires_grad=True)
@@ -136,7 +134,7 @@ def test_options_around_layers_layer_by_layer_equal_the_forward_pass(name, optio
     the full batch on the seeds (residuals and jk read the destinations' rows first)."""
     torch.manual_seed(0)
     block = random_graph(120, 700)
-    cfg = ModelConfig(name=name, hidden=8, layers=3, heads=2, fanouts=[-1] * 3, **options)
+    cfg = ModelConfig(name=name, hidden=8, layers=3, heads=2, **options)
     model = build_model(cfg, in_dim=6, num_classes=3).eval()
     x = torch.randn(120, 6)
     full = model([block] * 3, x)

@@ -102,11 +102,7 @@ def test_a_model_under_bf16_autocast_stays_close_to_float32(name):
 
     register_schemas()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = to_objects(
-            compose(
-                "config", overrides=[f"model={name}", "model.layers=3", "model.fanouts=[5,5,5]"]
-            )
-        )
+        cfg = to_objects(compose("config", overrides=[f"model={name}", "model.layers=3"]))
     torch.manual_seed(0)
     model = build_model(cfg.model, 32, 7).eval()
     blocks = [random_block(200, 200, seed=s) for s in range(3)]

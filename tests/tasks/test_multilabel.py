@@ -105,7 +105,7 @@ def test_a_gnn_beats_a_model_without_neighbours(tmp_path):
 def test_two_ranks_build_one_process_minibatches_and_losses():
     cfg = multilabel_checks.prepared(
         *SMALL, "dataset.num_labels=12", "algorithm=minibatch", "cluster.nprocs=2",
-        "model.fanouts=[5,5]", "model.batch_size=128",
+        "algorithm.fanouts=[5,5]", "algorithm.batch_size=128",
     )  # fmt: skip
     results = run_on_ranks(multilabel_checks.minibatch_steps_against_one_process, 2, cfg)
     assert results[0]["steps"] == results[1]["steps"] >= 2

@@ -35,7 +35,7 @@ from conftest import prepared  # noqa: E402
 
 NPROCS = 2
 SEEDS = 5
-SINGLE_BATCH = 1000  # model.batch_size of the single process; each rank takes 1000 / NPROCS
+SINGLE_BATCH = 1000  # algorithm.batch_size of the single process; each rank takes 1000 / NPROCS
 
 # dataset: (model, epochs). Each converges within its epochs (training loss < 0.35).
 CASES = {
@@ -67,7 +67,7 @@ def accuracies(dataset: str, tmp_path: Path) -> tuple[list[float], list[float]]:
             seed,
             "algorithm=minibatch",
             f"cluster.nprocs={NPROCS}",
-            f"model.batch_size={SINGLE_BATCH // NPROCS}",
+            f"algorithm.batch_size={SINGLE_BATCH // NPROCS}",
         )
         for seed in range(SEEDS)
     ]
@@ -85,7 +85,7 @@ def accuracies(dataset: str, tmp_path: Path) -> tuple[list[float], list[float]]:
             seed,
             "algorithm=single",
             "algorithm.mode=minibatch",
-            f"model.batch_size={SINGLE_BATCH}",
+            f"algorithm.batch_size={SINGLE_BATCH}",
         )
         run_dir = tmp_path / "single" / str(seed)
         run_dir.mkdir(parents=True)

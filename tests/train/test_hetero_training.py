@@ -112,8 +112,8 @@ def test_a_one_type_graph_trains_as_the_homogeneous_graph_bit_for_bit(tmp_path):
         "train.epochs=3",
         "train.eval_every=1",
         "model.hidden=16",
-        "model.fanouts=[5,3]",
-        "model.batch_size=64",
+        "algorithm.fanouts=[5,3]",
+        "algorithm.batch_size=64",
         "model.dropout=0.5",
         "model.aggregator=mean",
     )
@@ -135,7 +135,7 @@ def test_a_resumed_heterogeneous_run_continues_the_same_trajectory(tmp_path):
     to 4, equal 4 epochs straight."""
     common = (
         TINY, "model=rgcn", "algorithm=single", "algorithm.mode=minibatch", "train.epochs=4",
-        "train.eval_every=1", "model.hidden=16", "model.batch_size=512",
+        "train.eval_every=1", "model.hidden=16", "algorithm.batch_size=512",
     )  # fmt: skip
     _, straight = train_run(tmp_path, "straight", *common)
     _, first = train_run(tmp_path, "split", *common, "train.stop_after=2")
@@ -161,7 +161,7 @@ def test_sampling_every_neighbour_gives_the_full_batch_logits():
     from gnnrun.timers import PhaseTimer
 
     for model in ("rgcn", "hetero_sage"):
-        cfg = prepared(TINY, f"model={model}", "algorithm=single", "model.fanouts=[-1,-1]")
+        cfg = prepared(TINY, f"model={model}", "algorithm=single", "algorithm.fanouts=[-1,-1]")
         single = Single(cfg, Communicator(), PhaseTimer())
         torch.manual_seed(0)
         gnn = build_model(cfg.model, single.in_dim, single.num_classes, single.schema).eval()
@@ -192,6 +192,6 @@ def test_a_featureless_type_no_minibatch_reaches_trains_without_gradients(tmp_pa
     summary, run_dir = train_run(
         tmp_path, "islands", "dataset=custom", f"dataset.path={tmp_path}/islands.npz",
         "dataset.name=islands", "model=rgcn", "algorithm=single", "algorithm.mode=minibatch",
-        "train.epochs=2", "model.batch_size=50",
+        "train.epochs=2", "algorithm.batch_size=50",
     )  # fmt: skip
     assert summary["epochs"] == 2 and len(trajectory(run_dir)) == 2

@@ -98,12 +98,17 @@ def test_minibatch_on_two_ranks_learns_as_one_process_within_seed_noise(tmp_path
     common = ("dataset=cora", "task=link", "model=sage", *MODEL)
     common += ("train.epochs=12", "train.eval_every=12")
     single = [
-        train_run(tmp_path, f"single{seed}", *common, "algorithm=single", "model.batch_size=256",
+        train_run(tmp_path, f"single{seed}", *common, "algorithm=single", "algorithm.batch_size=256",
                   "algorithm.mode=minibatch", f"train.seed={seed}")[0]["final"]["test_mrr"]
         for seed in (0, 1)
     ]  # fmt: skip
     two, _ = train_run(
-        tmp_path, "two", *common, "algorithm=minibatch", "cluster.nprocs=2", "model.batch_size=128"
+        tmp_path,
+        "two",
+        *common,
+        "algorithm=minibatch",
+        "cluster.nprocs=2",
+        "algorithm.batch_size=128",
     )
     mrr = two["final"]["test_mrr"]
     print(f"single seeds 0, 1: {single}; minibatch on 2 ranks: {mrr}")
@@ -117,7 +122,7 @@ def test_a_resumed_link_run_continues_the_same_trajectory(tmp_path, shared_datas
     """2 epochs, then 2 more from the checkpoint, against 4 straight: the same losses and
     figures (the MLP scorer's weights and the optimiser's state are in the checkpoint)."""
     common = ("dataset=cora", "task=link", "model=sage", "algorithm=single", *MODEL)
-    common += ("algorithm.mode=minibatch", "model.batch_size=512", "task.scorer=mlp")
+    common += ("algorithm.mode=minibatch", "algorithm.batch_size=512", "task.scorer=mlp")
     common += ("train.epochs=4", "task.eval_negatives=100")
 
     def trajectory(run_dir: Path) -> list[tuple]:

@@ -16,7 +16,7 @@ SCHEMA = HeteroSchema(["paper", "author"], [4, 6], [3, 0], [("author", "writes",
 
 def test_only_the_embedding_rows_a_step_read_are_updated():
     torch.manual_seed(0)
-    cfg = RGCNConfig(name="rgcn", hidden=8, layers=1, fanouts=[2])
+    cfg = RGCNConfig(name="rgcn", hidden=8, layers=1)
     model = build_model(cfg, 0, 3, SCHEMA)
     optimizer = build_optimizer(model, OptimizerConfig(name="adam", lr=0.1))
     assert isinstance(optimizer, EmbeddingsApart)

@@ -54,10 +54,10 @@ def test_another_model_shape_is_refused_naming_the_checkpoints_values(
 
 def test_other_training_settings_are_used_with_a_warning(stopped_run, capsys):
     base, _ = stopped_run
-    code, err = resume(capsys, base, "model.fanouts=[5,5]", "model.dropout=0.1")
+    code, err = resume(capsys, base, "algorithm.fanouts=[5,5]", "model.dropout=0.1")
     assert code == 0, err
     assert "model.dropout=0.1 (checkpoint: 0.5)" in err
-    assert "model.fanouts=[5, 5] (checkpoint: [10, 25])" in err
+    assert "algorithm.fanouts=[5, 5] (checkpoint: [10, 25])" in err
     assert "follows neither" in err
 
 
@@ -92,14 +92,23 @@ def test_settings_recorded_under_old_names_compare_under_the_new_ones():
     }
 
 
+def test_sampling_settings_recorded_under_the_models_names_compare_under_the_algorithms():
+    saved = {"algorithm.name": "minibatch", "model.fanouts": [10, 25], "model.batch_size": 1000}
+    now = {"algorithm.name": "minibatch", "algorithm.fanouts": [5, 5], "algorithm.batch_size": 1000}
+    assert compare_settings(saved, now).diverging == {"algorithm.fanouts": ([10, 25], [5, 5])}
+    # Full batch has no sampling settings: a checkpoint's are no change of this run's.
+    full = {"algorithm.name": "minibatch"}
+    assert compare_settings(saved, full) == SettingChanges()
+
+
 def test_setting_kinds():
     changes = compare_settings(
-        {"model.hidden": 256, "optimizer.lr": 0.1, "model.fanouts": [10], "train.seed": 0},
-        {"model.hidden": 64, "optimizer.lr": 0.2, "model.fanouts": [5], "train.seed": 0},
+        {"model.hidden": 256, "optimizer.lr": 0.1, "algorithm.fanouts": [10], "train.seed": 0},
+        {"model.hidden": 64, "optimizer.lr": 0.2, "algorithm.fanouts": [5], "train.seed": 0},
     )
     assert changes.refused == {"model.hidden": (256, 64)}
     assert changes.applied == {"optimizer.lr": (0.1, 0.2)}
-    assert changes.diverging == {"model.fanouts": ([10], [5])}
+    assert changes.diverging == {"algorithm.fanouts": ([10], [5])}
 
 
 def test_options_around_the_layers_are_part_of_the_models_shape():

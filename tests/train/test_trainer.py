@@ -54,7 +54,7 @@ def test_resume_continues_the_same_trajectory(tmp_path, mode, precision):
         f"train.precision={precision}",
         "model=sage",
         "model.hidden=32",
-        "model.batch_size=256",
+        "algorithm.batch_size=256",
         "train.epochs=5",
     ]
     straight = tmp_path / "straight"
@@ -89,14 +89,14 @@ def resumed_trajectories(common: list[str], tmp_path, refused: tuple[str, ...] =
     [
         # hec keys its samples as minibatch does and restores more: minibatch is in the slow suite.
         pytest.param(
-            ["algorithm=minibatch", "model=sage", "model.batch_size=128"],
+            ["algorithm=minibatch", "model=sage", "algorithm.batch_size=128"],
             marks=pytest.mark.slow,
         ),
         # Pushes in flight at the checkpoint, and the caches, must be restored.
-        ["algorithm=hec", "algorithm.delay_minibatches=2", "model=sage", "model.batch_size=32"],
+        ["algorithm=hec", "algorithm.delay_minibatches=2", "model=sage", "algorithm.batch_size=32"],
         # Minibatches built ahead for the epochs after the stop must not shift the resumed run's.
         pytest.param(
-            ["algorithm=pipeline", "model=sage", "model.batch_size=64"], marks=pytest.mark.slow
+            ["algorithm=pipeline", "model=sage", "algorithm.batch_size=64"], marks=pytest.mark.slow
         ),
     ],
     ids=["minibatch", "hec", "pipeline"],

@@ -52,8 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnrun.algorithms.base import AlgorithmConfig
-from gnnrun.algorithms.minibatch.minibatch import DistributedMinibatch, step_key
+from gnnrun.algorithms.minibatch.minibatch import DistributedMinibatch, SampledConfig, step_key
 from gnnrun.algorithms.minibatch.sources import GraphSource, PartitionGraphSource
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.comm import PendingExchange
@@ -68,7 +67,7 @@ PUSH_BUDGETS = ("usable", "limit")
 
 
 @dataclass
-class HistoricalEmbeddingCacheConfig(AlgorithmConfig):
+class HistoricalEmbeddingCacheConfig(SampledConfig):
     """hec (DistGNN-MB): halo embeddings come from a per-layer cache filled by pushes.
 
     Defaults are the paper's settings for every experiment (section 5).

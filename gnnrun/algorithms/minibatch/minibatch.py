@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from gnnrun.algorithms.base import Algorithm, open_own_part
+from gnnrun.algorithms.base import Algorithm, AlgorithmConfig, open_own_part
 from gnnrun.algorithms.minibatch.sources import (
     Fanout,
     GraphSource,
@@ -19,6 +19,7 @@ from gnnrun.algorithms.minibatch.sources import (
     make_minibatch,
 )
 from gnnrun.algorithms.registry import ALGORITHMS
+from gnnrun.config import check
 from gnnrun.errors import GnnrunError
 from gnnrun.models.hetero import TypedInput
 from gnnrun.ops.block import Block
@@ -35,6 +36,51 @@ def step_key(seed: int, epoch: int, step: int) -> int:
     )
     x ^= x >> 31
     return x % (1 << 62)
+
+
+@dataclass
+class SampledConfig(AlgorithmConfig):
+    """The settings of the algorithms that sample their minibatches (minibatch, pipeline,
+    hec, and single in minibatch mode): full-batch algorithms take every neighbour and
+    have none of them. A model preset published with its own sampling sets them from
+    configs/algorithm/sampling/<model>.yaml (docs/training.md#sampling-settings)."""
+
+    fanouts: list[int] = field(default_factory=lambda: [10, 25])  # seeds first (PyG order)
+    batch_size: int = 1000  # seeds per minibatch on each rank
+    # Heterogeneous graphs (gnnrun.algorithms.minibatch.sources.hop_fanouts): fanouts of single
+    # relations by name, one per layer as `fanouts` (the others take `fanouts`).
+    relation_fanouts: dict[str, list[int]] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        super().validate()
+        check(
+            all(f >= 1 or f == -1 for f in self.fanouts),
+            f"algorithm.fanouts {list(self.fanouts)}: each entry is the neighbours sampled per "
+            "vertex, at least 1 (or -1 for all of them; 0 would train without neighbours)",
+        )
+        check(self.batch_size >= 1, "algorithm.batch_size must be positive")
+        for relation, fanouts in self.relation_fanouts.items():
+            check(
+                all(f >= 0 or f == -1 for f in fanouts),
+                f"algorithm.relation_fanouts.{relation}={list(fanouts)}: each entry is at least 0 "
+                "(0 samples none of the relation's edges, -1 all of them)",
+            )
+
+    def check_layers(self, layers: int) -> None:
+        """Refuse fanouts that do not give one entry per layer (once the model is known)."""
+        if len(self.fanouts) != layers:
+            example = [*self.fanouts, *[self.fanouts[-1]] * layers][:layers]
+            raise GnnrunError(
+                f"algorithm.fanouts={list(self.fanouts)} has {len(self.fanouts)} entries and "
+                f"model.layers={layers}: give one per layer, seeds first, e.g. "
+                f"algorithm.fanouts=[{','.join(map(str, example))}]"
+            )
+        for relation, fanouts in self.relation_fanouts.items():
+            if len(fanouts) != layers:
+                raise GnnrunError(
+                    f"algorithm.relation_fanouts.{relation}={list(fanouts)}: give one fanout "
+                    f"per layer (model.layers={layers})"
+                )
 
 
 @dataclass
@@ -104,18 +150,12 @@ class SampledTraining(Algorithm):
     @classmethod
     def check_config(cls, cfg) -> None:
         # Fanouts matter where blocks are sampled: full batch takes every neighbour.
-        model = cfg.model
-        if cls.samples(cfg) and len(model.fanouts) != model.layers:
-            example = [*model.fanouts, *[model.fanouts[-1]] * model.layers][: model.layers]
-            raise GnnrunError(
-                f"model.fanouts={list(model.fanouts)} has {len(model.fanouts)} entries and "
-                f"model.layers={model.layers}: give one per layer, seeds first, e.g. "
-                f"model.fanouts=[{','.join(map(str, example))}]"
-            )
+        if cls.samples(cfg):
+            cfg.algorithm.check_layers(cfg.model.layers)
 
     @staticmethod
     def samples(cfg) -> bool:
-        """Whether this run samples its blocks (and so reads model.fanouts)."""
+        """Whether this run samples its blocks (and so reads algorithm.fanouts)."""
         return True
 
     def labels_of(self, ids: torch.Tensor) -> torch.Tensor:
@@ -148,12 +188,12 @@ class SampledTraining(Algorithm):
     @property
     def fanouts(self) -> list[Fanout]:
         """Each hop's fanout (seeds first); per relation on a heterogeneous graph."""
-        return hop_fanouts(self.cfg.model, self.schema)
+        return hop_fanouts(self.cfg.algorithm, self.schema)
 
     def _steps(self, count: int) -> int:
         # Every rank runs the same number of steps: the collectives inside
         # sampling and the gradient all-reduce must pair up.
-        return self.comm.max_int(math.ceil(count / self.cfg.model.batch_size))
+        return self.comm.max_int(math.ceil(count / self.cfg.algorithm.batch_size))
 
     gradient_reduction = "mean"
 
@@ -172,14 +212,14 @@ class SampledTraining(Algorithm):
         seed = self.cfg.train.seed * 1_000_003 + epoch * 7919 + self.comm.rank
         generator = torch.Generator().manual_seed(seed)
         order = self.train_ids[torch.randperm(self.train_ids.numel(), generator=generator)]
-        wanted = steps * self.cfg.model.batch_size
+        wanted = steps * self.cfg.algorithm.batch_size
         if order.numel() and wanted > order.numel():
             # Fewer training vertices than the busiest rank: go round again.
             order = order.repeat(math.ceil(wanted / order.numel()))
         return order
 
     def step_items(self, order: torch.Tensor, step: int) -> torch.Tensor:
-        size = self.cfg.model.batch_size
+        size = self.cfg.algorithm.batch_size
         return order[step * size : (step + 1) * size]
 
     def begin_epoch(self, epoch: int) -> int:
@@ -215,7 +255,7 @@ class SampledTraining(Algorithm):
     def link_embeddings(self, model) -> torch.Tensor:
         """The model's output for every vertex of `embedded_vertices()`, in batches sampled
         with one key, so that a vertex's embedding does not depend on its batch."""
-        ids, size = self.embedded_vertices(), self.cfg.model.batch_size
+        ids, size = self.embedded_vertices(), self.cfg.algorithm.batch_size
         rows = []
         for step in range(self._steps(ids.numel())):
             seeds = ids[step * size : (step + 1) * size]
@@ -227,7 +267,7 @@ class SampledTraining(Algorithm):
     @torch.no_grad()
     def outputs_of(self, model, ids: torch.Tensor) -> torch.Tensor:
         """The model's outputs for vertices `ids`, in batches sampled with evaluation's keys."""
-        batch = self.cfg.model.batch_size
+        batch = self.cfg.algorithm.batch_size
         logits = []
         for step in range(self._steps(ids.numel())):
             seeds = ids[step * batch : (step + 1) * batch]
@@ -245,7 +285,7 @@ class SampledTraining(Algorithm):
         return self.objective.evaluate(model, self)
 
 
-@ALGORITHMS.register("minibatch")
+@ALGORITHMS.register("minibatch", SampledConfig)
 class DistributedMinibatch(SampledTraining):
     """DistDGL's exact baseline on METIS parts.
 

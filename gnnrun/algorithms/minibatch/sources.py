@@ -72,16 +72,18 @@ class GraphSource:
         raise NotImplementedError
 
 
-def hop_fanouts(model, schema: HeteroSchema | None) -> list[Fanout]:
-    """`model.fanouts` per hop; on a heterogeneous graph a list per hop with each
-    relation's fanout (`model.relation_fanouts` by relation name, else `model.fanouts`).
-    The names are checked before ranks start (gnnrun.algorithms.checks)."""
+def hop_fanouts(sampling, schema: HeteroSchema | None) -> list[Fanout]:
+    """`algorithm.fanouts` (`sampling`: a sampled algorithm's config,
+    gnnrun.algorithms.minibatch.SampledConfig) per hop; on a heterogeneous graph a list
+    per hop with each relation's fanout (`algorithm.relation_fanouts` by relation name,
+    else `algorithm.fanouts`). The names are checked before ranks start
+    (gnnrun.algorithms.checks)."""
     if schema is None:
-        return list(model.fanouts)
+        return list(sampling.fanouts)
     names = schema.relation_names()
     return [
-        [int(model.relation_fanouts.get(name, model.fanouts)[hop]) for name in names]
-        for hop in range(len(model.fanouts))
+        [int(sampling.relation_fanouts.get(name, sampling.fanouts)[hop]) for name in names]
+        for hop in range(len(sampling.fanouts))
     ]
 
 

@@ -63,10 +63,11 @@ from typing import Any
 
 import torch
 
-from gnnrun.algorithms.base import AlgorithmConfig, open_own_part
+from gnnrun.algorithms.base import open_own_part
 from gnnrun.algorithms.minibatch.minibatch import (
     DistributedMinibatch,
     Minibatch,
+    SampledConfig,
     step_key,
     tensors_in,
 )
@@ -84,7 +85,7 @@ REMOTE_REQUESTS = ("served", "collective")
 
 
 @dataclass
-class PipelineConfig(AlgorithmConfig):
+class PipelineConfig(SampledConfig):
     name: str = "pipeline"
     # Finished minibatches that may wait after each stage (DistDGLv2 keeps many cheap
     # sampled ones, fewer with their features, one on the device: 25, 5, 1); 0: inline.

@@ -30,7 +30,7 @@ def hec_config(configure, nprocs, *overrides):
         "algorithm=hec",
         "model=sage",
         "model.dropout=0",
-        "model.batch_size=64",
+        "algorithm.batch_size=64",
         f"cluster.nprocs={nprocs}",
         *overrides,
     )
@@ -53,7 +53,11 @@ def test_a_loaded_halo_embedding_is_the_latest_its_owner_pushed_in_time(configur
     # Batches of 16: about 6 minibatches per epoch, so that pushes cross epochs too.
     cfgs = [
         hec_config(
-            configure, nprocs, *UNLIMITED, f"algorithm.delay_minibatches={d}", "model.batch_size=16"
+            configure,
+            nprocs,
+            *UNLIMITED,
+            f"algorithm.delay_minibatches={d}",
+            "algorithm.batch_size=16",
         )
         for d in delays
     ]
@@ -121,7 +125,7 @@ def _assert_loads_are_the_latest_in_time(
 )
 def test_lifespan_and_capacity_bound_what_a_rank_loads(configure, setting, lifespan, capacity):
     unlimited = [o for o in UNLIMITED if o.split("=")[0] != setting.split("=")[0]]
-    cfg = hec_config(configure, 2, *unlimited, setting, "model.batch_size=16")
+    cfg = hec_config(configure, 2, *unlimited, setting, "algorithm.batch_size=16")
     results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 2)
     _assert_loads_are_the_latest_in_time(results, 1, lifespan, capacity)
 
@@ -149,7 +153,7 @@ def _pushes_with_eligible(results: list[dict]):
 
 @pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)
 def test_with_nothing_limited_every_eligible_halo_vertex_is_pushed(configure):
-    cfg = hec_config(configure, 3, *UNLIMITED, "model.batch_size=16")
+    cfg = hec_config(configure, 3, *UNLIMITED, "algorithm.batch_size=16")
     results = run_on_ranks(rank_checks.hec_trace, 3, cfg, 1)
     pushed = 0
     for rank, now, layer, peer, ids, eligible in _pushes_with_eligible(results):
@@ -161,7 +165,7 @@ def test_with_nothing_limited_every_eligible_halo_vertex_is_pushed(configure):
 def test_a_push_over_its_limit_draws_by_degree(configure):
     # A push of one row out of several eligible: the draw takes vertex v with probability
     # degree(v) / (sum of the eligible degrees), against 1 / (eligible) if it were uniform.
-    cfg = hec_config(configure, 2, *UNLIMITED, "algorithm.push_limit=1", "model.batch_size=16")
+    cfg = hec_config(configure, 2, *UNLIMITED, "algorithm.push_limit=1", "algorithm.batch_size=16")
     results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 3)
     observed = by_degree = uniform = 0.0
     draws = 0
@@ -185,7 +189,7 @@ def test_usable_budget_follows_the_lookups_of_the_last_epoch(configure):
     # Epoch 0 pushes at most ceil(halo / (lifespan + 1)) rows; epoch 1 at most the target's
     # halo lookups of the owner's vertices per minibatch in epoch 0. Every push is a
     # fixed-size buffer: the bytes are the budgets', whatever the rows carried.
-    cfg = hec_config(configure, 2, "algorithm.push_budget=usable", "model.batch_size=16")
+    cfg = hec_config(configure, 2, "algorithm.push_budget=usable", "algorithm.batch_size=16")
     results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 2)
     steps = _minibatches_per_epoch(results[0])
     lookups = {}  # (rank looking up, layer) -> its halo lookups in epoch 0
@@ -212,7 +216,7 @@ def test_usable_budget_follows_the_lookups_of_the_last_epoch(configure):
 
 
 def test_a_layer_without_budget_pushes_nothing_there(configure):
-    cfg = hec_config(configure, 2, "algorithm.push_budget=limit", "model.batch_size=16")
+    cfg = hec_config(configure, 2, "algorithm.push_budget=limit", "algorithm.batch_size=16")
     results = run_on_ranks(rank_checks.hec_with_a_layer_unbudgeted, 2, cfg, 1)
     assert all(r["pushed"][1] == 0 and r["pushed"][0] > 0 for r in results), results
     assert all(np.isfinite(r["loss"]) for r in results)

@@ -33,7 +33,7 @@ def mean_test_accuracy(configure, tmp_path, dataset, nprocs, epochs, seeds, *ove
         epochs,
         seeds,
         "model=sage",
-        "model.batch_size=256",
+        "algorithm.batch_size=256",
         *overrides,
     )
     print(f"\n{dataset} on {nprocs} ranks, {epochs} epochs:")
@@ -60,7 +60,14 @@ def test_hec_learns_like_minibatch_on_synthetic(configure, tmp_path):
     # (push_limit 2000), so hec pushes more than minibatch pulls; the slow tests
     # and scripts/bench_hec.py compare them at sizes where the limit binds.
     means = mean_test_accuracy(
-        configure, tmp_path, "synthetic-tiny", 2, 20, 1, "model.hidden=32", "model.batch_size=32"
+        configure,
+        tmp_path,
+        "synthetic-tiny",
+        2,
+        20,
+        1,
+        "model.hidden=32",
+        "algorithm.batch_size=32",
     )
     assert means["minibatch"] > 0.85
     assert means["hec"] >= means["minibatch"] - 0.01, means

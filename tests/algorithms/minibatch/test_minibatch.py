@@ -23,7 +23,7 @@ def test_owners_sample_exactly_and_gradients_are_identical_after_all_reduce(conf
     common = ("dataset=synthetic-tiny", "algorithm=minibatch", f"cluster.nprocs={nprocs}")
     sampled = configure(*common, "model=sage_products")
     # Batch normalisation: each rank's statistics from its own minibatches, averaged.
-    trained = configure(*common, "model=sage", "model.batch_size=128", "model.norm=batch")
+    trained = configure(*common, "model=sage", "algorithm.batch_size=128", "model.norm=batch")
     results = run_on_ranks(rank_checks.minibatch_samples_and_weights, nprocs, sampled, trained)
     samples, weights = zip(*results, strict=True)
     assert all(r["edges"] > 0 for r in samples)

@@ -15,7 +15,12 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # the checks all families sh
 sys.path.insert(0, str(Path(__file__).parent))
 import pipeline_checks  # noqa: E402
 
-COMMON = ("dataset=synthetic-tiny", "model=sage", "model.batch_size=20", "model.fanouts=[5,5]")
+COMMON = (
+    "dataset=synthetic-tiny",
+    "model=sage",
+    "algorithm.batch_size=20",
+    "algorithm.fanouts=[5,5]",
+)
 # The options around the layers, batch normalisation's statistics per minibatch included.
 AROUND = ("model.residual=true", "model.norm=batch", "model.jk=cat")
 CAPACITIES = {

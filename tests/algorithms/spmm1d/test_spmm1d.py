@@ -32,7 +32,6 @@ MODELS = {
         "model=gcn",
         "model.hidden=48",
         "model.layers=3",
-        "model.fanouts=[5,5,5]",
         *NO_DROPOUT,
     ),
 }
