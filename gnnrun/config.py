@@ -328,7 +328,7 @@ RENAMED_KEYS: dict[str, tuple[str, ...]] = {
     # cluster=hosts names its layout as cluster=slurm does.
     "cluster.nnodes": ("cluster.nodes",),
     "cluster.nproc_per_node": ("cluster.tasks_per_node",),
-    # The sampled algorithms' settings (gnnrun.algorithms.minibatch.SampledConfig): full
+    # The sampled algorithms' settings (gnnrun.algorithms.minibatch.minibatch.SampledConfig): full
     # batch has none.
     "model.fanouts": ("algorithm.fanouts",),
     "model.batch_size": ("algorithm.batch_size",),

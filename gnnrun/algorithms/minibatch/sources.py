@@ -74,7 +74,7 @@ class GraphSource:
 
 def hop_fanouts(sampling, schema: HeteroSchema | None) -> list[Fanout]:
     """`algorithm.fanouts` (`sampling`: a sampled algorithm's config,
-    gnnrun.algorithms.minibatch.SampledConfig) per hop; on a heterogeneous graph a list
+    gnnrun.algorithms.minibatch.minibatch.SampledConfig) per hop; on a heterogeneous graph a list
     per hop with each relation's fanout (`algorithm.relation_fanouts` by relation name,
     else `algorithm.fanouts`). The names are checked before ranks start
     (gnnrun.algorithms.checks)."""
