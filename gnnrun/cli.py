@@ -132,6 +132,7 @@ def cmd_train(args: list[str]) -> int:
         from gnnrun.schemas import register_schemas
 
         register_schemas()
+        args = with_renamed_keys(args)
         check_overrides(args)  # as for any single run, before anything is submitted
         args = _slurm_run_args(args)
     with sweep.installed():  # training sweeps only: a partition sweep checks no training
@@ -382,6 +383,7 @@ def run_hydra(
     from gnnrun.schemas import register_schemas
 
     register_schemas()
+    overrides = with_renamed_keys(overrides)
     check_overrides(overrides)
     if keep_run_dir:
         overrides = _own_output_dir(overrides)
@@ -431,13 +433,7 @@ def check_overrides(overrides: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(settings)
     except HydraException as exc:
         raise GnnrunError(f"cannot parse the overrides: {exc}") from None
-    choices = []
-    for o in parsed:
-        # +sweep=NAME (configs/sweep/) may choose groups too, e.g. algorithm=cdr
-        if o.key_or_group in GROUPS or o.key_or_group == "sweep":
-            value = next(iter(o.sweep_string_iterator())) if o.is_sweep_override() else o.value()
-            _check_options(o.key_or_group, value)
-            choices.append(f"{'+' if o.is_add() else ''}{o.key_or_group}={value}")
+    choices = _group_choices(parsed)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
             base = compose("config", overrides=choices)
@@ -467,6 +463,62 @@ def check_overrides(overrides: list[str]) -> None:
                 raise GnnrunError(f"{where}{exc}{cause}".replace("\n", " ")) from None
             except GnnrunError as exc:
                 raise GnnrunError(f"{where}{exc}") from None
+
+
+def _group_choices(parsed: list) -> list[str]:
+    """The overrides that choose a config group's option (the first point's, in a sweep):
+    what the composed config's keys depend on."""
+    choices = []
+    for o in parsed:
+        # +sweep=NAME (configs/sweep/) may choose groups too, e.g. algorithm=cdr
+        if o.key_or_group in GROUPS or o.key_or_group == "sweep":
+            value = next(iter(o.sweep_string_iterator())) if o.is_sweep_override() else o.value()
+            _check_options(o.key_or_group, value)
+            choices.append(f"{'+' if o.is_add() else ''}{o.key_or_group}={value}")
+    return choices
+
+
+def with_renamed_keys(overrides: list[str]) -> list[str]:
+    """The overrides with each renamed key (gnnrun.config.RENAMED_KEYS) written under its
+    new name, said once as a warning, so that an old command line still runs. A key whose
+    new name the chosen config lacks (model.fanouts under a full-batch algorithm) is left
+    as it is, for check_overrides to refuse with both names."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from gnnrun.config import renamed
+    from gnnrun.progress import print_warning
+
+    flags, settings = _split_flags(overrides)
+    try:
+        parsed = OverridesParser.create().parse_overrides(settings)
+    except HydraException:
+        return overrides  # check_overrides says what it cannot parse
+    if not any(renamed(o.key_or_group) for o in parsed):
+        return overrides
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            base = compose("config", overrides=_group_choices(parsed))
+        except HydraException:
+            return overrides  # check_overrides says why
+    written = []
+    for text, o in zip(settings, parsed, strict=True):
+        key = o.key_or_group
+        was = renamed(key)
+        here = [n for n in was[1] if _known_key(base, n, adding=False)] if was else []
+        if len(here) != 1:
+            written.append(text)
+            continue
+        old, new_root = was[0], here[0]
+        new = new_root + key[len(old) :]
+        start = text.index(key)
+        prefix, rest = text[:start], text[start + len(key) :]
+        if new != new_root and not prefix:
+            prefix = "+"  # a key under a mapping (relation_fanouts.cites) is added
+        written.append(prefix + new + rest)
+        print_warning(f"'{key}' is now '{new}' (CHANGELOG.md): taken as {new}")
+    return [*written, *flags]
 
 
 def _check_options(group: str, value: object) -> None:
