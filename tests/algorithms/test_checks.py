@@ -111,3 +111,10 @@ def test_the_gae_preset_is_kipf_and_wellings():
     assert (model.name, model.layers, model.hidden, model.link_width) == ("gcn", 2, 32, 16)
     assert model.dropout == model.input_dropout == 0
     assert (cfg.optimizer.lr, cfg.optimizer.weight_decay) == (0.01, 0.0)
+
+
+def test_the_reconstruction_loss_is_refused_outside_one_full_batch_process():
+    link = ("dataset=synthetic-tiny", "task=link", "task.loss=reconstruction")
+    with pytest.raises(GnnrunError, match="use algorithm=single algorithm.mode=full"):
+        check_runnable(make_config(*link, "algorithm=minibatch"))
+    check_runnable(make_config(*link, "algorithm=single", "algorithm.mode=full"))
