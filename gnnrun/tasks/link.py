@@ -141,6 +141,8 @@ class LinkTask(Task):
         from gnnrun.progress import print_warning
 
         cfg = self.cfg
+        if dataset.hetero is not None and (cfg.self_pairs or cfg.loss == "reconstruction"):
+            raise GnnrunError(_one_graph_only(cfg, dataset))
         if dataset.link_train is None or dataset.link_train.shape[1] == 0:
             raise GnnrunError(
                 f"dataset {dataset.name!r} has no training edges once "
@@ -226,10 +228,7 @@ class LinkObjective:
             for split in ("train", "val", "test")
         }
         if relation is not None and (task.self_pairs or task.loss == "reconstruction"):
-            raise GnnrunError(
-                f"task.self_pairs and task.loss=reconstruction pair every vertex of one graph, "
-                f"and {dataset.name} is heterogeneous: leave them out, and use task.loss=bce"
-            )
+            raise GnnrunError(_one_graph_only(task, dataset))
         self.directed = dataset.directed
         # The loss needs every vertex's embedding at once (gnnrun.algorithms.single, full batch).
         self.whole_graph_loss = task.loss == "reconstruction"
@@ -352,6 +351,17 @@ class LinkObjective:
             s = u if own_sources else w[0]  # per_source: one source against its k
             out[split] = (_score(model, h, u, v[:, None]).view(-1), _score(model, h, s, w[-1]))
         return out
+
+
+def _one_graph_only(task, dataset: GraphDataset) -> str:
+    given = " ".join(
+        ([f"task.loss={task.loss}"] if task.loss == "reconstruction" else [])
+        + (["task.self_pairs=true"] if task.self_pairs else [])
+    )
+    return (
+        f"{given} pairs the vertices of one graph with each other, and {dataset.name} is "
+        "heterogeneous: use task.loss=bce (or margin) with task.self_pairs=false"
+    )
 
 
 def _score(model, h: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.errors import GnnrunError
-from gnnrun.tasks.link import LinkObjective, LinkTaskConfig
+from gnnrun.tasks.link import LinkObjective, LinkTask, LinkTaskConfig
 
 EMPTY = np.zeros((2, 0), dtype=np.int64)
 
@@ -108,3 +109,17 @@ def test_reconstruction_needs_the_dot_scorer():
     with pytest.raises(GnnrunError, match="task.scorer=dot"):
         LinkTaskConfig(loss="reconstruction", scorer="mlp").validate()
     LinkTaskConfig(loss="reconstruction").validate()
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"self_pairs": True}, "task.self_pairs=true pairs"),
+        ({"loss": "reconstruction"}, "task.loss=reconstruction pairs"),
+    ],
+)
+def test_a_heterogeneous_graph_refuses_pairing_every_vertex(settings, named):
+    typed = dataclasses.replace(path_graph(), name="typed", hetero=object())
+    with pytest.raises(GnnrunError, match=f"{named} .* typed is heterogeneous: use task.loss=bce"):
+        LinkTask(LinkTaskConfig(**settings)).check_targets(typed)
+    LinkTask(LinkTaskConfig()).check_targets(typed)
