@@ -13,7 +13,10 @@ the message-passing graph with the step's target edges taken out of every
 block (gnnrun.algorithms.sources); the scorer (gnnrun.models.link) scores
 each pair, and the loss is binary cross-entropy over positives (label 1) and
 negatives (label 0), or the margin loss mean(relu(margin - s(pos) + s(neg)))
-over each positive and its own negatives.
+over each positive and its own negatives. `task.self_pairs` adds each vertex's
+pair with itself to the training edges. `task.loss=reconstruction` is GAE's
+loss instead: no negatives are drawn, every vertex pair of the whole graph is
+a target (`LinkObjective.reconstruction_loss`, full batch on one process).
 
 Evaluation embeds every vertex once (each rank its own, sampled with one key
 for all steps, so that a vertex's embedding does not depend on the batch it
