@@ -10,9 +10,10 @@ deviation over the runs:
   ROC-AUC, `model=hetero_bench_*`, 1000 full-batch steps, one run per split
   (the dataset's 10 fixed splits, `dataset.split=S`);
 - `gae-cora`: Kipf & Welling (2016), GAE on Cora: test ROC-AUC and AP after
-  the last epoch, `model=gae`, 200 full-batch epochs, negatives uniform vertex
-  pairs (in training and one per held-out edge), one run
-  per seed (`train.seed=S task.split_seed=S`: a new initialisation and a new
+  the last epoch, `task=gae model=gae`, 200 full-batch epochs: GAE's loss (the
+  whole training adjacency matrix with its self-loops reconstructed, every
+  other vertex pair a negative), each held-out edge against one uniform vertex
+  pair; one run per seed (`train.seed=S task.split_seed=S`: a new initialisation and a new
   85/5/10 edge split each, as the paper's 10 runs).
 
     .venv/bin/python scripts/bench_published.py --recipe gae-cora --runs 10
@@ -66,14 +67,12 @@ RECIPES = {
     "gae-cora": (
         [
             "dataset=cora",
-            "task=link",
-            "task.negatives=uniform",
-            "task.eval_negatives=1",
-            "task.eval_sampler=uniform",
+            "task=gae",
             "model=gae",
             "algorithm=single",
             "algorithm.mode=full",
             "train.epochs=200",
+            "train.eval_every=200",
         ],
         "train.seed,task.split_seed",
         {"test_auc": (91.0, None), "test_ap": (92.0, None)},

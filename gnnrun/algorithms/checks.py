@@ -38,6 +38,7 @@ def check_runnable(cfg) -> None:
             f"algorithm= one of {able}"
         )
     algorithm.check_config(cfg)
+    _check_link_loss(cfg)
     _check_batch_norm(cfg, algorithm.splits_batch)
     _check_device(cfg, algorithm.devices)
     _check_precision(cfg, algorithm.precisions)
@@ -50,6 +51,16 @@ def check_runnable(cfg) -> None:
                 "per rank; leave partitioner.num_parts out (it follows cluster.nprocs), or use "
                 f"cluster.nprocs={cfg.partitioner.num_parts}"
             )
+
+
+def _check_link_loss(cfg) -> None:
+    whole_graph = cfg.algorithm.name == "single" and cfg.algorithm.mode == "full"
+    if cfg.task.name == "link" and cfg.task.loss == "reconstruction" and not whole_graph:
+        raise GnnrunError(
+            f"task.loss=reconstruction scores every vertex pair of the whole graph in each "
+            f"step, and algorithm={cfg.algorithm.name} trains on parts of it: use "
+            "algorithm=single algorithm.mode=full, or task.loss=bce with sampled negatives"
+        )
 
 
 def _check_batch_norm(cfg, splits_batch: bool) -> None:

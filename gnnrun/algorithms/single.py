@@ -75,6 +75,8 @@ class Single(SampledTraining):
         if not self.full:
             return super().loss(model, batch, step)
         logits = self.full_logits(model)
+        if getattr(self.objective, "whole_graph_loss", False):
+            return self.objective.reconstruction_loss(logits)
         # Every training item is a target in the one step; training edges stay in the
         # graph (full-graph link prediction's convention: leaving them all out would
         # leave no graph).

@@ -13,7 +13,10 @@ the message-passing graph with the step's target edges taken out of every
 block (gnnrun.algorithms.minibatch.sources); the scorer (gnnrun.models.link) scores
 each pair, and the loss is binary cross-entropy over positives (label 1) and
 negatives (label 0), or the margin loss mean(relu(margin - s(pos) + s(neg)))
-over each positive and its own negatives.
+over each positive and its own negatives. `task.self_pairs` adds each vertex's
+pair with itself to the training edges. `task.loss=reconstruction` is GAE's
+loss instead: no negatives are drawn, every vertex pair of the whole graph is
+a target (`LinkObjective.reconstruction_loss`, full batch on one process).
 
 Evaluation embeds every vertex once (each rank its own, sampled with one key
 for all steps, so that a vertex's embedding does not depend on the batch it
@@ -50,7 +53,7 @@ from gnnrun.tasks.registry import TASKS
 NEGATIVE_SAMPLERS = ("per_source", "uniform", "degree")
 EVAL_SAMPLERS = ("per_source", "uniform")
 SCORERS = ("dot", "mlp")
-LINK_LOSSES = ("bce", "margin")
+LINK_LOSSES = ("bce", "margin", "reconstruction")
 
 
 @dataclass
@@ -79,8 +82,14 @@ class LinkTaskConfig(TaskConfig):
     # A heterogeneous graph's relation whose edges to predict (by name; required there).
     relation: str | None = None
     scorer: str = "dot"  # dot | mlp (on the two endpoint embeddings)
-    loss: str = "bce"  # bce | margin (each positive above its negatives by `margin`)
+    # bce | margin (each positive above its negatives by `margin`) | reconstruction (GAE's
+    # loss: every vertex pair a target, the training edges 1 and every other pair 0, the
+    # two classes weighted equally; full batch on one process, dot scorer).
+    loss: str = "bce"
     margin: float = 1.0
+    # Train on each vertex's pair with itself (v, v) as a positive too: GAE reconstructs
+    # A + I, the graph its GCN aggregates over. Training pairs only; never evaluated.
+    self_pairs: bool = False
 
     def validate(self) -> None:
         check(
@@ -107,6 +116,11 @@ class LinkTaskConfig(TaskConfig):
             f"task.hits_at {list(self.hits_at)}: give one or more K >= 1",
         )
         check(self.margin > 0, "task.margin must be positive")
+        check(
+            self.loss != "reconstruction" or self.scorer == "dot",
+            f"task.loss=reconstruction scores every vertex pair by inner product: use "
+            f"task.scorer=dot (not {self.scorer!r}), or task.loss=bce with sampled negatives",
+        )
 
 
 @TASKS.register("link", schema=LinkTaskConfig)
@@ -130,6 +144,8 @@ class LinkTask(Task):
         from gnnrun.progress import print_warning
 
         cfg = self.cfg
+        if dataset.hetero is not None and (cfg.self_pairs or cfg.loss == "reconstruction"):
+            raise GnnrunError(_one_graph_only(cfg, dataset))
         if dataset.link_train is None or dataset.link_train.shape[1] == 0:
             raise GnnrunError(
                 f"dataset {dataset.name!r} has no training edges once "
@@ -183,6 +199,8 @@ class LinkTask(Task):
 
 # Pairs scored at once in evaluation: bounds the [pairs, width] rows gathered.
 SCORE_CHUNK = 1 << 18
+# Rows of the N x N inner products task.loss=reconstruction computes at once.
+RECONSTRUCTION_ROWS = 4096
 
 
 @dataclass
@@ -212,6 +230,14 @@ class LinkObjective:
             split: torch.from_numpy(np.array(getattr(dataset, f"link_{split}"), dtype=np.int64))
             for split in ("train", "val", "test")
         }
+        if relation is not None and (task.self_pairs or task.loss == "reconstruction"):
+            raise GnnrunError(_one_graph_only(task, dataset))
+        self.directed = dataset.directed
+        # The loss needs every vertex's embedding at once (gnnrun.algorithms.single, full batch).
+        self.whole_graph_loss = task.loss == "reconstruction"
+        if task.self_pairs:  # after the graph's own edges: their ids (negatives' keys) stay
+            loops = torch.arange(dataset.num_nodes).repeat(2, 1)
+            self.edges["train"] = torch.cat([self.edges["train"], loops], dim=1)
 
         def owned(edges: torch.Tensor) -> torch.Tensor:
             ids = torch.arange(edges.shape[1])
@@ -249,6 +275,8 @@ class LinkObjective:
         return seeds, positives, targets
 
     def loss(self, model, h: torch.Tensor, targets: EdgeTargets) -> torch.Tensor | None:
+        if self.task.loss == "reconstruction":
+            raise ValueError("task.loss=reconstruction: call reconstruction_loss on every vertex")
         if not targets.positives.numel():
             return None
         # index_select, not h[...]: indexing's gradient (an accumulating index_put_) adds
@@ -262,6 +290,31 @@ class LinkObjective:
         scores = torch.cat([positive, negative])
         labels = torch.cat([torch.ones_like(positive), torch.zeros_like(negative)])
         return torch.nn.functional.binary_cross_entropy_with_logits(scores, labels)
+
+    def reconstruction_loss(self, h: torch.Tensor) -> torch.Tensor:
+        """GAE's loss on every vertex's embedding `h` [N, d]: binary cross-entropy of the
+        inner products h h^T against the training adjacency matrix (both directions of an
+        undirected pair; (v, v) too under task.self_pairs), P ones among N^2 entries,
+        weighted as Kipf & Welling's: norm * mean(pos_weight * y * -log s + (1 - y) *
+        -log(1 - s)), pos_weight = (N^2 - P) / P and norm = N^2 / (2 (N^2 - P)). That is
+        half the mean loss of the ones plus half the mean loss of the zeros, computed so:
+        the zeros' sum is every entry's softplus(logit) less the ones'."""
+        n = h.shape[0]
+        edges = self.edges["train"].to(h.device)
+        if not self.directed:  # one direction per pair is stored: the matrix has both
+            turned = edges.flip(0)
+            edges = torch.cat([edges, turned[:, turned[0] != turned[1]]], dim=1)
+        ones = edges.shape[1]
+        zeros = n * n - ones
+        logits = (h.index_select(0, edges[0]) * h.index_select(0, edges[1])).sum(dim=-1)
+        softplus = torch.nn.functional.softplus
+        every = sum(
+            softplus(h[i : i + RECONSTRUCTION_ROWS] @ h.T).sum()
+            for i in range(0, n, RECONSTRUCTION_ROWS)
+        )
+        ones_loss = softplus(-logits).mean()  # -log sigmoid(x) = softplus(-x)
+        zeros_loss = (every - softplus(logits).sum()) / zeros  # -log(1 - sigmoid(x)) = softplus(x)
+        return 0.5 * ones_loss + 0.5 * zeros_loss
 
     @torch.no_grad()
     def evaluate(self, model, source) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -301,6 +354,17 @@ class LinkObjective:
             s = u if own_sources else w[0]  # per_source: one source against its k
             out[split] = (_score(model, h, u, v[:, None]).view(-1), _score(model, h, s, w[-1]))
         return out
+
+
+def _one_graph_only(task, dataset: GraphDataset) -> str:
+    given = " ".join(
+        ([f"task.loss={task.loss}"] if task.loss == "reconstruction" else [])
+        + (["task.self_pairs=true"] if task.self_pairs else [])
+    )
+    return (
+        f"{given} pairs the vertices of one graph with each other, and {dataset.name} is "
+        "heterogeneous: use task.loss=bce (or margin) with task.self_pairs=false"
+    )
 
 
 def _score(model, h: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -106,8 +106,24 @@ def test_the_heterophilous_benchmark_presets_are_platonovs_recipe(name):
 
 
 def test_the_gae_preset_is_kipf_and_wellings():
-    cfg = make_config("model=gae", "task=link", "dataset=cora")
+    cfg = make_config("model=gae", "task=gae", "dataset=cora")
     model = cfg.model
     assert (model.name, model.layers, model.hidden, model.link_width) == ("gcn", 2, 32, 16)
     assert model.dropout == model.input_dropout == 0
     assert (cfg.optimizer.lr, cfg.optimizer.weight_decay) == (0.01, 0.0)
+    task = cfg.task
+    assert (task.name, task.loss, task.self_pairs, task.scorer) == (
+        "link",
+        "reconstruction",
+        True,
+        "dot",
+    )
+    assert (task.eval_negatives, task.eval_sampler) == (1, "uniform")
+    assert (task.val_fraction, task.test_fraction) == (0.05, 0.1)
+
+
+def test_the_reconstruction_loss_is_refused_outside_one_full_batch_process():
+    link = ("dataset=synthetic-tiny", "task=link", "task.loss=reconstruction")
+    with pytest.raises(GnnrunError, match="use algorithm=single algorithm.mode=full"):
+        check_runnable(make_config(*link, "algorithm=minibatch"))
+    check_runnable(make_config(*link, "algorithm=single", "algorithm.mode=full"))
