@@ -44,6 +44,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
 
 _MASK64 = (1 << 64) - 1
@@ -263,3 +264,34 @@ def compact(
         return compact_reference(dst_nodes, offsets, neighbors)
     indptr, indices, src_ids = op(_ids(dst_nodes), _ids(offsets), _ids(neighbors))
     return indptr, indices, src_ids
+
+
+def sample_blocks(
+    indptr: ArrayLike,
+    indices: ArrayLike,
+    seeds: ArrayLike,
+    fanouts: Sequence[int],
+    seed: int,
+    *,
+    native: bool | None = None,
+) -> list[Block]:
+    """Sample a multi-layer computation graph around `seeds`; blocks from input to output layer.
+
+    The hops training chains (gnnrun.algorithms.sample_minibatch), on a bare CSR: for
+    programs and benchmarks that sample outside a training run.
+
+    `fanouts[0]` is the number of neighbours each seed gets (PyG order, see the
+    module docstring); `blocks[-1].src_ids[:len(seeds)]` are the seeds. Seeds
+    should be distinct: a repeated seed stays a repeated destination.
+    """
+    ptr = _ids(indptr)
+    idx = _index_tensor(indices)
+    dst = _ids(seeds)
+    blocks = []
+    for layer, fanout in enumerate(fanouts):
+        offsets, neighbors = sample_neighbors(ptr, idx, dst, fanout, seed, layer, native=native)
+        block_ptr, block_idx, src_ids = compact(dst, offsets, neighbors, native=native)
+        blocks.append(Block(block_ptr, block_idx, int(src_ids.numel()), src_ids))
+        dst = src_ids
+    blocks.reverse()
+    return blocks

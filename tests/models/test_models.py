@@ -12,7 +12,7 @@ from gnnrun.models.gcn import GCNConv
 from gnnrun.models.registry import ModelConfig
 from gnnrun.models.sage import SAGEConv
 from gnnrun.ops.block import Block
-from tests.ops.sampled_blocks import sample_blocks
+from gnnrun.ops.sampling import sample_blocks
 
 
 def random_graph(n: int = 60, m: int = 300, seed: int = 0) -> Block:

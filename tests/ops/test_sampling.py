@@ -10,11 +10,11 @@ from gnnrun.ops.native import native_op
 from gnnrun.ops.sampling import (
     compact,
     compact_reference,
+    sample_blocks,
     sample_neighbors,
     sample_neighbors_reference,
     sample_relations,
 )
-from tests.ops.sampled_blocks import sample_blocks
 
 HAVE_NATIVE = native_op("sample_neighbors", "sampler") is not None
 needs_native = pytest.mark.skipif(not HAVE_NATIVE, reason="kernels/sampler.cpp did not build")
