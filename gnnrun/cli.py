@@ -502,6 +502,7 @@ def with_renamed_keys(overrides: list[str]) -> list[str]:
             base = compose("config", overrides=_group_choices(parsed))
         except HydraException:
             return overrides  # check_overrides says why
+    given = {o.key_or_group for o in parsed}
     written = []
     for text, o in zip(settings, parsed, strict=True):
         key = o.key_or_group
@@ -512,6 +513,10 @@ def with_renamed_keys(overrides: list[str]) -> list[str]:
             continue
         old, new_root = was[0], here[0]
         new = new_root + key[len(old) :]
+        if new in given:  # which of the two was meant cannot be told
+            raise GnnrunError(
+                f"'{key}' and '{new}' name one setting ('{key}' is its old name): give only {new}"
+            )
         start = text.index(key)
         prefix, rest = text[:start], text[start + len(key) :]
         if new != new_root and not prefix:

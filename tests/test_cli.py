@@ -140,6 +140,10 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         ),
         (["train", "algorithm=sar", "algorithm.batch_size=64"], "sar trains full batch"),
         (
+            ["train", "model.fanouts=[3,3]", "algorithm.fanouts=[5,5]"],
+            "'model.fanouts' and 'algorithm.fanouts' name one setting",
+        ),
+        (
             ["train", "algorithm=pipeline", "algorithm.capacity={sampel: 2}"],
             "unknown config key 'algorithm.capacity.sampel'. Did you mean 'algorithm.capacity.sample'?",
         ),
