@@ -13,6 +13,8 @@ block that reads the vertex. A layer without `project_first` is run whole."""
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,6 +88,37 @@ class ModelConfig:
     def check_widths(self, widths: list[int]) -> None:
         """Refuse layer widths (the input, then every layer's output) the model cannot
         take, once the dataset says what they are; a model with such limits overrides it."""
+
+
+# Settings ModelConfig had until 2026-11-27, now the sampled algorithms' (SampledConfig,
+# `algorithm.*`; CHANGELOG.md). Programs outside the project still build
+# ModelConfig(..., fanouts=..., batch_size=...) for full-batch models, which never read
+# them: the constructor takes them, says where they went, and drops them. Hydra's
+# composition does not pass through here (`model.fanouts=` on the command line is
+# translated by gnnrun.cli).
+MOVED_TO_ALGORITHM = ("fanouts", "batch_size", "relation_fanouts")
+
+
+def _taking_moved_settings(init: Callable) -> Callable:
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        moved = [key for key in MOVED_TO_ALGORITHM if key in kwargs]
+        for key in moved:
+            del kwargs[key]
+        if moved:
+            warnings.warn(
+                f"ModelConfig's {' and '.join(moved)} moved to the sampled algorithms' "
+                f"settings ({', '.join(f'algorithm.{k}' for k in moved)}, SampledConfig): "
+                "the model ignores them",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+ModelConfig.__init__ = _taking_moved_settings(ModelConfig.__init__)
 
 
 LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry(

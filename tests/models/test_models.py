@@ -182,3 +182,14 @@ def test_batch_norm_trains_on_the_batch_and_infers_with_running_statistics():
     one = model([block, block], x)[:5]
     again = model([block, block], x)[:5]
     assert torch.equal(one, again)
+
+
+def test_model_config_takes_the_sampling_settings_it_had_with_a_deprecation_warning():
+    # Programs outside the project build ModelConfig(..., fanouts=..., batch_size=...)
+    # for full-batch models; the settings moved to the sampled algorithms.
+    with pytest.warns(DeprecationWarning, match=r"fanouts and batch_size moved .*algorithm"):
+        cfg = ModelConfig(name="sage", hidden=8, layers=3, fanouts=[5, 10, 15], batch_size=1000)
+    assert cfg == ModelConfig(name="sage", hidden=8, layers=3)
+    assert not hasattr(cfg, "fanouts")
+    with pytest.raises(TypeError):  # any other unknown setting is still an error
+        ModelConfig(name="sage", fanout=[5])
