@@ -42,6 +42,12 @@ class Backend:
     def log_epoch(self, epoch: int, figures: dict[str, float]) -> None:
         """Epoch `epoch`'s figures (counted from 1: the step)."""
 
+    def log_epochs(self, epochs: list[tuple[int, dict[str, float]]]) -> None:
+        """Several epochs at once (those queued while the tracking thread waited for a
+        core); a backend whose cost is per request sends them in one."""
+        for epoch, figures in epochs:
+            self.log_epoch(epoch, figures)
+
     def finish(self, summary: dict[str, Any], artifacts: list[Path], checkpoint: Path | None):
         """The run's summary, and its files to keep (summary.json, the report's plots)."""
 
@@ -119,6 +125,7 @@ def _markdown_code(text: str) -> str:
 # MLflow names allow letters, digits, _ - . / and spaces.
 _MLFLOW_UNSAFE = re.compile(r"[^\w\-./ ]")
 _MLFLOW_BATCH = 100  # params per log_batch request (MLflow's limit)
+_MLFLOW_METRICS = 1000  # metrics per log_batch request (MLflow's limit)
 _MLFLOW_VALUE = 6000  # characters per param value (MLflow's limit)
 _MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
@@ -200,13 +207,20 @@ class Mlflow(Backend):
         self.client.log_metric(self.run_id, "restarts", attempt, step=start_epoch)
 
     def log_epoch(self, epoch: int, figures: dict[str, float]) -> None:
+        self.log_epochs([(epoch, figures)])
+
+    def log_epochs(self, epochs: list[tuple[int, dict[str, float]]]) -> None:
+        # One request per _MLFLOW_METRICS figures: a request costs milliseconds of CPU
+        # (a sqlite transaction, or HTTP and the server's) whatever it holds.
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(
-            self.run_id,
-            metrics=[Metric(mlflow_key(k), v, now, epoch) for k, v in figures.items()],
-        )
+        metrics = [
+            Metric(mlflow_key(k), v, now, epoch) for epoch, figures in epochs
+            for k, v in figures.items()
+        ]  # fmt: skip
+        for first in range(0, len(metrics), _MLFLOW_METRICS):
+            self.client.log_batch(self.run_id, metrics=metrics[first : first + _MLFLOW_METRICS])
 
     def finish(self, summary, artifacts, checkpoint) -> None:
         from mlflow.entities import Metric

@@ -4,7 +4,10 @@ The trainer calls `Tracker.started`, `epoch_done`, `checkpointed`, `finished` an
 `close` (gnnrun.train.trainer). `started` opens each backend's run before the first
 epoch; every later call only puts a job on a queue. One thread per run takes the jobs
 in order and hands them to every chosen backend
-(gnnrun.tracking.backends), so an epoch never waits for a disk or a server. A backend
+(gnnrun.tracking.backends), so an epoch never waits for a disk or a server. The
+thread runs at the lowest CPU priority: where training keeps every core busy it waits,
+and the epochs queued meanwhile go out together (MLflow: one request for all of them),
+so a tracker's cost per epoch falls as the epochs get shorter. A backend
 that raises (a server gone, a full disk) is named once and left out from then on;
 training goes on.
 
@@ -127,7 +130,10 @@ class Tracker:
             sweep=sweep,
         )
         self.backends: list[Backend] = [BACKENDS.get(name)(logger) for name in logger.chosen]
-        self.logged_epochs = 0  # epochs logged by this run, its earlier attempts included
+        self.logged_epochs = 0  # epochs queued by this run, its earlier attempts included
+        self._sent_epochs = 0  # of which sent (the tracking thread's count; the state file's)
+        self._unsent: list[tuple[int, dict[str, float]]] = []  # queued epochs not yet taken
+        self._unsent_lock = threading.Lock()
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="gnnrun-tracking", daemon=True)
         self._closed = False
@@ -150,7 +156,7 @@ class Tracker:
         saved = self._saved_state(start_epoch, attempt, run_id)
         self.info.start_epoch, self.info.attempt = start_epoch, attempt
         self.info.ids = dict(saved.get("ids", {}))
-        self.logged_epochs = int(saved.get("logged_epochs", 0))
+        self.logged_epochs = self._sent_epochs = int(saved.get("logged_epochs", 0))
         self._run_id = run_id
         # Before the first epoch, in this thread: importing a tracker's package and opening
         # its run take seconds of CPU that would otherwise be taken from the first epochs.
@@ -168,9 +174,9 @@ class Tracker:
         if epoch <= self.logged_epochs:  # logged by an attempt that died after its checkpoint
             return
         self.logged_epochs = epoch
-        figures = scalars(record)
-        self._each("epoch", lambda b: b.log_epoch(epoch, figures))
-        self._put(self._write_state)
+        with self._unsent_lock:
+            self._unsent.append((epoch, scalars(record)))
+        self._put(self._send_epochs)
 
     def checkpointed(self, epoch: int) -> None:
         """A checkpoint after `epoch` epochs was written: keep the run ids beside it."""
@@ -235,6 +241,18 @@ class Tracker:
     def _put(self, job: Callable[[], None]) -> None:
         if not self._closed:
             self._jobs.put(job)
+
+    def _send_epochs(self) -> None:
+        """Every queued epoch, in one call per backend (a no-op where an earlier job took
+        them), then the state file that says they were sent."""
+        with self._unsent_lock:
+            epochs, self._unsent = self._unsent, []
+        if not epochs:
+            return
+        for backend in self.backends:
+            self._guarded(backend, "epoch", lambda b: b.log_epochs(epochs))
+        self._sent_epochs = epochs[-1][0]
+        self._write_state()
 
     def _guarded(self, backend: Backend, what: str, call: Callable[[Backend], None]) -> None:
         if backend.failed:
@@ -317,7 +335,7 @@ class Tracker:
         state = {
             "run_id": self._run_id,
             "ids": ids,
-            "logged_epochs": self.logged_epochs,
+            "logged_epochs": self._sent_epochs,
             "written": time.time(),
         }
         if checkpoint_epoch is not None:

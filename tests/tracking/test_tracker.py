@@ -1,0 +1,47 @@
+"""The tracking thread, with a backend that records its calls (the real trackers are
+tested in the tracking suite): epochs queued while the thread waits go out together,
+in order, and the state file counts only what was sent."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from gnnrun.tracking.backends import Backend
+from gnnrun.tracking.tracker import Tracker, state_file
+from tests.tracking.test_config import compose
+
+
+class Recording(Backend):
+    name = "recording"
+
+    def __init__(self, logger) -> None:
+        super().__init__(logger)
+        self.calls: list[list[int]] = []
+
+    def log_epochs(self, epochs):
+        self.calls.append([epoch for epoch, _ in epochs])
+
+
+def test_epochs_queued_while_the_thread_waits_are_sent_in_one_call(tmp_path):
+    cfg = compose(f"train.checkpoint_dir={tmp_path / 'ckpt'}")
+    tracker = Tracker(cfg.logger, cfg, tmp_path, rank=0, world=1)
+    recording = Recording(cfg.logger)
+    tracker.backends = [recording]
+    tracker.started(start_epoch=0, attempt=0, run_id="r")
+    tracker.drain()
+    held = threading.Event()
+    tracker._put(held.wait)  # the thread waits, as it does for a core under training
+    for epoch in range(3):
+        tracker.epoch_done({"epoch": epoch, "loss": 1.0 / (epoch + 1)})
+    state = tmp_path / state_file(0)
+    assert json.loads(state.read_text())["logged_epochs"] == 0  # queued, not sent
+    held.set()
+    tracker.drain()
+    assert recording.calls == [[1, 2, 3]]
+    assert json.loads(state.read_text())["logged_epochs"] == 3
+    tracker.epoch_done({"epoch": 3, "loss": 0.2})
+    tracker.epoch_done({"epoch": 1, "loss": 0.5})  # logged already: not again
+    tracker.drain()
+    assert recording.calls == [[1, 2, 3], [4]]
+    tracker.close()
