@@ -13,8 +13,11 @@ not in the epochs).
 
 Epoch times on a shared machine vary by more than the 1% a tracker may cost, so the
 script also measures each tracker's own work directly, in its own process: the
-trainer's call per epoch (which only queues) and the tracker thread's time to send one
-epoch of a real run's figures (200 epochs, mean), against none's median epoch.
+trainer's call per epoch (which only queues) and the tracker thread's time and CPU to
+send one epoch of a real run's figures (200 epochs, mean), against none's median epoch,
+twice: each epoch sent alone (the thread keeps up: it had a core to itself) and the 200
+queued at once (the thread waited for a core, as it does at its lowest priority while
+training keeps every core busy: the epochs queued meanwhile go out together).
 
     .venv/bin/python scripts/bench_tracking.py              # about 10 minutes here
     .venv/bin/python scripts/bench_tracking.py --rounds 1 --epochs 4   # a smoke test
@@ -29,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,11 +69,11 @@ def run(logger: str, args, root: Path, index: int) -> tuple[list[float], float]:
     return [r["epoch_s"] for r in records[1:]], wall
 
 
-def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, float, float]:
+def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, float, float, float]:
     """A tracker's own cost per epoch, in this process: the trainer's call (`epoch_done`,
-    which queues) and the tracker thread's work (sending one epoch), each the mean over
-    `args.direct_epochs` epochs of a real run's records. The thread's work is CPU the
-    ranks' epochs could lose; its ratio to the epoch bounds what a tracker can cost."""
+    which queues), the tracker thread's wall time and CPU sending epochs one at a time,
+    and its CPU sending them all queued at once; means over `args.direct_epochs` epochs
+    of a real run's records. The thread's CPU is what the ranks' epochs could lose."""
     from hydra import compose, initialize_config_dir
 
     from gnnrun.cli import CONFIG_DIR
@@ -96,20 +100,28 @@ def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, f
     tracker = make_tracker(cfg, run_dir, 0, 2)
     tracker.started(0, 0, None)
     tracker.drain()
+    n = args.direct_epochs
+    calls = work = 0.0
     cpu_before = tracker.thread_cpu_s
-    calls = 0.0
-    start = time.perf_counter()
-    for epoch in range(args.direct_epochs):
+    for epoch in range(n):  # alone: each epoch sent before the next comes
         record = {**records[epoch % len(records)], "epoch": epoch}
         before = time.perf_counter()
         tracker.epoch_done(record)
-        calls += time.perf_counter() - before
+        queued = time.perf_counter()
+        tracker.drain()
+        calls += queued - before
+        work += time.perf_counter() - queued
+    cpu_alone = tracker.thread_cpu_s - cpu_before
+    held = threading.Event()
+    tracker._put(held.wait)  # queued: the thread waits while the epochs come
+    for epoch in range(n, 2 * n):
+        tracker.epoch_done({**records[epoch % len(records)], "epoch": epoch})
+    cpu_before = tracker.thread_cpu_s
+    held.set()
     tracker.drain()
-    work = time.perf_counter() - start - calls
-    cpu = tracker.thread_cpu_s - cpu_before
+    cpu_queued = tracker.thread_cpu_s - cpu_before
     tracker.close()
-    n = args.direct_epochs
-    return calls / n, work / n, cpu / n
+    return calls / n, work / n, cpu_alone / n, cpu_queued / n
 
 
 def main() -> None:
@@ -129,7 +141,7 @@ def main() -> None:
     args = parser.parse_args()
     epochs: dict[str, list[float]] = {name: [] for name in LOGGERS}
     walls: dict[str, list[float]] = {name: [] for name in LOGGERS}
-    costs: dict[str, tuple[float, float, float]] = {}
+    costs: dict[str, tuple[float, float, float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-tracking-") as tmp:
         root = Path(tmp)
         run("none", args, root, -1)  # prepares the dataset and the partition: not timed
@@ -152,34 +164,37 @@ def main() -> None:
     base = statistics.median(epochs["none"])
     print(
         f"\n{'logger':12} {'epochs':>6} {'epoch s':>9} {'vs none':>8} {'wall s':>7} "
-        f"{'call us':>8} {'thread ms':>9} {'cpu ms':>7} {'cpu/epoch':>9}"
+        f"{'call us':>8} {'thread ms':>9} {'cpu ms':>7} {'cpu/epoch':>9} "
+        f"{'queued cpu ms':>13} {'queued cpu/epoch':>16}"
     )
     rows = {}
     for logger in LOGGERS:
-        if not epochs[logger]:  # --direct-only: the tracker's own work alone
-            call, work, cpu = costs[logger]
-            print(
-                f"{logger:12} {'-':>6} {'-':>9} {'-':>8} {'-':>7} {call * 1e6:8.1f} "
-                f"{work * 1e3:9.3f} {cpu * 1e3:7.3f} {cpu / base:9.2%}"
-            )
-            rows[logger] = {"call_s": call, "thread_s": work, "cpu_s": cpu, "cpu_share": cpu / base}
-            continue
-        median = statistics.median(epochs[logger])
-        call, work, cpu = costs.get(logger, (0.0, 0.0, 0.0))
-        rows[logger] = {
-            "epochs": len(epochs[logger]),
-            "epoch_s_median": median,
-            "ratio": median / base,
-            "wall_s_median": statistics.median(walls[logger]) if walls[logger] else float("nan"),
+        call, work, cpu, cpu_queued = costs.get(logger, (0.0, 0.0, 0.0, 0.0))
+        row = {
             "call_s_per_epoch": call,
             "thread_s_per_epoch": work,
             "thread_cpu_s_per_epoch": cpu,
             "thread_cpu_share_of_epoch": cpu / base,
+            "queued_cpu_s_per_epoch": cpu_queued,
+            "queued_cpu_share_of_epoch": cpu_queued / base,
         }
+        timed = bool(epochs[logger]) and not args.direct_only
+        if timed:
+            median = statistics.median(epochs[logger])
+            wall = statistics.median(walls[logger]) if walls[logger] else float("nan")
+            row |= {
+                "epochs": len(epochs[logger]),
+                "epoch_s_median": median,
+                "ratio": median / base,
+                "wall_s_median": wall,
+            }
+            runs = f"{len(epochs[logger]):6d} {median:9.4f} {median / base:8.3f} {wall:7.1f}"
+        else:
+            runs = f"{'-':>6} {'-':>9} {'-':>8} {'-':>7}"
+        rows[logger] = row
         print(
-            f"{logger:12} {len(epochs[logger]):6d} {median:9.4f} {median / base:8.3f} "
-            f"{rows[logger]['wall_s_median']:7.1f} {call * 1e6:8.1f} {work * 1e3:9.3f} "
-            f"{cpu * 1e3:7.3f} {cpu / base:9.2%}"
+            f"{logger:12} {runs} {call * 1e6:8.1f} {work * 1e3:9.3f} {cpu * 1e3:7.3f} "
+            f"{cpu / base:9.2%} {cpu_queued * 1e3:13.3f} {cpu_queued / base:16.2%}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

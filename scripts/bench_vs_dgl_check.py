@@ -20,6 +20,7 @@ setup_dgl.sh, then their gen_graph.py: see the peers' README.md):
 
     .venv/bin/python scripts/bench_vs_dgl_check.py --peers PATH_TO_PEERS
     .venv/bin/python scripts/bench_vs_dgl_check.py --runs 1 --out check.md
+    .venv/bin/python scripts/bench_vs_dgl_check.py --parts full   # full-batch epochs only
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PEERS_CACHE = Path(os.environ.get("PEERS", Path.home() / ".cache" / "gnnrun-peers"))
-GRAPH_SIZE = (200_000, 5_000_000)  # the peers' "small" graph's size, and the scripts'
+GRAPH_SIZE = (200_000, 5_000_000)
+PARTS = (
+    "spmm",
+    "full",
+)  # side_by_side.sh's parts this check compares  # the peers' "small" graph's size, and the scripts'
 
 
 def load() -> str:
@@ -101,22 +106,24 @@ def project_run(args: argparse.Namespace, tmp: Path, log) -> dict:
     nodes, edges = GRAPH_SIZE
     kernels, fullbatch = tmp / "kernels.json", tmp / "fullbatch.json"
     python, dgl = sys.executable, str(args.dgl_python)
-    run(
-        [python, "scripts/bench_kernels.py", "--nodes", "0", f"--small-nodes={nodes}"]
-        + [f"--small-edges={edges}", "--skip-index-add", "--skip-sweep", "--dgl-python", dgl]
-        + ["--json", str(kernels)],
-        log,
-    )
-    run(
-        [python, "scripts/bench_fullbatch.py", "--skip-train", "--skip-sweep", "--dgl-python"]
-        + [dgl, f"--dgl-nodes={nodes}", f"--dgl-edges={edges}", "--json", str(fullbatch)],
-        log,
-    )
     figures = {}
-    for r in json.loads(kernels.read_text())["runs"]:
-        figures[("agg", r["reduce"], r["width"])] = (r["dgl_ms"] / 1e3, r["gnnrun_ms"] / 1e3)
-    for r in json.loads(fullbatch.read_text())["single_rank_vs_dgl"]:
-        figures[("full", r["model"], r["dropout"])] = (r["dgl_s"], r["epoch_s"])
+    if "spmm" in args.parts:
+        run(
+            [python, "scripts/bench_kernels.py", "--nodes", "0", f"--small-nodes={nodes}"]
+            + [f"--small-edges={edges}", "--skip-index-add", "--skip-sweep", "--dgl-python", dgl]
+            + ["--json", str(kernels)],
+            log,
+        )
+        for r in json.loads(kernels.read_text())["runs"]:
+            figures[("agg", r["reduce"], r["width"])] = (r["dgl_ms"] / 1e3, r["gnnrun_ms"] / 1e3)
+    if "full" in args.parts:
+        run(
+            [python, "scripts/bench_fullbatch.py", "--skip-train", "--skip-sweep", "--dgl-python"]
+            + [dgl, f"--dgl-nodes={nodes}", f"--dgl-edges={edges}", "--json", str(fullbatch)],
+            log,
+        )
+        for r in json.loads(fullbatch.read_text())["single_rank_vs_dgl"]:
+            figures[("full", r["model"], r["dropout"])] = (r["dgl_s"], r["epoch_s"])
     return figures
 
 
@@ -131,7 +138,7 @@ def peers_run(args: argparse.Namespace, tmp: Path, log) -> dict:
     shim.chmod(0o755)
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PROJECT": str(project), "PYTHONPATH": path, "PEERS": str(PEERS_CACHE)}
-    out = run(["bash", str(args.peers / "side_by_side.sh"), "spmm,full"], log, env)
+    out = run(["bash", str(args.peers / "side_by_side.sh"), ",".join(args.parts)], log, env)
     match = re.search(r"^results: (\S+)$", out, re.MULTILINE)
     if not match:
         sys.exit("side_by_side.sh printed no `results:` line (its output is in the log)")
@@ -235,6 +242,12 @@ def main() -> None:
         help="every run's figures, one line each, written as each run ends",
     )
     parser.add_argument(
+        "--parts",
+        type=lambda text: text.split(","),
+        default=list(PARTS),
+        help="spmm (aggregation), full (full-batch epochs) or both, comma-separated",
+    )
+    parser.add_argument(
         "--from-json", type=Path, help="print the table of an earlier check's --json; run nothing"
     )
     args = parser.parse_args()
@@ -244,6 +257,8 @@ def main() -> None:
         return
     if args.runs < 1:
         sys.exit(f"--runs {args.runs}: give 1 or more")
+    if set(args.parts) - set(PARTS) or not args.parts:
+        sys.exit(f"--parts {','.join(args.parts)}: choose from {','.join(PARTS)}")
     if found := problems(args):
         sys.exit("\n".join(found))
     cpu = next(
@@ -266,7 +281,8 @@ def main() -> None:
             print(f"run {i + 1}/{args.runs}: project scripts (load {load()})", flush=True)
             project.append(project_run(args, Path(tmp), log))
             save_figures(args.json, "project", i, project[-1], fresh=i == 0)
-            print(f"run {i + 1}/{args.runs}: side_by_side.sh spmm,full (load {load()})", flush=True)
+            parts = ",".join(args.parts)
+            print(f"run {i + 1}/{args.runs}: side_by_side.sh {parts} (load {load()})", flush=True)
             peers.append(peers_run(args, Path(tmp), log))
             save_figures(args.json, "peers", i, peers[-1])
     footer = (
