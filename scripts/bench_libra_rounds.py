@@ -78,7 +78,9 @@ def main() -> None:
                 rf, balance = figures(dataset, libra_partition(dataset, cfg).parts, parts)
                 seconds = time.perf_counter() - start
                 base = base or rf
-                cells.append(f"{rf:.3f} ({rf / base:.3f}x, {balance:.3f} max/mean, {seconds:.2f} s)")
+                cells.append(
+                    f"{rf:.3f} ({rf / base:.3f}x, {balance:.3f} max/mean, {seconds:.2f} s)"
+                )
             print(f"| {parts} | " + " | ".join(cells) + " |")
 
 

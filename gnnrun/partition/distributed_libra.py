@@ -59,8 +59,14 @@ from gnnrun.data.chunked_ranks import (
 )
 from gnnrun.data.graph import index_dtype
 from gnnrun.errors import GnnrunError
-from gnnrun.io import atomic_directory, atomic_rows, mapped_rows, mark_verified, write_json
-from gnnrun.io import writer_lock
+from gnnrun.io import (
+    atomic_directory,
+    atomic_rows,
+    mapped_rows,
+    mark_verified,
+    write_json,
+    writer_lock,
+)
 from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
 from gnnrun.partition.edge_cut import imbalance
 from gnnrun.partition.libra import group_bounds, libra_stream, stream_keys, stream_order
@@ -193,7 +199,9 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     records: dict[str, Any] = {}
     part_figures: dict[int, dict[str, Any]] = {}
     for p in mine:
-        files, part_figures[p] = _write_part(cfg, graph, p, tmp, plan, int(baseline.item()), figures)
+        files, part_figures[p] = _write_part(
+            cfg, graph, p, tmp, plan, int(baseline.item()), figures
+        )
         records |= files
         figures.parts_written += 1
         say(

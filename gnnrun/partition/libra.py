@@ -48,7 +48,7 @@ RULES = ("lower_degree", "union")
 STREAMS = 64
 # Rounds the stream is cut into: the replica state is merged between rounds, so fewer,
 # larger rounds replicate more (docs/partitions.md has the figures).
-ROUNDS = 256
+ROUNDS = 1024
 MAX_ROUNDS = 1 << 24  # the round is the hash's top 24 bits scaled (`stream_keys`)
 
 
@@ -156,8 +156,7 @@ def libra_stream_reference(
             delta: dict[int, int] = {}
             view = [float(x) for x in start]
             first = int(stream[g]) % num_parts
-            count = 0
-            for e in range(int(bounds[g]), int(bounds[g + 1])):
+            for count, e in enumerate(range(int(bounds[g]), int(bounds[g + 1]))):
                 u, v = s_[e], d_[e]
                 hu, hv = held[u] | delta.get(u, 0), held[v] | delta.get(v, 0)
                 candidates = hu & hv
@@ -170,7 +169,6 @@ def libra_stream_reference(
                 out[e] = p
                 view[p] += scale
                 total[p] += 1
-                count += 1
                 delta[u] = delta.get(u, 0) | 1 << p
                 delta[v] = delta.get(v, 0) | 1 << p
             for x, bits in delta.items():

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from gnnrun.data import prepare_dataset
+from gnnrun.data.chunked_ranks import GIB, MIB
 from gnnrun.errors import GnnrunError
 from gnnrun.partition import partition_dataset
 from gnnrun.partition.distributed import partition_chunked, partition_on_rank
@@ -34,16 +33,25 @@ def _one_process(config, out: Path):
     return partition_dataset(dataset, cfg, out)
 
 
-def test_one_rank_writes_the_one_process_partition(chunks, tmp_path):  # noqa: F811
-    """One rank, 3 parts, a few rounds of a few streams: the files of one-process Libra."""
+def test_one_rank_writes_the_one_process_partition(chunks, tmp_path, monkeypatch):  # noqa: F811
+    """One rank, 3 parts, a few rounds of a few streams, reading all edges at once or in
+    rounds of a tight budget: the files of one-process Libra."""
     config = _config(chunks, tmp_path, num_parts=3)
     _libra(config, 3, streams=4, rounds=7)
     with one_rank():
-        ranks = partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
+        roomy = partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
+        # The process as the planner sees it: 200 MiB; a budget 4 MiB above it.
+        monkeypatch.setattr("gnnrun.memory.resident_mb", lambda: 200.0)
+        config.partitioner.memory_gb = 204 * MIB / GIB
+        config.partitioner.output_dir = str(tmp_path / "tight")
+        tight = partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
+    assert roomy.manifest["distributed"]["ranks"][0]["rounds"] == 1
+    assert tight.manifest["distributed"]["ranks"][0]["rounds"] > 1
     one = _one_process(config, tmp_path / "one")
-    assert ranks.manifest["kind"] == "vertex_cut"
-    assert ranks.dataset_checksum == one.dataset_checksum
-    _same_partition(ranks.path, one.path)
+    assert roomy.manifest["kind"] == "vertex_cut"
+    assert roomy.dataset_checksum == tight.dataset_checksum == one.dataset_checksum
+    _same_partition(roomy.path, one.path)
+    _same_partition(tight.path, one.path)
 
 
 def _rank_main(config, rank: int, world: int, store: str, tmp: str, results) -> None:
@@ -97,3 +105,48 @@ def test_ranks_write_the_one_process_partition(chunks, tmp_path, world, streams)
     assert all(r["edges_sent"] > 0 for r in distributed)  # the pairs did travel
     assert all(r["seconds"]["libra_s"] > 0 for r in distributed)
     assert 1 < ranks.manifest["summary"]["replication_factor"] < 4
+
+
+def test_a_budget_below_the_process_is_refused_before_anything_is_read(chunks, tmp_path):  # noqa: F811
+    config = _config(chunks, tmp_path, num_parts=2)
+    _libra(config, 2, memory_gb=0.05)
+    with one_rank(), pytest.raises(GnnrunError, match="the smallest that works is"):
+        partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
+    assert not Path(config.partitioner.output_dir).exists()
+
+
+@pytest.mark.slow
+def test_two_ranks_libra_trains_to_the_one_process_losses(tmp_path):
+    """`gnnrun partition ... partitioner=libra cluster.nprocs=2` of chunked synthetic-tiny,
+    then DistGNN (cd-0) on it and on the one-process partition: equal files, equal losses."""
+    chunk = [
+        "data",
+        "chunk",
+        "dataset=synthetic-tiny",
+        "--output",
+        "tiny",
+        "--edges-per-file",
+        "1000",
+    ]
+    assert _gnnrun(tmp_path, *chunk).returncode == 0
+    data = ["dataset=chunked", "dataset.name=tiny-chunked", "dataset.path=tiny/metadata.json"]
+    run = _gnnrun(tmp_path, "partition", *data, "partitioner=libra", "cluster.nprocs=2")
+    assert run.returncode == 0, run.stderr
+    assert "rank 1: part 1 written" in run.stderr and "libra round 1024/1024" in run.stderr
+    distributed = tmp_path / "data" / "partitions" / "tiny-chunked" / "libra-2"
+    assert json.loads((distributed / "manifest.json").read_text())["kind"] == "vertex_cut"
+    losses = {}
+    for name, extra in (
+        ("distributed", []),
+        ("one", [f"partitioner.output_dir={tmp_path / 'one-part'}"]),
+    ):
+        train = ["train", *data, "algorithm=cd0", "partitioner=libra", "train.epochs=3"]
+        run = _gnnrun(
+            tmp_path, *train, "cluster.nprocs=2", f"hydra.run.dir={tmp_path / name}", *extra
+        )
+        assert run.returncode == 0, run.stderr
+        assert name == "one" or "partitioning" not in run.stderr  # the ranks' one is taken
+        metrics = (tmp_path / name / "metrics.rank0.jsonl").read_text().splitlines()
+        losses[name] = [json.loads(line)["loss"] for line in metrics]
+    _same_partition(distributed, tmp_path / "one-part")
+    assert len(losses["one"]) == 3 and losses["distributed"] == losses["one"]
