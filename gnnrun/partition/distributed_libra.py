@@ -57,7 +57,7 @@ from gnnrun.data.chunked_ranks import (
     say,
     steps,
 )
-from gnnrun.data.graph import index_dtype
+from gnnrun.data.graph import index_dtype, sorted_unique
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
     atomic_directory,
@@ -172,7 +172,10 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     masks = np.zeros(hi - lo, dtype=np.int64)
     degree = None
     if pcfg.rule == "lower_degree":
-        ids, counts = np.unique(np.concatenate([u, v]), return_counts=True)
+        ends = np.sort(np.concatenate([u, v]))
+        starts = np.flatnonzero(np.r_[True, ends[1:] != ends[:-1]]) if ends.size else ends
+        ids, counts = ends[starts], np.diff(np.r_[starts, ends.size])
+        del ends, starts
         got = _send(comm, np.stack([ids, counts], axis=1), owners.of(ids), world, "degree")
         degree = np.bincount(got[:, 0] - lo, weights=got[:, 1], minlength=hi - lo)
         degree = degree.astype(np.int64)
@@ -287,7 +290,7 @@ def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures)
     for r in range(rounds):
         a, b = int(starts[r]), int(starts[r + 1])
         ur, vr = u[a:b], v[a:b]
-        ids = np.unique(np.concatenate([ur, vr]))
+        ids = sorted_unique(np.concatenate([ur, vr]))
         # The owners' masks (and degrees) of the round's endpoints. ids are increasing, so
         # grouped by owner: the answers come back in the order of ids.
         asked = _send(

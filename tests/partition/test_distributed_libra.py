@@ -7,9 +7,11 @@ import json
 import multiprocessing
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gnnrun.data import prepare_dataset
+from gnnrun.data.chunked import ChunkWriter
 from gnnrun.data.chunked_ranks import GIB, MIB
 from gnnrun.errors import GnnrunError
 from gnnrun.partition import partition_dataset
@@ -150,3 +152,27 @@ def test_two_ranks_libra_trains_to_the_one_process_losses(tmp_path):
         losses[name] = [json.loads(line)["loss"] for line in metrics]
     _same_partition(distributed, tmp_path / "one-part")
     assert len(losses["one"]) == 3 and losses["distributed"] == losses["one"]
+
+
+def test_a_directed_graph_on_two_ranks_is_the_one_process_partition(tmp_path):
+    """Directed edges (duplicates, self-loops, vertices without edges) and the `union` rule:
+    2 ranks write the one-process files."""
+    rng = np.random.default_rng(3)
+    n = 300
+    writer = ChunkWriter(tmp_path / "directed")
+    for _ in range(3):
+        src, dst = rng.integers(0, n - 20, 700), rng.integers(0, n - 20, 700)
+        writer.edges(np.r_[src, src[:50], [4]], np.r_[dst, dst[:50], [4]])
+    for lo in (0, 200):
+        hi = min(lo + 200, n)
+        writer.rows("feat", rng.random((hi - lo, 5), dtype=np.float32))
+        writer.rows("label", rng.integers(0, 3, hi - lo))
+    order = rng.permutation(n)
+    splits = np.split(order, [150, 220])
+    for split, ids in zip(("train_idx", "val_idx", "test_idx"), splits, strict=True):
+        writer.split(split, np.sort(ids))
+    metadata = writer.finish("directed", n, 3, 5, undirected=False)
+    config = _config(metadata, tmp_path, num_parts=3)
+    _libra(config, 3, streams=3, rounds=9, rule="union")
+    ranks = partition_chunked(config, _forked_ranks(config, 2, tmp_path / "store"))
+    _same_partition(ranks.path, _one_process(config, tmp_path / "one").path)
