@@ -151,12 +151,11 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         row_bytes=graph.feat_dim * 4 + 8,
     )
     figures.rounds, figures.round_edges = plan.rounds, plan.round_edges
+    runs = len(range(rank, streams, world))
     say(
         rank,
         f"{share[1] - share[0]:,} edges to read in {plan.rounds} rounds of "
-        f"{plan.round_edges:,}; streams {', '.join(map(str, range(rank, streams, world)))}"
-        if rank < streams
-        else f"{share[1] - share[0]:,} edges to read; no stream of {streams} to run",
+        f"{plan.round_edges:,}; runs {runs} of the {streams} streams (those = {rank} mod {world})",
     )
 
     # 1. The pairs, to the rank running their stream.
@@ -251,7 +250,7 @@ def _route_pairs(comm, graph: ChunkedGraph, pcfg, plan, share, path: Path, figur
             figures.bytes_sent += sent * 16
             figures.edges_received += int(received.shape[0])
             figures.bytes_received += int(received.nbytes)
-            if total <= 10 or (round_ + 1) % max(1, total // 10) == 0:
+            if total <= 10 or (round_ + 1) % max(1, total // 10) == 0 or round_ + 1 == total:
                 say(
                     figures.rank,
                     f"read {round_ + 1}/{total}: {figures.edges_read:,} edges read, "
@@ -317,7 +316,7 @@ def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures)
         update = np.stack([ids[changed], held[changed]], axis=1)
         got = _send(comm, update, owners.of(ids[changed]), world, "masks")
         np.bitwise_or.at(masks, got[:, 0] - lo, got[:, 1])
-        if rounds <= 10 or (r + 1) % max(1, rounds // 10) == 0:
+        if rounds <= 10 or (r + 1) % max(1, rounds // 10) == 0 or r + 1 == rounds:
             say(rank, f"libra round {r + 1}/{rounds}: {int(load.sum()):,} pairs assigned")
     return parts
 
