@@ -46,6 +46,7 @@ import numpy as np
 
 from gnnrun.data.chunked import ChunkedGraph, open_chunked
 from gnnrun.data.chunked_ranks import (
+    BYTES_PER_SOLID,
     GIB,
     MIB,
     ROWS_PER_STEP,
@@ -146,7 +147,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         share_edges=math.ceil(total / world),
         directions=directions,
         part_edges=max(part_edges, math.ceil(pairs * BYTES_PER_PAIR / 72)),
-        part_vertices=math.ceil(n / world) * BYTES_PER_OWNED // 32
+        part_vertices=math.ceil(n / world) * BYTES_PER_OWNED // BYTES_PER_SOLID
         + math.ceil(2 * n / num_parts) * math.ceil(num_parts / world),
         row_bytes=graph.feat_dim * 4 + 8,
     )
