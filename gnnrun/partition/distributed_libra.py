@@ -18,7 +18,7 @@ assignment of one process, whatever W is. Each rank
 3. for each round: asks the owners for the masks (and degrees) of its round's
    endpoints, runs its streams (the native kernel, as one process does), adds every
    rank's load increments (all-reduce), and sends the bits its streams added to the
-   owners, who OR them in;
+   owners with the next round's questions (the owners OR them in before answering);
 4. at the owners, turns the final masks into the clone table: each vertex's parts, its
    root part (the (v mod k)-th of its k parts, as gnnrun.partition.vertex_cut does), its
    local id in each part (a count over the lower ids: the counts of the lower ranges
@@ -81,6 +81,7 @@ LINKS = ".libra-links-part{part}.bin"  # [my local, other part, other local, ver
 # Bytes a rank holds per pair of its streams while it runs them: u, v and the group
 # (int64), the part (int8), and the sort that puts them in stream order.
 BYTES_PER_PAIR = 72
+ASK = 1  # a row asking an owner for a vertex's mask (0: a row bringing it new bits)
 # Bytes an owner holds per vertex of its range: the replica mask and the degree.
 BYTES_PER_OWNED = 16
 
@@ -278,7 +279,12 @@ def _stream_pairs(path: Path, n: int, pcfg) -> tuple[np.ndarray, np.ndarray, np.
 
 def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures) -> np.ndarray:
     """Step 3: every round of the stream; the part of each of this rank's pairs. `masks`
-    (this rank's range) is updated as the owner's copy."""
+    (this rank's range) is updated as the owner's copy.
+
+    A round is two exchanges and an all-reduce: to the owners, the bits the previous
+    round's streams added (ASK = 0 rows: vertex, bits) and the round's endpoints
+    (ASK rows: vertex, sender), which the owners answer after applying every rank's
+    bits; then the loads."""
     import torch
 
     world, rank = figures.world, figures.rank
@@ -287,20 +293,26 @@ def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures)
     starts = np.searchsorted(group // streams, np.arange(rounds + 1))
     parts = np.empty(u.size, dtype=np.int8)
     load = np.zeros(num_parts, dtype=np.int64)
-    for r in range(rounds):
-        a, b = int(starts[r]), int(starts[r + 1])
+    update = np.zeros((0, 3), dtype=np.int64)  # [0, vertex, bits]: the last round's
+    for r in range(rounds + 1):  # the last pass only delivers the last round's bits
+        a, b = (int(starts[r]), int(starts[r + 1])) if r < rounds else (u.size, u.size)
         ur, vr = u[a:b], v[a:b]
         ids = sorted_unique(np.concatenate([ur, vr]))
-        # The owners' masks (and degrees) of the round's endpoints. ids are increasing, so
-        # grouped by owner: the answers come back in the order of ids.
-        asked = _send(
-            comm, np.stack([ids, np.full(ids.size, rank)], axis=1), owners.of(ids), world, "ask"
-        )
-        local = asked[:, 0] - lo
+        ask = np.stack([np.full(ids.size, ASK), ids, np.full(ids.size, rank)], axis=1)
+        rows = np.concatenate([update, ask])
+        got = _send(comm, rows, owners.of(rows[:, 1]), world, "masks")
+        bits = got[:, 0] != ASK
+        np.bitwise_or.at(masks, got[bits, 1] - lo, got[bits, 2])
+        if r == rounds:
+            break
+        # The answers, in the order of the asks; ids are increasing, so grouped by owner:
+        # they come back in the order of ids.
+        asked = got[~bits]
+        local = asked[:, 1] - lo
         answer = np.stack(
             [masks[local], np.zeros_like(local) if degree is None else degree[local]], axis=1
         )
-        answer = _send(comm, answer, asked[:, 1], world, "answer")
+        answer = _send(comm, answer, asked[:, 2], world, "answers")
         held = answer[:, 0].copy()
         before = held.copy()
         start = load.copy()
@@ -314,9 +326,7 @@ def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures)
         comm.all_reduce_sum(added)
         load = start + added.numpy()
         changed = held != before
-        update = np.stack([ids[changed], held[changed]], axis=1)
-        got = _send(comm, update, owners.of(ids[changed]), world, "masks")
-        np.bitwise_or.at(masks, got[:, 0] - lo, got[:, 1])
+        update = np.stack([np.zeros(int(changed.sum()), np.int64), ids[changed], held[changed]], 1)
         if rounds <= 10 or (r + 1) % max(1, rounds // 10) == 0 or r + 1 == rounds:
             say(rank, f"libra round {r + 1}/{rounds}: {int(load.sum()):,} pairs assigned")
     return parts
