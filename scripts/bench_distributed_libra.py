@@ -3,7 +3,7 @@ second per rank on 1 and 2 ranks, against one process that prepares the dataset 
 same chunks and partitions it with partitioner=libra, measured in the same run, and a
 check that all of them wrote the same files.
 
-    python scripts/bench_distributed_libra.py [--dataset synthetic-small] [--parts 4]
+    python scripts/bench_distributed_libra.py [--dataset synthetic-small] [--parts 4] [--rounds 1024]
 
 Every run is a fresh process (the ranks as `gnnrun partition` starts them); the chunks are
 written once first (`gnnrun data chunk`, not timed). Per rank: its edges read divided by
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+ROUNDS = 1024  # gnnrun.partition.libra.ROUNDS (not imported: the script runs gnnrun in children)
 
 BASELINE = """
 import json, sys, time
@@ -32,12 +33,12 @@ from gnnrun.data import prepare_dataset
 from gnnrun.data.chunked import ChunkedDatasetConfig
 from gnnrun.partition import partition_dataset
 from gnnrun.partition.libra import LibraPartitionerConfig
-metadata, out, parts = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+metadata, out, parts, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 start = time.perf_counter()
 cfg = ChunkedDatasetConfig(name="bench", path=metadata, prepared_dir=str(out / "prepared"))
 dataset = prepare_dataset(cfg)
 prepared = time.perf_counter() - start
-book = partition_dataset(dataset, LibraPartitionerConfig(num_parts=parts), out / "one")
+book = partition_dataset(dataset, LibraPartitionerConfig(num_parts=parts, rounds=rounds), out / "one")
 peak = [int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
 print(json.dumps({"seconds": time.perf_counter() - start, "prepare_s": prepared,
                   "assign_s": book.manifest["timings"]["assign_s"],
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="synthetic-small")
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--ranks", default="1,2")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="partitioner.rounds")
     parser.add_argument("--work", type=Path, default=None, help="folder (default: a temporary one)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-dist-libra-"))
@@ -75,14 +77,16 @@ def main() -> None:
     env = os.environ | {"PYTHONPATH": str(REPO)}
     start = time.perf_counter()
     run = subprocess.run(
-        [sys.executable, "-c", BASELINE, metadata, str(work / "baseline"), str(args.parts)],
+        [sys.executable, "-c", BASELINE, metadata, str(work / "baseline"), str(args.parts),
+         str(args.rounds)],
         env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     base = json.loads(run.stdout.strip().splitlines()[-1])
     base["command_s"] = time.perf_counter() - start
     one = json.loads((work / "baseline" / "one" / "manifest.json").read_text())
     print(
-        f"\none process (prepare from the chunks, then partitioner=libra, {args.parts} parts): "
+        f"\none process (prepare from the chunks, then partitioner=libra, {args.parts} parts, "
+        f"{args.rounds} rounds): "
         f"{base['seconds']:.2f} s of work ({base['prepare_s']:.2f} s preparing, "
         f"{base['assign_s']:.2f} s assigning), {base['command_s']:.2f} s with the process's "
         f"start, {base['edges']:,} edges stored, peak {base['peak_mb']:.0f} MiB, replication "
@@ -99,6 +103,7 @@ def main() -> None:
         seconds = gnnrun(
             work, "partition", "dataset=chunked", "dataset.name=bench", f"dataset.path={metadata}",
             "partitioner=libra", f"partitioner.num_parts={args.parts}",
+            f"partitioner.rounds={args.rounds}",
             f"cluster.nprocs={ranks}", f"partitioner.output_dir={out}",
         )  # fmt: skip
         manifest = json.loads((out / "manifest.json").read_text())

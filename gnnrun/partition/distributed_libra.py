@@ -16,9 +16,9 @@ assignment of one process, whatever W is. Each rank
    vertex's owner (rank r owns the vertex ids [N r / W, N (r + 1) / W) and keeps their
    replica masks, 8 bytes each, and degrees, 8 more);
 3. for each round: asks the owners for the masks (and degrees) of its round's
-   endpoints, runs its streams (the native kernel, as one process does), adds every
-   rank's load increments (all-reduce), and sends the bits its streams added to the
-   owners with the next round's questions (the owners OR them in before answering);
+   endpoints, runs its streams (the native kernel, as one process does), and sends the
+   bits its streams added to the owners (who OR them in before answering) and its
+   load increments to every rank, with the next round's questions;
 4. at the owners, turns the final masks into the clone table: each vertex's parts, its
    root part (the (v mod k)-th of its k parts, as gnnrun.partition.vertex_cut does), its
    local id in each part (a count over the lower ids: the counts of the lower ranges
@@ -81,7 +81,8 @@ LINKS = ".libra-links-part{part}.bin"  # [my local, other part, other local, ver
 # Bytes a rank holds per pair of its streams while it runs them: u, v and the group
 # (int64), the part (int8), and the sort that puts them in stream order.
 BYTES_PER_PAIR = 72
-ASK = 1  # a row asking an owner for a vertex's mask (0: a row bringing it new bits)
+# Kinds of the rows of a round's first exchange (`_run_rounds`).
+BITS, ASK, LOAD = 0, 1, 2
 # Bytes an owner holds per vertex of its range: the replica mask and the degree.
 BYTES_PER_OWNED = 16
 
@@ -281,33 +282,37 @@ def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures)
     """Step 3: every round of the stream; the part of each of this rank's pairs. `masks`
     (this rank's range) is updated as the owner's copy.
 
-    A round is two exchanges and an all-reduce: to the owners, the bits the previous
-    round's streams added (ASK = 0 rows: vertex, bits) and the round's endpoints
-    (ASK rows: vertex, sender), which the owners answer after applying every rank's
-    bits; then the loads."""
-    import torch
-
+    A round is two exchanges. The first brings the owners the bits the previous round's
+    streams added (BITS rows: vertex, bits) and the round's endpoints (ASK rows: vertex,
+    sender), and every rank the previous round's load increments of every rank (LOAD
+    rows: part, count); the owners apply all bits before they answer, in the second."""
     world, rank = figures.world, figures.rank
     lo = owners.range(rank)[0]
     streams, rounds, num_parts = pcfg.streams, pcfg.rounds, pcfg.num_parts
     starts = np.searchsorted(group // streams, np.arange(rounds + 1))
     parts = np.empty(u.size, dtype=np.int8)
     load = np.zeros(num_parts, dtype=np.int64)
-    update = np.zeros((0, 3), dtype=np.int64)  # [0, vertex, bits]: the last round's
+    news = np.zeros((0, 3), dtype=np.int64)  # the last round's BITS and LOAD rows
+    news_to = np.zeros(0, dtype=np.int64)  # and their ranks
     for r in range(rounds + 1):  # the last pass only delivers the last round's bits
         a, b = (int(starts[r]), int(starts[r + 1])) if r < rounds else (u.size, u.size)
         ur, vr = u[a:b], v[a:b]
         ids = sorted_unique(np.concatenate([ur, vr]))
         ask = np.stack([np.full(ids.size, ASK), ids, np.full(ids.size, rank)], axis=1)
-        rows = np.concatenate([update, ask])
-        got = _send(comm, rows, owners.of(rows[:, 1]), world, "masks")
-        bits = got[:, 0] != ASK
+        rows = np.concatenate([news, ask])
+        got = _send(comm, rows, np.r_[news_to, owners.of(ids)], world, "masks")
+        kind = got[:, 0]
+        bits = kind == BITS
         np.bitwise_or.at(masks, got[bits, 1] - lo, got[bits, 2])
+        loads = got[kind == LOAD]
+        np.add.at(load, loads[:, 1], loads[:, 2])
+        if r and (rounds <= 10 or r % max(1, rounds // 10) == 0 or r == rounds):
+            say(rank, f"libra round {r}/{rounds}: {int(load.sum()):,} pairs assigned")
         if r == rounds:
             break
         # The answers, in the order of the asks; ids are increasing, so grouped by owner:
         # they come back in the order of ids.
-        asked = got[~bits]
+        asked = got[kind == ASK]
         local = asked[:, 1] - lo
         answer = np.stack(
             [masks[local], np.zeros_like(local) if degree is None else degree[local]], axis=1
@@ -315,20 +320,22 @@ def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures)
         answer = _send(comm, answer, asked[:, 2], world, "answers")
         held = answer[:, 0].copy()
         before = held.copy()
-        start = load.copy()
+        mine = load.copy()  # the kernel adds this rank's streams' edges to it
         bounds, stream = group_bounds(group[a:b], streams)
         parts[a:b] = libra_stream(
             np.searchsorted(ids, ur), np.searchsorted(ids, vr), bounds, stream,
-            np.array([0, stream.size], dtype=np.int64), held, load, num_parts, pcfg.slack,
+            np.array([0, stream.size], dtype=np.int64), held, mine, num_parts, pcfg.slack,
             float(streams), None if degree is None else answer[:, 1].copy(),
         )  # fmt: skip
-        added = torch.from_numpy(load - start)
-        comm.all_reduce_sum(added)
-        load = start + added.numpy()
         changed = held != before
-        update = np.stack([np.zeros(int(changed.sum()), np.int64), ids[changed], held[changed]], 1)
-        if rounds <= 10 or (r + 1) % max(1, rounds // 10) == 0 or r + 1 == rounds:
-            say(rank, f"libra round {r + 1}/{rounds}: {int(load.sum()):,} pairs assigned")
+        new_bits = np.stack([np.full(int(changed.sum()), BITS), ids[changed], held[changed]], 1)
+        # This rank's edges per part, to every rank: [LOAD, part, count] for each (part, rank).
+        part_of_row = np.repeat(np.arange(num_parts), world)
+        new_loads = np.stack(
+            [np.full(part_of_row.size, LOAD), part_of_row, (mine - load)[part_of_row]], 1
+        )
+        news = np.concatenate([new_bits, new_loads])
+        news_to = np.r_[owners.of(ids[changed]), np.tile(np.arange(world), num_parts)]
     return parts
 
 
