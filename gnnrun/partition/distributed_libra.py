@@ -262,18 +262,15 @@ def _route_pairs(comm, graph: ChunkedGraph, pcfg, plan, share, path: Path, figur
 
 
 def _stream_pairs(path: Path, n: int, pcfg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step 2: the spilled pairs in stream order (group, hash, pair), duplicates dropped;
-    (u, v, group)."""
+    """Step 2: the spilled pairs in stream order (by hash), duplicates dropped; (u, v, group)."""
     pairs = np.fromfile(path, dtype=np.int64).reshape(-1, 2)
     u, v = pairs[:, 0].copy(), pairs[:, 1].copy()
     del pairs
-    key = u * n + v
     h, group = stream_keys(u, v, n, pcfg.seed, pcfg.streams, pcfg.rounds)
-    order = stream_order(h, group, key)
-    del h
-    key = key[order]
-    first = np.ones(key.size, dtype=bool)  # equal pairs have equal hashes: adjacent
-    np.not_equal(key[1:], key[:-1], out=first[1:])
+    order = stream_order(h)
+    h = h[order]
+    first = np.ones(h.size, dtype=bool)  # equal hashes: equal pairs, now adjacent
+    np.not_equal(h[1:], h[:-1], out=first[1:])
     order = order[first]
     return u[order], v[order], group[order]
 

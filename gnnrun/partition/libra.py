@@ -37,7 +37,6 @@ from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import edges_from_csr
 from gnnrun.ops.native import native_op, to_tensor
-from gnnrun.partition.random import _mix
 from gnnrun.partition.registry import Assignment, PartitionerConfig, register_partitioner
 
 # A part may run this far above the average load before an edge goes to the
@@ -49,7 +48,9 @@ STREAMS = 64
 # Rounds the stream is cut into: the replica state is merged between rounds, so fewer,
 # larger rounds replicate more (docs/partitions.md has the figures).
 ROUNDS = 1024
-MAX_ROUNDS = 1 << 24  # the round is the hash's top 24 bits scaled (`stream_keys`)
+# rounds * streams buckets of the hash's top 32 bits (`stream_keys`), whose product with
+# them must fit in 64 bits.
+MAX_BUCKETS = 1 << 30
 
 
 @dataclass
@@ -74,9 +75,11 @@ class LibraPartitionerConfig(PartitionerConfig):
             f"not {self.balance_slack}",
         )
         check(self.streams >= 1, f"partitioner.streams must be at least 1, not {self.streams}")
+        check(self.rounds >= 1, f"partitioner.rounds must be at least 1, not {self.rounds}")
         check(
-            1 <= self.rounds <= MAX_ROUNDS,
-            f"partitioner.rounds must be between 1 and {MAX_ROUNDS}, not {self.rounds}",
+            self.streams * self.rounds <= MAX_BUCKETS,
+            f"partitioner.streams x partitioner.rounds must be at most {MAX_BUCKETS:,}, not "
+            f"{self.streams * self.rounds:,}: choose fewer rounds",
         )
 
     @property
@@ -88,23 +91,40 @@ def _seed_key(seed: int) -> np.uint64:
     return np.uint64(np.random.default_rng([seed, 0x6C696272]).integers(0, 2**63, dtype=np.uint64))
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment (odd: a bijection)
+
+
 def stream_keys(
     u: np.ndarray, v: np.ndarray, num_nodes: int, seed: int, streams: int, rounds: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(sort key, group) of each edge (u[i], v[i]): the group is round * streams + stream,
-    the sort key the seeded hash h that orders a group's edges (a function of the edge
-    alone, so any process computes it for its edges)."""
-    key = np.asarray(u, dtype=np.int64) * num_nodes + np.asarray(v, dtype=np.int64)
-    h = _mix(_mix(key.astype(np.uint64)) ^ _seed_key(seed))
-    stream = (h % np.uint64(streams)).astype(np.int64)
-    round_ = (((h >> np.uint64(40)) * np.uint64(rounds)) >> np.uint64(24)).astype(np.int64)
-    return h, round_ * streams + stream
+    """(h, group) of each edge (u[i], v[i]), functions of the edge alone, so any process
+    computes them for its edges. h is a seeded hash, one-to-one on the pairs (splitmix64
+    of u * N + v: distinct pairs never tie). The group, round * streams + stream, is h's
+    top 32 bits scaled to rounds * streams buckets: it grows with h, so sorting the edges
+    by h alone puts them in stream order (by round, stream, then h)."""
+    h = np.asarray(u, dtype=np.int64) * num_nodes
+    h += np.asarray(v, dtype=np.int64)
+    h = h.view(np.uint64)
+    # splitmix64 in place (random._mix's steps without its temporaries: this is most of
+    # one-process Libra's time on a large graph otherwise).
+    t = np.empty_like(h)
+    h *= _GOLDEN
+    h += _seed_key(seed)
+    for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None)):
+        np.right_shift(h, np.uint64(shift), out=t)
+        h ^= t
+        if factor is not None:
+            h *= np.uint64(factor)
+    del t
+    buckets = np.uint64(rounds * streams)  # at most 2^30: the product fits in 64 bits
+    group = ((h >> np.uint64(32)) * buckets) >> np.uint64(32)
+    return h, group.astype(np.int64)
 
 
-def stream_order(h: np.ndarray, group: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """The positions of the edges in stream order: by group, then h, then the pair's key
-    (equal hashes of different pairs still have one order)."""
-    return np.lexsort((key, h, group))
+def stream_order(h: np.ndarray) -> np.ndarray:
+    """The positions of the edges in stream order: by h (`stream_keys`). Only equal pairs
+    have equal hashes, so the order of the pairs is the same in any process."""
+    return np.argsort(h)
 
 
 def group_bounds(sorted_groups: np.ndarray, streams: int) -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +251,7 @@ def libra_assign(
     u = np.asarray(u, dtype=np.int64)
     v = np.asarray(v, dtype=np.int64)
     h, group = stream_keys(u, v, num_nodes, cfg.seed, cfg.streams, cfg.rounds)
-    order = stream_order(h, group, u * num_nodes + v)
+    order = stream_order(h)
     del h
     sorted_groups = group[order]
     bounds, stream = group_bounds(sorted_groups, cfg.streams)
