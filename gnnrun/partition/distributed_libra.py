@@ -314,7 +314,7 @@ def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures)
         answer = np.stack(
             [masks[local], np.zeros_like(local) if degree is None else degree[local]], axis=1
         )
-        answer = _send(comm, answer, asked[:, 2], world, "answers")
+        answer = _answer(comm, answer, asked[:, 2], owners.of(ids), world)
         held = answer[:, 0].copy()
         before = held.copy()
         mine = load.copy()  # the kernel adds this rank's streams' edges to it
@@ -334,6 +334,23 @@ def _run_rounds(comm, u, v, group, masks, degree, owners: Owners, pcfg, figures)
         news = np.concatenate([new_bits, new_loads])
         news_to = np.r_[owners.of(ids[changed]), np.tile(np.arange(world), num_parts)]
     return parts
+
+
+def _answer(comm, rows: np.ndarray, to_rank: np.ndarray, asked_of: np.ndarray, world: int):
+    """The owners' answers (grouped by asker, in the order asked) back to the askers, in
+    one all-to-all: both sides know the sizes (the asks each owner got; the asks each
+    rank sent, `asked_of` their owners), so no exchange of sizes first."""
+    import torch
+
+    send = np.bincount(to_rank, minlength=world).tolist()
+    receive = np.bincount(asked_of, minlength=world).tolist()
+    out = torch.empty((sum(receive), 2), dtype=torch.int64)
+    rows_t = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
+    work = comm.all_to_all_start(out, rows_t, receive, send)
+    if work is None:  # one process: the answers are its own
+        return rows
+    work.wait()
+    return out.numpy()
 
 
 def _clone_table(comm, masks, lo: int, n: int, num_parts: int, world: int, tmp: Path, figures):
