@@ -32,7 +32,8 @@ checked again. Every rank's peak (VmHWM) is recorded in the manifest.
 Memory planning and the edge exchange are shared with preparing on the ranks
 (gnnrun.data.chunked_ranks, gnnrun.data.prepare_ranks).
 
-What is not here yet: Libra and an edge-cut partitioner of METIS quality on the ranks,
+Libra runs on the ranks too, in its own module (gnnrun.partition.distributed_libra, named
+in RANK_PARTITIONERS). What is not here yet: an edge-cut partitioner of METIS quality,
 `cluster=hosts` / `cluster=slurm` (the ranks meet in a directory only node 0's launcher
 names), heterogeneous graphs and `dataset.reorder`.
 """
@@ -75,12 +76,22 @@ from gnnrun.partition.write import partitioner_identity
 
 SPILL = ".spill-part{part}.bin"  # the received edges of one part, [dst, src] int64 pairs
 
-# partitioner name -> it runs on the ranks from chunked input (the others: one process).
-DISTRIBUTED_PARTITIONERS = ("random",)
+# partitioner name -> the module whose `partition_on_rank` and `partition_chunked` run it
+# on the ranks from chunked input (the others run in one process).
+RANK_PARTITIONERS = {"random": __name__, "libra": "gnnrun.partition.distributed_libra"}
+DISTRIBUTED_PARTITIONERS = tuple(RANK_PARTITIONERS)
 
 
 def supports(name: str) -> bool:
     return name in DISTRIBUTED_PARTITIONERS
+
+
+def _elsewhere(name: str):
+    """The module that runs partitioner `name` on the ranks when it is not this one."""
+    import importlib
+
+    module = RANK_PARTITIONERS.get(name, __name__)
+    return None if module == __name__ else importlib.import_module(module)
 
 
 def _group_ranks(parts: np.ndarray) -> np.ndarray:
@@ -96,6 +107,9 @@ def _group_ranks(parts: np.ndarray) -> np.ndarray:
 
 def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     """One rank's share of a distributed partition into `tmp_dir` (in its process group)."""
+    elsewhere = _elsewhere(cfg.partitioner.name)
+    if elsewhere is not None:
+        return elsewhere.partition_on_rank(cfg, rank, tmp_dir)
     import torch
 
     from gnnrun.comm import Communicator
@@ -356,6 +370,9 @@ def partition_chunked(config, run_ranks) -> PartitionBook:
     """Partition chunked input on the job's ranks (`run_ranks(tmp_dir)` runs
     `partition_on_rank` on each and returns their results, in rank order); write the
     manifest; return the opened partition."""
+    elsewhere = _elsewhere(config.partitioner.name)
+    if elsewhere is not None:
+        return elsewhere.partition_chunked(config, run_ranks)
     from gnnrun.data import dataset_identity
 
     graph = check_distributable(config)

@@ -15,27 +15,41 @@ from gnnrun.partition import partition_dataset
 from gnnrun.partition.libra import (
     BALANCE_SLACK,
     LibraPartitionerConfig,
-    libra_assign,
-    libra_assign_reference,
+    group_bounds,
     libra_partition,
+    libra_stream,
+    libra_stream_reference,
     reverse_edges,
+    stream_keys,
+    stream_order,
 )
 
 
 def native_or_skip():
     if not load_kernel_file("libra"):
         pytest.skip("native kernels could not be built here (no compiler)")
-    return libra_assign
+    return libra_stream
 
 
-IMPLEMENTATIONS = {"native": native_or_skip, "reference": lambda: libra_assign_reference}
+IMPLEMENTATIONS = {"native": native_or_skip, "reference": lambda: libra_stream_reference}
 
 
-def run(impl: str, edges, num_nodes, num_parts, slack=math.inf, degree=None) -> list[int]:
+def run(
+    impl: str, edges, num_nodes, num_parts, slack=math.inf, degree=None, streams=None, scale=1.0
+) -> list[int]:
+    """Parts of a hand-made stream: one round; one stream, or `streams` [(stream, edges)...]."""
     src = np.array([u for u, _ in edges], dtype=np.int64)
     dst = np.array([v for _, v in edges], dtype=np.int64)
+    streams = streams or [(0, len(edges))]
+    bounds = np.cumsum([0] + [count for _, count in streams]).astype(np.int64)
+    stream = np.array([s for s, _ in streams], dtype=np.int64)
+    masks = np.zeros(num_nodes, np.int64)
+    load = np.zeros(num_parts, np.int64)
     degree = None if degree is None else np.asarray(degree, dtype=np.int64)
-    return IMPLEMENTATIONS[impl]()(src, dst, num_nodes, num_parts, slack, degree).tolist()
+    return IMPLEMENTATIONS[impl]()(
+        src, dst, bounds, stream, np.array([0, stream.size]), masks, load, num_parts, slack,
+        scale, degree,
+    ).tolist()  # fmt: skip
 
 
 # Three parts, no balancing. Edges 0-2 place fresh vertex pairs on the least-loaded part of all
@@ -111,21 +125,59 @@ def test_rule_and_slack_are_checked():
         LibraPartitionerConfig(num_parts=2, balance_slack=-0.1).validate()
 
 
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_streams_of_a_round_see_the_round_start_by_hand(impl):
+    """Two streams of one round on 2 parts, no balancing. Stream 0 places (0, 1) on part 0,
+    then (1, 2) with it. Stream 1 does not see that: its (2, 3) meets fresh vertices, and
+    its ties start from part 1 (its stream number), so it goes to part 1, and (3, 4) with
+    it. One stream would have put all four edges together on part 0."""
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert run(impl, edges, 5, 2, streams=[(0, 2), (1, 2)]) == [0, 0, 1, 1]
+    assert run(impl, edges, 5, 2) == [0, 0, 0, 0]
+
+
 @pytest.mark.parametrize("lower_degree", [True, False])
 @pytest.mark.parametrize("num_parts", [1, 2, 5, 64])
 def test_native_kernel_matches_reference(num_parts, lower_degree):
+    """Rounds of streams on a random stream with a hub and self-loops: the same parts, and
+    the same masks and loads after it."""
     native_or_skip()
     rng = np.random.default_rng(num_parts)
-    n = 300
+    n, streams, rounds = 300, 8, 5
     # A hub (vertex 0) and self-loops exercise the corner cases of the masks.
     src = np.concatenate([rng.integers(0, n, 3000), np.zeros(200, np.int64), [5, 7]])
     dst = np.concatenate([rng.integers(0, n, 3000), rng.integers(0, n, 200), [5, 7]])
     degree = np.bincount(np.concatenate([src, dst]), minlength=n) if lower_degree else None
-    native = libra_assign(src, dst, n, num_parts, BALANCE_SLACK, degree)
-    reference = libra_assign_reference(src, dst, n, num_parts, BALANCE_SLACK, degree)
-    assert np.array_equal(native, reference)
-    loads = np.bincount(native, minlength=num_parts)
-    assert loads.max() <= (1 + BALANCE_SLACK) * src.size / num_parts + 2
+    h, group = stream_keys(src, dst, n, 0, streams, rounds)
+    order = stream_order(h)
+    bounds, stream = group_bounds(group[order], streams)
+    round_groups = np.searchsorted(group[order][bounds[:-1]] // streams, np.arange(rounds + 1))
+    results = []
+    for assign in (libra_stream, libra_stream_reference):
+        masks, load = np.zeros(n, np.int64), np.zeros(num_parts, np.int64)
+        parts = assign(
+            src[order], dst[order], bounds, stream, round_groups, masks, load, num_parts,
+            BALANCE_SLACK, float(streams), degree,
+        )  # fmt: skip
+        results.append((parts, masks, load))
+    (native, masks, load), reference = results[0], results[1]
+    assert np.array_equal(native, reference[0])
+    assert np.array_equal(masks, reference[1]) and np.array_equal(load, reference[2])
+    assert np.array_equal(load, np.bincount(native, minlength=num_parts))
+    assert load.max() <= (1 + BALANCE_SLACK) * src.size / num_parts + 2 * streams
+    held = np.zeros(n, np.uint64)  # the masks are the parts of each vertex's edges
+    np.bitwise_or.at(held, src[order], np.uint64(1) << native.astype(np.uint64))
+    np.bitwise_or.at(held, dst[order], np.uint64(1) << native.astype(np.uint64))
+    assert np.array_equal(masks.view(np.uint64), held)
+
+
+def test_streams_and_rounds_are_checked():
+    with pytest.raises(GnnrunError, match="partitioner.streams must be at least 1"):
+        LibraPartitionerConfig(num_parts=2, streams=0).validate()
+    with pytest.raises(GnnrunError, match="partitioner.rounds must be at least 1"):
+        LibraPartitionerConfig(num_parts=2, rounds=0).validate()
+    with pytest.raises(GnnrunError, match="at most 1,073,741,824, not 2,147,483,648"):
+        LibraPartitionerConfig(num_parts=2, streams=2**7, rounds=2**24).validate()
 
 
 def test_libra_replicates_less_than_random_edge_assignment(tiny, tmp_path):
