@@ -362,6 +362,19 @@ def _failure_message(failure) -> str:
     return f"exit code {failure.exitcode}"
 
 
+def leads(cluster) -> bool:
+    """Whether this process writes a job's shared output (takes the writer lock, makes the
+    temporary directory, renames it into place): the one process of cluster=local, node 0's
+    under cluster=hosts, SLURM task 0 under cluster=slurm. The others only start ranks."""
+    if cluster.name == "hosts":
+        return cluster.node_rank == 0
+    if cluster.name == "slurm":
+        from gnnrun.launch.slurm import is_lead_task
+
+        return is_lead_task()
+    return True
+
+
 def run_ranks(cfg, run_dir: Path) -> Any:
     """Train on this host's ranks; return rank 0's summary (None on another host)."""
     return run_rank_job(cfg, "train", str(run_dir))[0]
@@ -369,8 +382,13 @@ def run_ranks(cfg, run_dir: Path) -> Any:
 
 def run_rank_job(cfg, job: str, *args: Any) -> list[Any]:
     """Run a job of gnnrun.launch.worker.RANK_JOBS on this host's ranks (all cluster.nprocs
-    of them for cluster=local); return their results, in rank order."""
+    of them for cluster=local; under cluster=slurm this task, one rank); return their
+    results, in rank order."""
     from gnnrun.launch.worker import rank_main  # a rank's entry point: its module runs there
 
+    if cfg.cluster.name == "slurm":
+        from gnnrun.launch.slurm import run_slurm_job
+
+        return run_slurm_job(cfg, job, *args)
     backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
     return launch_elastic(rank_main, (cfg, backend, job, *args), ElasticGroup.of(cfg.cluster))
