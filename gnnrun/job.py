@@ -57,20 +57,20 @@ def _every_rank(config, job: str):
 
 
 def _only_ranks_here(config, what: str) -> None:
-    out.print(
-        f"node {_node(config)}: its ranks wrote their share of {what}; node 0 wrote the rest "
-        "and printed the summary",
-        markup=False,
-        soft_wrap=True,
-    )
-
-
-def _node(config) -> str:
+    """What a host (SLURM task) that only started ranks says when they are done."""
     import os
 
     if config.cluster.name == "slurm":
-        return f"{os.environ.get('SLURM_NODEID', '?')} (task {os.environ.get('SLURM_PROCID')})"
-    return str(config.cluster.node_rank)
+        here = f"task {os.environ.get('SLURM_PROCID')}: its rank wrote its share"
+        lead = "task 0"
+    else:
+        here = f"node {config.cluster.node_rank}: its ranks wrote their share"
+        lead = "node 0"
+    out.print(
+        f"{here} of {what}; {lead} wrote the rest and printed the summary",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def data_info(cfg: DictConfig, force: bool) -> None:
