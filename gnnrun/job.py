@@ -35,7 +35,10 @@ def _prepared(config, force: bool = False, hosts_prepare: bool = False):
 
         if not leads(config.cluster):
             check_preparable(config)
-            run_rank_job(config, "prepare", None)
+            if run_rank_job(config, "prepare", None)[0] is None:  # node 0 found a current copy
+                _only_ranks_here(config, "the prepared dataset", current=True)
+            else:
+                _only_ranks_here(config, "the prepared dataset")
             return None
         dataset, distributed = prepare_chunked(config, _every_rank(config, "prepare"), force=force)
         if distributed is not None:  # made now
@@ -56,18 +59,20 @@ def _every_rank(config, job: str):
     return lambda tmp_dir: run_rank_job(config, job, tmp_dir)[0]  # each rank has them all
 
 
-def _only_ranks_here(config, what: str) -> None:
+def _only_ranks_here(config, what: str, current: bool = False) -> None:
     """What a host (SLURM task) that only started ranks says when they are done."""
     import os
 
     if config.cluster.name == "slurm":
-        here = f"task {os.environ.get('SLURM_PROCID')}: its rank wrote its share"
-        lead = "task 0"
+        here, lead = f"task {os.environ.get('SLURM_PROCID')}", "task 0"
+        wrote = "its rank wrote its share"
     else:
-        here = f"node {config.cluster.node_rank}: its ranks wrote their share"
-        lead = "node 0"
+        here, lead = f"node {config.cluster.node_rank}", "node 0"
+        wrote = "its ranks wrote their share"
     out.print(
-        f"{here} of {what}; {lead} wrote the rest and printed the summary",
+        f"{here}: {lead} found {what} current, nothing to write"
+        if current
+        else f"{here}: {wrote} of {what}; {lead} wrote the rest and printed the summary",
         markup=False,
         soft_wrap=True,
     )
@@ -79,8 +84,8 @@ def data_info(cfg: DictConfig, force: bool) -> None:
 
     config = to_objects(cfg)
     dataset = _prepared(config, force=force, hosts_prepare=True)
-    if dataset is None:
-        return _only_ranks_here(config, "the prepared dataset")
+    if dataset is None:  # another host's: its ranks did their share, and said so
+        return
     out.print(dataset_table(dataset))
 
 
@@ -89,8 +94,8 @@ def data_prepare(cfg: DictConfig, force: bool) -> None:
 
     config = to_objects(cfg)
     dataset = _prepared(config, force=force, hosts_prepare=True)
-    if dataset is None:
-        return _only_ranks_here(config, "the prepared dataset")
+    if dataset is None:  # another host's: its ranks did their share, and said so
+        return
     out.print(
         f"prepared {dataset.name} at {dataset.path} (checksum {dataset.checksum[:12]})",
         markup=False,

@@ -194,7 +194,11 @@ def test_hosts_prepare_and_partition_chunked_input_as_one_host_then_train(bed, t
     assert "rank 1: rows [1,000, 2,000) written" in prepared[1]  # node 1's rank did its share
     assert "node 1: its ranks wrote their share of the prepared dataset" in prepared[1]
     assert "ranks preparing tiny-chunked" in prepared[0]
-    parted = on_hosts(bed, tmp_path, PORT + 20, ["partition", *data, "partitioner=random"], "part")
+    # Again, at the same endpoint: node 0 finds the copy current and node 1's rank leaves.
+    again = on_hosts(bed, tmp_path, PORT + 10, ["data", "prepare", *data], "again")
+    assert "ranks preparing" not in again[0] and "prepared tiny-chunked" in again[0]
+    assert "node 1: node 0 found the prepared dataset current, nothing to write" in again[1]
+    parted = on_hosts(bed, tmp_path, PORT + 10, ["partition", *data, "partitioner=random"], "part")
     assert "rank 1: part 1 written" in parted[1]
     assert "written to" in parted[0] and "written to" not in parted[1]
     hosts_data = tmp_path / "data"
