@@ -197,7 +197,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True, help="a folder with room (~8 GB)")
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--host-gb", type=float, default=3.0, help="each host's cgroup limit")
-    parser.add_argument("--rank-gb", type=float, default=2.5, help="memory_gb of each rank")
+    parser.add_argument("--rank-gb", type=float, default=2.6, help="memory_gb of each rank")
     parser.add_argument("--nodes", type=int, default=5_000_000)
     parser.add_argument("--avg-degree", type=float, default=24)
     parser.add_argument("--feat-dim", type=int, default=16)
