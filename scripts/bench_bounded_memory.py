@@ -137,6 +137,25 @@ def gnnrun_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "gnnrun.cli", *args]
 
 
+# `gnnrun ARGS` as the CLI runs it, saying (with the time and VmRSS) when pymetis starts
+# and ends: where a process killed at its limit was.
+METIS_PROBE = """
+import sys, time
+import pymetis
+from gnnrun.cli import main
+start, original = time.perf_counter(), pymetis.part_graph
+def rss():
+    return [int(l.split()[1]) / 2**20 for l in open("/proc/self/status") if l.startswith("VmRSS")][0]
+def part_graph(*args, **kwargs):
+    print(f"probe: pymetis.part_graph starts at {time.perf_counter() - start:.1f} s, VmRSS {rss():.2f} GiB", flush=True)
+    result = original(*args, **kwargs)
+    print(f"probe: pymetis.part_graph returned at {time.perf_counter() - start:.1f} s, VmRSS {rss():.2f} GiB", flush=True)
+    return result
+pymetis.part_graph = part_graph
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def environment(work: Path) -> dict[str, str]:
     return os.environ | {"GNNRUN_DATA_ROOT": str(work / "data"), "PYTHONPATH": str(REPO)}
 
@@ -153,11 +172,12 @@ def on_hosts(bed, groups, work: Path, step: str, args: list[str], port: int) -> 
             command = gnnrun_command(*args, *bed.cluster_overrides(host, port))
             if step == "train":
                 command.append(f"hydra.run.dir={work / 'train' / f'host{host}'}")
+            # Into the group first: `ip netns exec` mounts a sysfs of its own, without it.
+            command = groups[host].command(["ip", "netns", "exec", bed.names[host], *command])
             with open(logs[-1], "w") as log:
                 procs.append(
-                    bed.popen(
-                        host,
-                        groups[host].command(command),
+                    subprocess.Popen(
+                        command,
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         cwd=work,
@@ -180,8 +200,8 @@ def one_process(group: MemoryGroup, work: Path, step: str, args: list[str]) -> d
     start = time.perf_counter()
     with sampling([group]), open(log, "w") as out:
         code = subprocess.run(
-            group.command(gnnrun_command(*args)), stdout=out, stderr=subprocess.STDOUT,
-            cwd=work, env=environment(work),
+            group.command([sys.executable, "-c", METIS_PROBE, *args]), stdout=out,
+            stderr=subprocess.STDOUT, cwd=work, env=environment(work),
         ).returncode  # fmt: skip
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     return {
@@ -203,6 +223,7 @@ def main() -> None:
     parser.add_argument("--feat-dim", type=int, default=16)
     parser.add_argument("--metis-gb", type=float, default=12.0)
     parser.add_argument("--skip-metis", action="store_true")
+    parser.add_argument("--skip-hosts", action="store_true", help="METIS only (prepared before)")
     parser.add_argument("--cleanup", action="store_true", help="remove the big files at the end")
     args = parser.parse_args()
     reason = netns.unavailable()
@@ -237,53 +258,56 @@ def main() -> None:
     print(json.dumps(report, indent=1), flush=True)
 
     # 2. The hosts, each in its group.
-    bed = netns.TestBed(args.hosts)
-    groups = [
-        MemoryGroup(f"gnnrun-bench-host{h}", int(args.host_gb * GIB)) for h in range(args.hosts)
-    ]
-    try:
-        report["prepare"] = on_hosts(
-            bed, groups, work, "prepare",
-            ["data", "prepare", *data, f"dataset.memory_gb={args.rank_gb}"], PORT,
-        )  # fmt: skip
-        prepared = json.loads((work / "data" / "prepared" / "big" / "meta.json").read_text())
-        report["prepare"]["ranks"] = prepared["distributed"]["ranks"]
-        report["graph"]["directed_edges"] = prepared["num_edges"]
-        report["graph"]["prepared_gib"] = sum(f["bytes"] for f in prepared["files"].values()) / GIB
-        print(json.dumps(report["prepare"], indent=1), flush=True)
-
-        partition = ["partitioner=random", f"partitioner.memory_gb={args.rank_gb}"]
-        report["partition"] = on_hosts(
-            bed, groups, work, "partition", ["partition", *data, *partition], PORT + 10
-        )
-        manifest_path = work / "data" / "partitions" / "big" / f"random-{args.hosts}"
-        manifest = json.loads((manifest_path / "manifest.json").read_text())
-        report["partition"]["ranks"] = manifest["distributed"]["ranks"]
-        report["partition"]["summary"] = manifest["summary"]
-        print(json.dumps(report["partition"], indent=1), flush=True)
-
-        train = [
-            "train", *data, "partitioner=random", "algorithm=minibatch", "train.epochs=1",
-            "model.hidden=32",
-        ]  # fmt: skip
-        report["train"] = on_hosts(bed, groups, work, "train", train, PORT + 20)
-        report["train"]["ranks"] = []
-        for host in range(args.hosts):
-            lines = (work / "train" / f"host{host}" / f"metrics.rank{host}.jsonl").read_text()
-            last = json.loads(lines.splitlines()[-1])
-            report["train"]["ranks"].append(
-                {
-                    "rank": host,
-                    "peak_rss_mb": last["peak_rss_mb"],
-                    "time": last.get("time"),
-                    "loss": last.get("loss"),
-                }  # fmt: skip
+    if not args.skip_hosts:
+        bed = netns.TestBed(args.hosts)
+        groups = [
+            MemoryGroup(f"gnnrun-bench-host{h}", int(args.host_gb * GIB)) for h in range(args.hosts)
+        ]
+        try:
+            report["prepare"] = on_hosts(
+                bed, groups, work, "prepare",
+                ["data", "prepare", *data, f"dataset.memory_gb={args.rank_gb}"], PORT,
+            )  # fmt: skip
+            prepared = json.loads((work / "data" / "prepared" / "big" / "meta.json").read_text())
+            report["prepare"]["ranks"] = prepared["distributed"]["ranks"]
+            report["graph"]["directed_edges"] = prepared["num_edges"]
+            report["graph"]["prepared_gib"] = (
+                sum(f["bytes"] for f in prepared["files"].values()) / GIB
             )
-        print(json.dumps(report["train"], indent=1), flush=True)
-    finally:
-        bed.close()
-        for group in groups:
-            group.close()
+            print(json.dumps(report["prepare"], indent=1), flush=True)
+
+            partition = ["partitioner=random", f"partitioner.memory_gb={args.rank_gb}"]
+            report["partition"] = on_hosts(
+                bed, groups, work, "partition", ["partition", *data, *partition], PORT + 10
+            )
+            manifest_path = work / "data" / "partitions" / "big" / f"random-{args.hosts}"
+            manifest = json.loads((manifest_path / "manifest.json").read_text())
+            report["partition"]["ranks"] = manifest["distributed"]["ranks"]
+            report["partition"]["summary"] = manifest["summary"]
+            print(json.dumps(report["partition"], indent=1), flush=True)
+
+            train = [
+                "train", *data, "partitioner=random", "algorithm=minibatch", "train.epochs=1",
+                "model.hidden=32",
+            ]  # fmt: skip
+            report["train"] = on_hosts(bed, groups, work, "train", train, PORT + 20)
+            report["train"]["ranks"] = []
+            for host in range(args.hosts):
+                lines = (work / "train" / f"host{host}" / f"metrics.rank{host}.jsonl").read_text()
+                last = json.loads(lines.splitlines()[-1])
+                report["train"]["ranks"].append(
+                    {
+                        "rank": host,
+                        "peak_rss_mb": last["peak_rss_mb"],
+                        "time": last.get("time"),
+                        "loss": last.get("loss"),
+                    }  # fmt: skip
+                )
+            print(json.dumps(report["train"], indent=1), flush=True)
+        finally:
+            bed.close()
+            for group in groups:
+                group.close()
 
     # 3. One process, METIS.
     if not args.skip_metis:
