@@ -1,5 +1,7 @@
 """Ranks through PyTorch's elastic launcher (torchrun's machinery): `cluster=local`, N
-ranks on this machine, and `cluster=hosts`, one `gnnrun train` per host.
+ranks on this machine, and `cluster=hosts`, one `gnnrun train` per host (or `gnnrun
+partition` / `data prepare` of chunked input, whose ranks write into the directory node
+0 makes: gnnrun.launch.rank.in_announced_dir).
 
 Rendezvous, failure propagation and teardown are PyTorch's: when one rank raises or
 dies, the agent stops the others and `elastic_launch` raises ChildFailedError naming
@@ -227,12 +229,13 @@ def _rendezvous_failure(error: Exception, group: ElasticGroup, endpoint: str) ->
     if group.node_rank == 0:
         return (
             f"not every host joined the rendezvous at {endpoint} {waited} "
-            f"({str(error).splitlines()[0]}): start `gnnrun train` with the same "
-            f"cluster.rdzv_endpoint and cluster.nodes={group.nnodes} on the other hosts, "
-            "each with its own cluster.node_rank"
+            f"({str(error).splitlines()[0]}): start the same command (gnnrun train, "
+            f"partition or data prepare) with the same cluster.rdzv_endpoint and "
+            f"cluster.nodes={group.nnodes} on the other hosts, each with its own "
+            "cluster.node_rank"
         )
     return (
-        f"node 0's rendezvous at {endpoint} did not answer {waited}: start `gnnrun train` "
+        f"node 0's rendezvous at {endpoint} did not answer {waited}: start the same command "
         "with cluster.node_rank=0 on the host at that address, and check that every host "
         "reaches it (address, port, firewall)"
     )
