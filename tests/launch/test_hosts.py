@@ -1,5 +1,6 @@
 """cluster=hosts across network namespaces (tests/launch/netns.py): the same training as
-one host with the same ranks, and lost hosts, cut links and hung ranks named and ended."""
+one host with the same ranks, and lost hosts, cut links and hung ranks named and ended;
+chunked input prepared and partitioned on the hosts' ranks as on one host's."""
 
 from __future__ import annotations
 
