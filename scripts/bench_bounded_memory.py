@@ -20,10 +20,10 @@ Steps, every one a fresh `gnnrun` command as a user runs it:
 
 Per host and step: the cgroup's max_usage_in_bytes (which counts the page cache the
 host's processes dirtied or read: the kernel reclaims it at the limit, so it sits near
-the limit whenever files outgrow it), failcnt (charges that failed at the limit: it read 0 on Linux 6.18 even for a
-group killed there), OOM kills
-(memory.oom_control), the largest resident anonymous memory of the group (memory.stat
-total_rss, sampled every 0.2 s) and the rank's own peak (VmHWM, from the manifest,
+the limit whenever files outgrow it), failcnt (charges that failed at the limit: it
+read 0 on Linux 6.18 even for a group killed there), OOM kills (memory.oom_control),
+the largest resident anonymous memory of the group (memory.stat total_rss, sampled
+every 0.2 s) and the rank's own peak (VmHWM, from the manifest,
 meta.json or the training metrics). `--cleanup` removes the big files at the end.
 """
 
