@@ -100,7 +100,7 @@ bench-pipeline: setup
 # Four hosts (network namespaces), each held to 3 GiB by a cgroup v1 memory limit, prepare,
 # partition and train one epoch on a chunked graph of 5M vertices and 120M edges; then one
 # process partitions it with METIS under a 12 GiB limit. Needs root; about 8 GB of disk
-# in BENCH_WORK, removed at the end; 20-40 minutes on 2 cores. Not part of CI.
+# in BENCH_WORK, removed at the end; about 10 minutes on 2 cores. Not part of CI.
 BENCH_WORK ?= /tmp/gnnrun-bounded-memory
 bench-bounded-memory: setup
 	$(BIN)/python scripts/bench_bounded_memory.py --work $(BENCH_WORK) --cleanup
