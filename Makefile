@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
+.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-bounded-memory bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
 
 setup: $(STAMP)
 
@@ -96,6 +96,14 @@ bench-sar: setup
 
 bench-pipeline: setup
 	$(BIN)/python scripts/bench_pipeline.py
+
+# Four hosts (network namespaces), each held to 3 GiB by a cgroup v1 memory limit, prepare,
+# partition and train one epoch on a chunked graph of 5M vertices and 120M edges; then one
+# process partitions it with METIS under a 12 GiB limit. Needs root; about 8 GB of disk
+# in BENCH_WORK, removed at the end; about 10 minutes on 2 cores. Not part of CI.
+BENCH_WORK ?= /tmp/gnnrun-bounded-memory
+bench-bounded-memory: setup
+	$(BIN)/python scripts/bench_bounded_memory.py --work $(BENCH_WORK) --cleanup
 
 # gnnrun beside PyG on this machine's device: its GPU (synthetic-medium and -large) where
 # it has one, else the CPU (synthetic-small).

@@ -16,29 +16,66 @@ from gnnrun.errors import GnnrunError
 from gnnrun.progress import console, out
 
 
-def _prepared(config, force: bool = False):
-    """The dataset the task trains on, prepared: chunked input on cluster=local is prepared
-    on the job's ranks (gnnrun.data.prepare_ranks), none of them holding the graph; any
-    other in this process."""
+def _prepared(config, force: bool = False, hosts_prepare: bool = False):
+    """The dataset the task trains on, prepared: chunked input is prepared on the job's
+    ranks (gnnrun.data.prepare_ranks), none of them holding the graph, under cluster=local,
+    and under cluster=hosts / slurm where `hosts_prepare` (`gnnrun data prepare` and `info`,
+    which every host runs); any other in this process. None on a host that only started
+    ranks (node 0 writes the copy)."""
     from gnnrun.tasks import prepare_for_task, task_of
 
     if (
         config.dataset.source == "chunked"
         and task_of(config).trains_vertices  # (a link task's copy is made in one process)
-        and config.cluster.name == "local"
+        and (config.cluster.name == "local" or hosts_prepare)
     ):
         from gnnrun.data.chunked_ranks import rank_table
-        from gnnrun.data.prepare_ranks import prepare_chunked
-        from gnnrun.launch.elastic import run_rank_job
+        from gnnrun.data.prepare_ranks import check_preparable, prepare_chunked
+        from gnnrun.launch.elastic import leads, run_rank_job
 
-        dataset, distributed = prepare_chunked(
-            config, lambda tmp: run_rank_job(config, "prepare", tmp), force=force
-        )
+        if not leads(config.cluster):
+            check_preparable(config)
+            if run_rank_job(config, "prepare", None)[0] is None:  # node 0 found a current copy
+                _only_ranks_here(config, "the prepared dataset", current=True)
+            else:
+                _only_ranks_here(config, "the prepared dataset")
+            return None
+        dataset, distributed = prepare_chunked(config, _every_rank(config, "prepare"), force=force)
         if distributed is not None:  # made now
             title = f"ranks preparing {dataset.name}"
             out.print(rank_table(distributed, title=title, written="files"))
+        elif config.cluster.name != "local":  # current already: the other hosts' ranks leave
+            run_rank_job(config, "prepare", None)
         return dataset
     return prepare_for_task(config.dataset, config.task, force=force)
+
+
+def _every_rank(config, job: str):
+    """`run_ranks(tmp_dir)` for gnnrun.data.prepare_ranks and gnnrun.partition.distributed:
+    `job` on this host's ranks (and, under cluster=hosts / slurm, the other hosts' ranks
+    with them, given `tmp_dir` by rank 0); every rank's result, in rank order."""
+    from gnnrun.launch.elastic import run_rank_job
+
+    return lambda tmp_dir: run_rank_job(config, job, tmp_dir)[0]  # each rank has them all
+
+
+def _only_ranks_here(config, what: str, current: bool = False) -> None:
+    """What a host (SLURM task) that only started ranks says when they are done."""
+    import os
+
+    if config.cluster.name == "slurm":
+        here, lead = f"task {os.environ.get('SLURM_PROCID')}", "task 0"
+        wrote = "its rank wrote its share"
+    else:
+        here, lead = f"node {config.cluster.node_rank}", "node 0"
+        wrote = "its ranks wrote their share"
+    out.print(
+        f"{here}: {lead} found {what} current, nothing to write"
+        if current
+        else f"{here}: {wrote} of {what}; {lead} wrote the rest and printed the summary",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def data_info(cfg: DictConfig, force: bool) -> None:
@@ -46,7 +83,9 @@ def data_info(cfg: DictConfig, force: bool) -> None:
     from gnnrun.report.tables import dataset_table
 
     config = to_objects(cfg)
-    dataset = _prepared(config, force=force)
+    dataset = _prepared(config, force=force, hosts_prepare=True)
+    if dataset is None:  # another host's: its ranks did their share, and said so
+        return
     out.print(dataset_table(dataset))
 
 
@@ -54,7 +93,9 @@ def data_prepare(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
 
     config = to_objects(cfg)
-    dataset = _prepared(config, force=force)
+    dataset = _prepared(config, force=force, hosts_prepare=True)
+    if dataset is None:  # another host's: its ranks did their share, and said so
+        return
     out.print(
         f"prepared {dataset.name} at {dataset.path} (checksum {dataset.checksum[:12]})",
         markup=False,
@@ -105,11 +146,15 @@ def partition(cfg: DictConfig) -> None:
 def _partition_on_ranks(config) -> None:
     """`gnnrun partition` of chunked input: each rank reads its share and writes its parts."""
     from gnnrun.data.chunked_ranks import rank_table
-    from gnnrun.launch.elastic import run_rank_job
-    from gnnrun.partition.distributed import partition_chunked
+    from gnnrun.launch.elastic import leads, run_rank_job
+    from gnnrun.partition.distributed import check_distributable, partition_chunked
     from gnnrun.report.tables import partition_table
 
-    book = partition_chunked(config, lambda tmp: run_rank_job(config, "partition", tmp))
+    if not leads(config.cluster):  # another host: its ranks join node 0's
+        check_distributable(config)
+        run_rank_job(config, "partition", None)
+        return _only_ranks_here(config, "the partition")
+    book = partition_chunked(config, _every_rank(config, "partition"))
     out.print(partition_table(book))
     out.print(rank_table(book.manifest["distributed"]))
     out.print(f"written to {book.path}", markup=False, soft_wrap=True)

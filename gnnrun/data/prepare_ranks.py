@@ -227,6 +227,18 @@ def _copy_rows(
     return mine
 
 
+def check_preparable(config) -> ChunkedGraph:
+    """Refuse, before any rank starts, what the ranks cannot prepare; the checked graph.
+    (Every host's launcher checks, so that a refusal does not leave the others waiting.)"""
+    graph = open_chunked(config.dataset.path)
+    if config.dataset.reorder != "none":
+        raise GnnrunError(
+            f"dataset.reorder={config.dataset.reorder} is not available for chunked input "
+            "prepared on the ranks: leave dataset.reorder=none"
+        )
+    return graph
+
+
 def prepare_chunked(
     config, run_ranks, force: bool = False
 ) -> tuple[GraphDataset, dict[str, Any] | None]:
@@ -240,18 +252,7 @@ def prepare_chunked(
         existing = current_copy(cfg, force)
         if existing is not None:
             return existing, None
-        graph = open_chunked(cfg.path)
-        if cfg.reorder != "none":
-            raise GnnrunError(
-                f"dataset.reorder={cfg.reorder} is not available for chunked input prepared "
-                "on the ranks: leave dataset.reorder=none"
-            )
-        if config.cluster.name != "local":
-            raise GnnrunError(
-                f"preparing chunked input on the ranks runs under cluster=local for now, not "
-                f"cluster={config.cluster.name}: prepare it on one host with cluster=local "
-                "cluster.nprocs=N, then train with any cluster"
-            )
+        graph = check_preparable(config)
         start = time.perf_counter()
         identity = dataset_identity(cfg)
         info = {

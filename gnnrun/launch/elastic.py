@@ -1,5 +1,7 @@
 """Ranks through PyTorch's elastic launcher (torchrun's machinery): `cluster=local`, N
-ranks on this machine, and `cluster=hosts`, one `gnnrun train` per host.
+ranks on this machine, and `cluster=hosts`, one `gnnrun train` per host (or `gnnrun
+partition` / `data prepare` of chunked input, whose ranks write into the directory node
+0 makes: gnnrun.launch.rank.in_announced_dir).
 
 Rendezvous, failure propagation and teardown are PyTorch's: when one rank raises or
 dies, the agent stops the others and `elastic_launch` raises ChildFailedError naming
@@ -227,12 +229,13 @@ def _rendezvous_failure(error: Exception, group: ElasticGroup, endpoint: str) ->
     if group.node_rank == 0:
         return (
             f"not every host joined the rendezvous at {endpoint} {waited} "
-            f"({str(error).splitlines()[0]}): start `gnnrun train` with the same "
-            f"cluster.rdzv_endpoint and cluster.nodes={group.nnodes} on the other hosts, "
-            "each with its own cluster.node_rank"
+            f"({str(error).splitlines()[0]}): start the same command (gnnrun train, "
+            f"partition or data prepare) with the same cluster.rdzv_endpoint and "
+            f"cluster.nodes={group.nnodes} on the other hosts, each with its own "
+            "cluster.node_rank"
         )
     return (
-        f"node 0's rendezvous at {endpoint} did not answer {waited}: start `gnnrun train` "
+        f"node 0's rendezvous at {endpoint} did not answer {waited}: start the same command "
         "with cluster.node_rank=0 on the host at that address, and check that every host "
         "reaches it (address, port, firewall)"
     )
@@ -362,6 +365,19 @@ def _failure_message(failure) -> str:
     return f"exit code {failure.exitcode}"
 
 
+def leads(cluster) -> bool:
+    """Whether this process writes a job's shared output (takes the writer lock, makes the
+    temporary directory, renames it into place): the one process of cluster=local, node 0's
+    under cluster=hosts, SLURM task 0 under cluster=slurm. The others only start ranks."""
+    if cluster.name == "hosts":
+        return cluster.node_rank == 0
+    if cluster.name == "slurm":
+        from gnnrun.launch.slurm import is_lead_task
+
+        return is_lead_task()
+    return True
+
+
 def run_ranks(cfg, run_dir: Path) -> Any:
     """Train on this host's ranks; return rank 0's summary (None on another host)."""
     return run_rank_job(cfg, "train", str(run_dir))[0]
@@ -369,8 +385,13 @@ def run_ranks(cfg, run_dir: Path) -> Any:
 
 def run_rank_job(cfg, job: str, *args: Any) -> list[Any]:
     """Run a job of gnnrun.launch.worker.RANK_JOBS on this host's ranks (all cluster.nprocs
-    of them for cluster=local); return their results, in rank order."""
+    of them for cluster=local; under cluster=slurm this task, one rank); return their
+    results, in rank order."""
     from gnnrun.launch.worker import rank_main  # a rank's entry point: its module runs there
 
+    if cfg.cluster.name == "slurm":
+        from gnnrun.launch.slurm import run_slurm_job
+
+        return run_slurm_job(cfg, job, *args)
     backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
     return launch_elastic(rank_main, (cfg, backend, job, *args), ElasticGroup.of(cfg.cluster))

@@ -226,18 +226,55 @@ def infer_rank(cfg, rank: int, plan) -> dict[str, Any]:
     return figures
 
 
-def partition_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
-    """This rank's parts of a partition of chunked input (gnnrun.partition.distributed)."""
+def in_announced_dir(
+    fn: Callable[[Any, int, str], Any], cfg, rank: int, output: Path, tmp_dir: str | None
+) -> list[Any] | None:
+    """fn(cfg, rank, tmp) in the temporary directory node 0's launcher made beside
+    `output` (this rank's own path to the output, on storage every host shares); every
+    rank's result, in rank order, on every rank, or None where there was nothing to do.
+
+    Under cluster=hosts and cluster=slurm only node 0's launcher (SLURM task 0) takes the
+    writer lock and makes the directory, so only rank 0 is given it (`tmp_dir`; the
+    other hosts' ranks None): rank 0 announces its name over the process group and each
+    rank finds it beside its own `output` (the shared storage may be mounted elsewhere
+    on each host). Rank 0 announces None when node 0 found nothing to do (a current
+    copy), and every rank leaves. The results are gathered so that node 0's launcher,
+    which writes the manifest, has the other hosts' ranks' too.
+    """
+    announced = [Path(tmp_dir).name if tmp_dir is not None else None]
+    dist.broadcast_object_list(announced, src=0)
+    if announced[0] is None:
+        return None
+    if announced[0] != Path(announced[0]).name or not announced[0].startswith(output.name):
+        raise GnnrunError(f"rank 0 announced an unexpected directory {announced[0]!r}")
+    tmp = output.absolute().parent / announced[0]
+    if not tmp.is_dir():
+        raise GnnrunError(
+            f"{tmp} (made by node 0) is not here: every host must see {output.parent} on "
+            "storage the hosts share, with the same contents"
+        )
+    result = fn(cfg, rank, str(tmp))
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, result)
+    return every
+
+
+def partition_rank(cfg, rank: int, tmp_dir: str | None) -> list[dict[str, Any]] | None:
+    """This rank's parts of a partition of chunked input (gnnrun.partition.distributed);
+    every rank's figures (`in_announced_dir`)."""
     from gnnrun.partition.distributed import partition_on_rank
 
-    return partition_on_rank(cfg, rank, tmp_dir)
+    output = Path(cfg.partitioner.output_dir)
+    return in_announced_dir(partition_on_rank, cfg, rank, output, tmp_dir)
 
 
-def prepare_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
-    """This rank's rows of a prepared dataset from chunked input (gnnrun.data.prepare_ranks)."""
+def prepare_rank(cfg, rank: int, tmp_dir: str | None) -> list[dict[str, Any]] | None:
+    """This rank's rows of a prepared dataset from chunked input (gnnrun.data.prepare_ranks);
+    every rank's figures (`in_announced_dir`)."""
     from gnnrun.data.prepare_ranks import prepare_on_rank
 
-    return prepare_on_rank(cfg, rank, tmp_dir)
+    output = Path(cfg.dataset.prepared_dir)
+    return in_announced_dir(prepare_on_rank, cfg, rank, output, tmp_dir)
 
 
 def train_rank(cfg, rank: int, run_dir: str | Path) -> dict[str, Any] | None:

@@ -285,6 +285,50 @@ def slurm_rank_cpus(local_rank: int, local_world: int, cluster) -> tuple[list[in
 
 READY = "ready"
 
+# RANK_JOBS that run as the tasks of a job step, and the command that starts each.
+STEP_COMMANDS = {"prepare": "gnnrun data prepare", "partition": "gnnrun partition"}
+
+
+def _rendezvous(cfg) -> SlurmRendezvous:
+    """This task's place, checked against the config, in the environment env:// reads."""
+    rdzv = rendezvous_from_env(master_port=cfg.cluster.master_port)
+    if rdzv.world_size != cfg.cluster.nprocs:
+        raise GnnrunError(
+            f"SLURM started {rdzv.world_size} task(s) but the config asks for "
+            f"cluster.nprocs={cfg.cluster.nprocs} (cluster.nodes x cluster.tasks_per_node): "
+            "start one task per rank"
+        )
+    os.environ.update(rdzv.env())
+    return rdzv
+
+
+def is_lead_task() -> bool:
+    """Whether this SLURM task is rank 0 (the one that writes a job's shared output)."""
+    return os.environ.get("SLURM_PROCID", "0") == "0"
+
+
+def run_slurm_job(cfg, job: str, *args: Any) -> list[Any]:
+    """Be one rank of `job` (gnnrun.launch.worker.RANK_JOBS: prepare, partition) as this
+    task of a job step: `srun -n WORLD gnnrun partition cluster=slurm ...`, every task the
+    same command. Returns this rank's result, as a list of one."""
+    from gnnrun.launch.rank import choose_backend, process_group
+    from gnnrun.launch.worker import RANK_JOBS
+
+    if not in_slurm_step():
+        command = STEP_COMMANDS.get(job, f"gnnrun {job}")
+        raise GnnrunError(
+            f"{command} cluster=slurm runs as the tasks of a job step, one per rank: start it "
+            f"with srun inside an allocation (sbatch script or salloc), e.g. `srun -N NODES "
+            f"-n {cfg.cluster.nprocs} {command} cluster=slurm cluster.nodes=NODES "
+            "cluster.tasks_per_node=T ...`; only gnnrun train submits its own job"
+        )
+    rdzv = _rendezvous(cfg)
+    backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
+    cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
+    init = {"init_method": "env://", "rank": rdzv.rank, "world_size": rdzv.world_size}
+    with process_group(cfg, backend, rdzv.local_rank, cpus, threads, **init):
+        return [RANK_JOBS[job](cfg, rdzv.rank, *args)]
+
 
 def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str, Any] | None:
     """Be one rank of a cluster=slurm run; rank 0 returns the summary.
@@ -298,14 +342,7 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
     from gnnrun.attempt import RunStopped, watch_for_stop
     from gnnrun.launch.rank import choose_backend, process_group, train_rank
 
-    rdzv = rendezvous_from_env(master_port=cfg.cluster.master_port)
-    if rdzv.world_size != cfg.cluster.nprocs:
-        raise GnnrunError(
-            f"SLURM started {rdzv.world_size} task(s) but the config asks for "
-            f"cluster.nprocs={cfg.cluster.nprocs} (cluster.nodes x cluster.tasks_per_node): "
-            "start one task per rank"
-        )
-    os.environ.update(rdzv.env())
+    rdzv = _rendezvous(cfg)
     backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
     cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
     init = {"init_method": "env://", "rank": rdzv.rank, "world_size": rdzv.world_size}

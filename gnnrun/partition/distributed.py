@@ -1,7 +1,8 @@
 """Partitioning chunked input on the job's ranks, each with bounded memory.
 
 `gnnrun partition dataset=chunked dataset.path=.../metadata.json partitioner=random`
-runs here (gnnrun.job): the ranks of `cluster=local` (the launcher training uses) each
+runs here (gnnrun.job): the job's ranks (launched as for training: cluster=local, hosts
+or slurm; gnnrun.launch.rank.in_announced_dir gives them node 0's directory) each
 
 1. compute the parts of their range of vertex ids (`hash_parts`, the function the
    one-process `partitioner=random` uses, so the assignment is the same) and write
@@ -34,8 +35,7 @@ Memory planning and the edge exchange are shared with preparing on the ranks
 
 Libra runs on the ranks too, in its own module (gnnrun.partition.distributed_libra, named
 in RANK_PARTITIONERS). What is not here yet: an edge-cut partitioner of METIS quality,
-`cluster=hosts` / `cluster=slurm` (the ranks meet in a directory only node 0's launcher
-names), heterogeneous graphs and `dataset.reorder`.
+heterogeneous graphs and `dataset.reorder`.
 """
 
 from __future__ import annotations
@@ -346,12 +346,6 @@ def _write_part(
 def check_distributable(config) -> ChunkedGraph:
     """Refuse, before any rank starts, what the ranks cannot do; the checked graph."""
     graph = open_chunked(config.dataset.path)
-    if config.cluster.name != "local":
-        raise GnnrunError(
-            f"partitioning chunked input on the ranks runs under cluster=local for now, not "
-            f"cluster={config.cluster.name}: partition on one host with cluster=local "
-            "cluster.nprocs=N, then train with any cluster"
-        )
     if config.dataset.reorder != "none":
         raise GnnrunError(
             f"dataset.reorder={config.dataset.reorder} is not available for chunked input "

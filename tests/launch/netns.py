@@ -82,16 +82,22 @@ class TestBed:
         """Start `command` inside host `host`'s namespace."""
         return subprocess.Popen(["ip", "netns", "exec", self.names[host], *command], **kwargs)
 
+    def cluster_overrides(self, host: int, port: int) -> list[str]:
+        """cluster=hosts as host `host` of this bed gives it (node 0 at `port`)."""
+        return [
+            "cluster=hosts",
+            f"cluster.nodes={self.hosts}",
+            f"cluster.node_rank={host}",
+            f"cluster.rdzv_endpoint={self.address(0)}:{port}",
+        ]
+
     def train_command(self, host: int, port: int, run_dir, overrides: Sequence[str]) -> list[str]:
         """`gnnrun train cluster=hosts` as host `host` of this bed runs it (node 0 at `port`),
         writing its run directory under `run_dir`/host<host>."""
         return [
             str(Path(sys.executable).with_name("gnnrun")),
             "train",
-            "cluster=hosts",
-            f"cluster.nodes={self.hosts}",
-            f"cluster.node_rank={host}",
-            f"cluster.rdzv_endpoint={self.address(0)}:{port}",
+            *self.cluster_overrides(host, port),
             f"hydra.run.dir={run_dir}/host{host}",
             *overrides,
         ]

@@ -1,5 +1,6 @@
 """cluster=hosts across network namespaces (tests/launch/netns.py): the same training as
-one host with the same ranks, and lost hosts, cut links and hung ranks named and ended."""
+one host with the same ranks, and lost hosts, cut links and hung ranks named and ended;
+chunked input prepared and partitioned on the hosts' ranks as on one host's."""
 
 from __future__ import annotations
 
@@ -158,3 +159,85 @@ def test_every_host_restarts_after_a_rank_dies_and_the_run_ends_as_one_host(bed,
     one_host = train_local(tmp_path, "local", [*run, "cluster.nprocs=2"])
     for rank in (0, 1):
         assert losses(tmp_path / f"host{rank}", rank) == losses(one_host, rank)
+
+
+def on_hosts(bed, tmp_path: Path, port: int, command: list[str], name: str) -> list[str]:
+    """`gnnrun COMMAND cluster=hosts ...` on every host at once; each host's console."""
+    procs, logs = [], []
+    for host in range(bed.hosts):
+        logs.append(tmp_path / f"{name}-host{host}.log")
+        with open(logs[-1], "w") as log:
+            args = [GNNRUN, *command, *bed.cluster_overrides(host, port)]
+            procs.append(bed.popen(host, args, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path))
+    for proc in procs:
+        proc.wait(timeout=300)
+    texts = [log.read_text() for log in logs]
+    assert [proc.returncode for proc in procs] == [0] * bed.hosts, texts
+    return texts
+
+
+def test_hosts_prepare_and_partition_chunked_input_as_one_host_then_train(bed, tmp_path):
+    """`gnnrun data prepare` and `gnnrun partition` of chunked input on 2 hosts (a rank
+    each, node 0's directory announced to node 1's rank, the rename done once): the files
+    one host with 2 ranks writes; then training on the hosts takes that partition and
+    follows the one host's losses."""
+    from gnnrun.data.chunked import write_chunks
+    from gnnrun.data.synthetic import SyntheticDatasetConfig
+
+    from ..partition.test_distributed import TINY, _same_partition
+
+    write_chunks(
+        tmp_path / "tiny", SyntheticDatasetConfig(**TINY), None, edges_per_file=1000,
+        rows_per_file=500,
+    )  # fmt: skip
+    data = ["dataset=chunked", "dataset.name=tiny-chunked", "dataset.path=tiny/metadata.json"]
+    prepared = on_hosts(bed, tmp_path, PORT + 10, ["data", "prepare", *data], "prepare")
+    assert "rank 1: rows [1,000, 2,000) written" in prepared[1]  # node 1's rank did its share
+    assert "node 1: its ranks wrote their share of the prepared dataset" in prepared[1]
+    assert "ranks preparing tiny-chunked" in prepared[0]
+    # Again, at the same endpoint: node 0 finds the copy current and node 1's rank leaves.
+    again = on_hosts(bed, tmp_path, PORT + 10, ["data", "prepare", *data], "again")
+    assert "ranks preparing" not in again[0] and "prepared tiny-chunked" in again[0]
+    assert "node 1: node 0 found the prepared dataset current, nothing to write" in again[1]
+    parted = on_hosts(bed, tmp_path, PORT + 10, ["partition", *data, "partitioner=random"], "part")
+    assert "rank 1: part 1 written" in parted[1]
+    assert "written to" in parted[0] and "written to" not in parted[1]
+    hosts_data = tmp_path / "data"
+    assert not [p for p in hosts_data.rglob("*") if ".tmp" in p.name]  # renamed once, nothing left
+    manifest = json.loads(
+        (hosts_data / "partitions/tiny-chunked/random-2/manifest.json").read_text()
+    )
+    assert [r["rank"] for r in manifest["distributed"]["ranks"]] == [0, 1]
+
+    # One host, 2 ranks, into its own data root: the same files.
+    env = dict(os.environ, GNNRUN_DATA_ROOT=str(tmp_path / "one-data"))
+    for command in (["data", "prepare", *data], ["partition", *data, "partitioner=random"]):
+        done = subprocess.run(
+            [GNNRUN, *command, "cluster.nprocs=2"], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    meta = [
+        json.loads((d / "prepared/tiny-chunked/meta.json").read_text())
+        for d in (hosts_data, tmp_path / "one-data")
+    ]
+    assert meta[0]["files"] == meta[1]["files"] and meta[0]["checksum"] == meta[1]["checksum"]
+    _same_partition(
+        hosts_data / "partitions/tiny-chunked/random-2",
+        tmp_path / "one-data/partitions/tiny-chunked/random-2",
+    )
+
+    run = [*data, "partitioner=random", "algorithm=minibatch", "train.epochs=2"]
+    procs = start_hosts(bed, tmp_path, run)
+    for proc in procs:
+        proc.wait(timeout=300)
+    errors = [(tmp_path / f"host{h}.err").read_text() for h in range(bed.hosts)]
+    assert [proc.returncode for proc in procs] == [0, 0], errors
+    assert "partitioning" not in errors[0]  # the hosts' partition was taken as it is
+    done = subprocess.run(
+        [GNNRUN, "train", *run, "cluster.nprocs=2", f"hydra.run.dir={tmp_path / 'local'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        assert losses(tmp_path / f"host{rank}", rank) == losses(tmp_path / "local", rank)

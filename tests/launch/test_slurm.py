@@ -309,3 +309,24 @@ def test_a_sweep_point_its_algorithm_cannot_run_is_refused_before_submission(
     assert "partitioner=metis): error: partitioner=metis makes edge_cut partitions" in err
     assert "1 of 1 point(s) failed" in err and "not found on PATH" not in err
     assert not (tmp_path / "data").exists()  # nothing was prepared or partitioned
+
+
+def test_partition_on_the_ranks_outside_a_job_step_says_how_to_start_it(
+    tmp_path, monkeypatch, capsys
+):
+    from gnnrun.cli import main
+    from gnnrun.data.chunked import write_chunks
+    from gnnrun.data.synthetic import SyntheticDatasetConfig
+
+    for name in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    write_chunks(tmp_path / "tiny", SyntheticDatasetConfig(num_nodes=200), None)
+    data = ["dataset=chunked", "dataset.name=tiny", "dataset.path=tiny/metadata.json"]
+    code = main(["partition", *data, "partitioner=random", "cluster=slurm"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and "Traceback" not in err
+    assert "gnnrun partition cluster=slurm runs as the tasks of a job step" in err
+    assert "srun -N NODES -n 1 gnnrun partition cluster=slurm" in err
+    left = [p.name for p in (tmp_path / "data").rglob("*") if p.is_dir() or "tmp" in p.name]
+    assert "random-1" not in left and not [n for n in left if "tmp" in n]  # nothing half-made

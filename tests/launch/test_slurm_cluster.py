@@ -295,3 +295,33 @@ def test_a_job_at_its_time_limit_is_requeued_then_ends_checkpointed(slurm_env, t
     from gnnrun.train.checkpoint import load_checkpoint
 
     assert load_checkpoint(tmp_path / "checkpoints")["epoch"] == len(epochs)
+
+
+def test_srun_tasks_prepare_and_partition_chunked_input_as_local_ranks(slurm_env, tmp_path):
+    """`srun -n 2 gnnrun data prepare|partition cluster=slurm ...` of chunked input: task 0
+    makes the directory and announces it, each task is a rank; the files are those of
+    2 local ranks."""
+    from gnnrun.data.chunked import write_chunks
+    from gnnrun.data.synthetic import SyntheticDatasetConfig
+
+    write_chunks(tmp_path / "tiny", SyntheticDatasetConfig(num_nodes=2000), None, 1000, 500)
+    data = ["dataset=chunked", "dataset.name=tiny", "dataset.path=tiny/metadata.json"]
+    roots = {"slurm": tmp_path / "slurm-data", "local": tmp_path / "local-data"}
+    for command in (["data", "prepare", *data], ["partition", *data, "partitioner=random"]):
+        gnnrun_command = [sys.executable, "-m", "gnnrun.cli", *command]
+        done = subprocess.run(
+            ["srun", "-n", "2", *gnnrun_command, "cluster=slurm", "cluster.tasks_per_node=2"],
+            cwd=tmp_path, env=slurm_env | {"GNNRUN_DATA_ROOT": str(roots["slurm"])},
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "task 1: its rank wrote its share of" in done.stdout + done.stderr
+        done = subprocess.run(
+            [*gnnrun_command, "cluster.nprocs=2"], cwd=tmp_path, capture_output=True, text=True,
+            env=slurm_env | {"GNNRUN_DATA_ROOT": str(roots["local"])}, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    for rel in ("prepared/tiny/meta.json", "partitions/tiny/random-2/manifest.json"):
+        slurm_made, local_made = (json.loads((r / rel).read_text()) for r in roots.values())
+        assert slurm_made["files"] == local_made["files"], rel
+        assert len(slurm_made["distributed"]["ranks"]) == 2
