@@ -163,10 +163,13 @@ def exchange_edges(
     owner: Callable[[np.ndarray], np.ndarray],
     keep: Callable[[np.ndarray], None],
     figures: RankFigures,
+    mirror: bool = False,
 ) -> None:
     """Read the listed edges [share) a round at a time (self-loops dropped, reverses added
     on an undirected graph), send each [dst, src] pair to rank `owner(dst)`, and hand what
-    arrives (grouped by sender) to `keep`. Every rank takes part in every round."""
+    arrives (grouped by sender) to `keep`. Every rank takes part in every round. `mirror`:
+    on a directed graph, also send each edge reversed, its source written as -1 - id (an
+    out-edge, told apart from the in-edges)."""
     world = figures.world
     # Every rank must take part in as many exchanges as the others: the most rounds any plans.
     total = comm.max_int(plan.rounds)
@@ -179,6 +182,8 @@ def exchange_edges(
         src, dst = src[kept], dst[kept]
         if graph.undirected:
             src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        elif mirror:
+            src, dst = np.concatenate([src, -1 - dst]), np.concatenate([dst, src])
         to_rank = owner(dst)
         order = np.argsort(to_rank, kind="stable")
         payload = np.stack([dst[order], src[order]], axis=1)

@@ -24,7 +24,7 @@ from gnnrun.partition.write import (
 )
 
 # Importing a partitioner's module registers it.
-from gnnrun.partition import block1d, libra, metis, random  # noqa: E402, F401  isort: skip
+from gnnrun.partition import block1d, libra, metis, multilevel, random  # noqa: E402, F401  isort: skip
 
 __all__ = [
     "PARTITIONERS",

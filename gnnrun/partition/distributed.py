@@ -4,10 +4,13 @@
 runs here (gnnrun.job): the job's ranks (launched as for training: cluster=local, hosts
 or slurm; gnnrun.launch.rank.in_announced_dir gives them node 0's directory) each
 
-1. compute the parts of their range of vertex ids (`hash_parts`, the function the
-   one-process `partitioner=random` uses, so the assignment is the same) and write
-   that range of node_owner.npy / node_local.npy (a vertex's local id is its rank
-   among its part's vertices: the counts of the ranks before fix where a range starts);
+1. compute the parts of their range of vertex ids (a `RankAssigner`: `hash_parts`, the
+   function the one-process `partitioner=random` uses, so the assignment is the same;
+   or gnnrun.partition.multilevel on the ranks together) and write that range of
+   node_owner.npy / node_local.npy (a vertex's local id is its rank among its part's
+   vertices: the counts of the ranks before fix where a range starts). Where a part is
+   not computed from the id alone, a rank reads other vertices' parts back from
+   node_owner.npy (memory-mapped, on the shared storage the parts are written to);
 2. read their share of the listed edges, a round at a time, add reverse edges where
    the graph is undirected, and send each edge to the rank that writes the part of its
    destination (all_to_all_single, counts first); what arrives is appended to a spill
@@ -19,7 +22,8 @@ or slurm; gnnrun.launch.rank.in_announced_dir gives them node 0's directory) eac
    host shares, and hash-assigned vertices are in every file.)
 
 Part p is written by rank p mod world size. No rank holds more than its parts, its
-spill and one round; none holds the whole graph, node_owner, or the features. The
+spill and one round (and, for multilevel, its share of the graph while it assigns);
+none holds the whole graph, node_owner, or the features. The
 launching process writes the manifest (the same fields as the one-process writer, with
 per-rank figures under `distributed`) and renames the directory into place.
 
@@ -34,14 +38,15 @@ Memory planning and the edge exchange are shared with preparing on the ranks
 (gnnrun.data.chunked_ranks, gnnrun.data.prepare_ranks).
 
 Libra runs on the ranks too, in its own module (gnnrun.partition.distributed_libra, named
-in RANK_PARTITIONERS). What is not here yet: an edge-cut partitioner of METIS quality,
-heterogeneous graphs and `dataset.reorder`.
+in RANK_PARTITIONERS). What is not here yet: heterogeneous graphs and `dataset.reorder`.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +82,13 @@ from gnnrun.partition.write import partitioner_identity
 SPILL = ".spill-part{part}.bin"  # the received edges of one part, [dst, src] int64 pairs
 
 # partitioner name -> the module whose `partition_on_rank` and `partition_chunked` run it
-# on the ranks from chunked input (the others run in one process).
-RANK_PARTITIONERS = {"random": __name__, "libra": "gnnrun.partition.distributed_libra"}
+# on the ranks from chunked input (the others run in one process). This module runs the
+# edge cuts, each with its RankAssigner (RANK_ASSIGNERS, below).
+RANK_PARTITIONERS = {
+    "random": __name__,
+    "multilevel": __name__,
+    "libra": "gnnrun.partition.distributed_libra",
+}
 DISTRIBUTED_PARTITIONERS = tuple(RANK_PARTITIONERS)
 
 
@@ -92,6 +102,52 @@ def _elsewhere(name: str):
 
     module = RANK_PARTITIONERS.get(name, __name__)
     return None if module == __name__ else importlib.import_module(module)
+
+
+@dataclass(frozen=True)
+class RankAssigner:
+    """How the ranks of an edge-cut partition learn the parts of vertices.
+
+    `assign(cfg, comm, graph, context)` returns `parts(a, b)`: the parts of the ids [a, b)
+    within the rank's range (computed by the ranks together, collectively). `by_id`: the
+    part of any id from the id alone (no file read); None: every rank reads the parts
+    of other ranks' vertices from node_owner.npy, which the ranks write first."""
+
+    assign: Callable[..., Callable[[int, int], np.ndarray]]
+    by_id: Callable[[Any, ChunkedGraph], Callable[[np.ndarray], np.ndarray]] | None = None
+    # An edge read twice (once to assign, once to build the parts) in every direction.
+    assigns_from_edges: bool = False
+
+
+def _random_assign(cfg, comm, graph: ChunkedGraph, context: dict[str, Any]):
+    n, num_parts, seed = graph.num_nodes, cfg.partitioner.num_parts, cfg.partitioner.seed
+    return lambda a, b: hash_parts(np.arange(a, b), n, num_parts, seed)
+
+
+def _random_by_id(cfg, graph: ChunkedGraph) -> Callable[[np.ndarray], np.ndarray]:
+    pcfg = cfg.partitioner
+    return lambda ids: hash_parts(ids, graph.num_nodes, pcfg.num_parts, pcfg.seed)
+
+
+def _multilevel_assign(cfg, comm, graph: ChunkedGraph, context: dict[str, Any]):
+    from gnnrun.partition.multilevel import multilevel, rank_graph_from_chunks
+
+    figures: RankFigures = context["figures"]
+    g = rank_graph_from_chunks(
+        comm, graph, cfg.partitioner, context["plan"], context["share"], figures,
+        context["tmp"] / f".graph-rank{comm.rank}.bin",
+    )  # fmt: skip
+    parts, info = multilevel(g, cfg.partitioner)
+    context["info"] = info
+    lo = int(g.ids[0]) if g.ids.size else 0
+    return lambda a, b: parts[a - lo : b - lo]
+
+
+# partitioner name -> how its edge-cut assignment is made on the ranks.
+RANK_ASSIGNERS: dict[str, RankAssigner] = {
+    "random": RankAssigner(_random_assign, _random_by_id),
+    "multilevel": RankAssigner(_multilevel_assign, assigns_from_edges=True),
+}
 
 
 def _group_ranks(parts: np.ndarray) -> np.ndarray:
@@ -121,7 +177,8 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     tmp = Path(tmp_dir)
     pcfg = cfg.partitioner
     graph = open_chunked(cfg.dataset.path)
-    n, num_parts, seed = graph.num_nodes, pcfg.num_parts, pcfg.seed
+    n, num_parts = graph.num_nodes, pcfg.num_parts
+    assigner = RANK_ASSIGNERS[pcfg.name]
     mine = [p for p in range(num_parts) if p % world == rank]
     figures = RankFigures(rank, world)
     peak = PeakMemory()
@@ -132,7 +189,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     figures.baseline_mb = float(baseline.item()) / MIB
     total = graph.num_edges
     share = (total * rank // world, total * (rank + 1) // world)
-    directions = 2 if graph.undirected else 1
+    directions = 2 if graph.undirected or assigner.assigns_from_edges else 1
     plan = plan_rounds(
         None if pcfg.memory_gb is None else int(pcfg.memory_gb * GIB),
         int(baseline.item()),
@@ -144,6 +201,8 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         row_bytes=graph.feat_dim * 4 + 8,
     )
     figures.rounds, figures.round_edges = plan.rounds, plan.round_edges
+    if assigner.assigns_from_edges:
+        _check_graph_budget(pcfg, plan, int(baseline.item()), total, n, world)
     say(
         rank,
         f"{share[1] - share[0]:,} edges to read in {plan.rounds} rounds of {plan.round_edges:,}",
@@ -152,9 +211,12 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     # 1. The vertex maps, this rank's range of them.
     t = time.perf_counter()
     lo, hi = n * rank // world, n * (rank + 1) // world
+    context = {"plan": plan, "share": share, "figures": figures, "tmp": tmp}
+    range_parts = assigner.assign(cfg, comm, graph, context)
+    figures.seconds["assign_s"] = time.perf_counter() - t
     counts = np.zeros(num_parts, dtype=np.int64)
     for a, b in steps(lo, hi, ROWS_PER_STEP):
-        counts += np.bincount(hash_parts(np.arange(a, b), n, num_parts, seed), minlength=num_parts)
+        counts += np.bincount(range_parts(a, b), minlength=num_parts)
     every = comm.all_gather(torch.from_numpy(counts))
     before = torch.stack(every[:rank]).sum(0).numpy() if rank else np.zeros(num_parts, np.int64)
     part_sizes = torch.stack(every).sum(0).numpy()
@@ -166,14 +228,23 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     local = np.lib.format.open_memmap(tmp / "node_local.npy", mode="r+")
     running = before.copy()
     for a, b in steps(lo, hi, ROWS_PER_STEP):
-        parts = hash_parts(np.arange(a, b), n, num_parts, seed)
+        parts = range_parts(a, b)
         owner[a:b] = parts
         local[a:b] = running[parts] + _group_ranks(parts)
         running += np.bincount(parts, minlength=num_parts)
     owner.flush()
     local.flush()
-    del owner, local
-    solids = {p: _solid(n, num_parts, seed, p, int(part_sizes[p])) for p in mine}
+    del owner, local, range_parts
+    comm.barrier()  # node_owner.npy is whole: any rank may read any vertex's part
+    if assigner.by_id is not None:
+        part_of = assigner.by_id(cfg, graph)
+    else:
+        node_owner = np.load(tmp / "node_owner.npy", mmap_mode="r")
+
+        def part_of(ids: np.ndarray) -> np.ndarray:
+            return np.asarray(node_owner[ids])
+
+    solids = {p: _solid(n, part_of, p, int(part_sizes[p])) for p in mine}
     figures.seconds["vertex_maps_s"] = time.perf_counter() - t
 
     # 2. The edges, to the rank of their destination's part, a round at a time.
@@ -184,14 +255,13 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         if len(mine) == 1:
             spills[mine[0]].write(received.tobytes())
             return
-        received_parts = hash_parts(received[:, 0], n, num_parts, seed)
+        received_parts = part_of(received[:, 0])
         for p in mine:
             spills[p].write(received[received_parts == p].tobytes())
 
     try:
         exchange_edges(
-            comm, graph, plan, share, lambda dst: hash_parts(dst, n, num_parts, seed) % world, keep,
-            figures,
+            comm, graph, plan, share, lambda dst: part_of(dst) % world, keep, figures,
         )  # fmt: skip
     finally:
         for spill in spills.values():
@@ -212,7 +282,9 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
             )  # fmt: skip
         edges = np.fromfile(spill_path, dtype=np.int64).reshape(-1, 2)
         spill_path.unlink()
-        files, part_figures[p] = _write_part(cfg, graph, p, solids.pop(p), edges, tmp, figures)
+        files, part_figures[p] = _write_part(
+            cfg, graph, p, solids.pop(p), edges, tmp, figures, part_of
+        )
         del edges
         records |= files
         figures.parts_written += 1
@@ -229,15 +301,37 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
     figures.peak_rss_mb = peak.run_peak_mb()
     figures.seconds["total_s"] = time.perf_counter() - start
     comm.barrier()
-    return {"records": records, "parts": part_figures, "figures": figures.__dict__}
+    return {
+        "records": records,
+        "parts": part_figures,
+        "figures": figures.__dict__,
+        "info": context.get("info", {}),
+    }
 
 
-def _solid(n: int, num_parts: int, seed: int, part: int, size: int) -> np.ndarray:
+def _check_graph_budget(pcfg, plan, baseline: int, listed: int, n: int, world: int) -> None:
+    """An assignment computed from the graph holds the rank's share of it (both directions
+    of every edge) while it runs: refuse a budget that cannot, naming the smallest that can."""
+    from gnnrun.partition.multilevel import BYTES_PER_EDGE, BYTES_PER_VERTEX
+
+    held = math.ceil(2 * listed / world) * BYTES_PER_EDGE + math.ceil(n / world) * BYTES_PER_VERTEX
+    need = max(plan.minimum_bytes, baseline + held)
+    if pcfg.memory_gb is not None and pcfg.memory_gb * GIB < need:
+        raise GnnrunError(
+            f"partitioner.memory_gb={pcfg.memory_gb:.3g} cannot hold this rank's share of "
+            f"the graph while partitioner={pcfg.name} partitions it ({held / MIB:.0f} MiB "
+            f"beside the process's {baseline / MIB:.0f} MiB): the smallest that works is "
+            f"partitioner.memory_gb={math.ceil(need / GIB * 100) / 100:.2f}; or use more "
+            "ranks (cluster.nprocs)"
+        )
+
+
+def _solid(n: int, part_of: Callable[[np.ndarray], np.ndarray], part: int, size: int) -> np.ndarray:
     """The vertices of `part`, increasing: a scan of every id's part, a step at a time."""
     out = np.empty(size, dtype=np.int64)
     filled = 0
     for a, b in steps(0, n, ROWS_PER_STEP):
-        ids = a + np.flatnonzero(hash_parts(np.arange(a, b), n, num_parts, seed) == part)
+        ids = a + np.flatnonzero(part_of(np.arange(a, b)) == part)
         out[filled : filled + ids.size] = ids
         filled += ids.size
     assert filled == size
@@ -252,11 +346,11 @@ def _write_part(
     edges: np.ndarray,
     tmp: Path,
     figures: RankFigures,
+    part_of: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Write part `part` (its solid vertices, its received [dst, src] edges) as
     gnnrun.partition.edge_cut.EdgeCutBuilder does: the same arrays, the same bytes."""
-    pcfg = cfg.partitioner
-    n, num_parts, seed = graph.num_nodes, pcfg.num_parts, pcfg.seed
+    n = graph.num_nodes
     keys = sorted_unique(edges[:, 0] * n + edges[:, 1])  # by (dst, src), duplicates gone
     dst = keys // n
     src = keys - dst * n
@@ -265,7 +359,7 @@ def _write_part(
     indptr = np.zeros(solid.size + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=solid.size), out=indptr[1:])
     del rows, dst
-    src_parts = hash_parts(src, n, num_parts, seed)
+    src_parts = part_of(src)
     remote = src_parts != part
     del src_parts
     halo = sorted_unique(src[remote])
@@ -286,7 +380,7 @@ def _write_part(
     save("nodes", np.concatenate([solid, halo]).astype(np.int64))
     save("indptr", indptr)
     save("indices", local_ids)
-    save("halo_owner", hash_parts(halo, n, num_parts, seed))
+    save("halo_owner", part_of(halo).astype(np.int32))
     num_edges, cut = int(src.size), int(remote.sum())
     del local_ids, remote, src
 
@@ -319,7 +413,7 @@ def _write_part(
                 raise GnnrunError(
                     f"chunked graph {graph.metadata_path}: {split} has ids outside [0, {n})"
                 )
-            found.append(ids[hash_parts(ids, n, num_parts, seed) == part])
+            found.append(ids[part_of(ids) == part])
         ids = np.concatenate(found + [np.zeros(0, np.int64)])
         local = np.sort(np.searchsorted(solid, ids))
         if local.size and np.any(label[local] < 0):
@@ -404,7 +498,8 @@ def partition_chunked(config, run_ranks) -> PartitionBook:
                 "cut_fraction": cut / max(num_edges, 1),
                 "halo_fraction": sum(f["halo"] for f in figures) / max(graph.num_nodes, 1),
                 "imbalance": imbalance(figures, ("solid", "edges", "train")),
-            },
+            }
+            | results[0].get("info", {}),
             "timings": {"total_s": time.perf_counter() - start},
             "distributed": {
                 "ranks": ranks,

@@ -22,7 +22,9 @@ from gnnrun.data.synthetic import SyntheticDatasetConfig
 from gnnrun.errors import GnnrunError
 from gnnrun.partition import partition_dataset
 from gnnrun.partition.distributed import partition_chunked, partition_on_rank
+from gnnrun.partition.multilevel import MultilevelPartitionerConfig
 from gnnrun.partition.registry import PartitionerConfig
+from gnnrun.testing import run_on_ranks
 
 from ..conftest import REPO
 
@@ -48,10 +50,13 @@ def one_rank():
         dist.destroy_process_group()
 
 
-def _config(metadata: Path, out: Path, num_parts: int, memory_gb: float | None = None):
+def _config(
+    metadata: Path, out: Path, num_parts: int, memory_gb: float | None = None, name="random"
+):
     dataset = ChunkedDatasetConfig(name="tiny-chunked", path=str(metadata))
     dataset.prepared_dir = str(out / "prepared")
-    partitioner = PartitionerConfig(name="random", num_parts=num_parts, memory_gb=memory_gb)
+    schema = MultilevelPartitionerConfig if name == "multilevel" else PartitionerConfig
+    partitioner = schema(name=name, num_parts=num_parts, memory_gb=memory_gb)
     partitioner.output_dir = str(out / "dist")
     return SimpleNamespace(
         dataset=dataset, partitioner=partitioner, cluster=SimpleNamespace(name="local")
@@ -98,6 +103,64 @@ def test_a_budget_below_the_process_is_refused_before_anything_is_read(chunks, t
     config = _config(chunks, tmp_path, num_parts=2, memory_gb=0.05)
     with one_rank(), pytest.raises(GnnrunError, match="smallest that works"):
         partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
+    assert not Path(config.partitioner.output_dir).exists()
+
+
+def _rank_job(rank: int, world: int, config, tmp: str):
+    return partition_on_rank(config, rank, tmp)
+
+
+@pytest.mark.parametrize("undirected", [True, False])
+def test_multilevel_on_one_rank_writes_the_one_process_partition(chunks, tmp_path, undirected):
+    """partitioner=multilevel computes its assignment on the ranks and writes it through
+    node_owner.npy: byte for byte the files one process writes from the prepared dataset.
+    On a directed graph the ranks symmetrise it (each edge sent to both ends) and count
+    in-degrees as METIS's input does."""
+    if not undirected:  # the same files, read as a directed graph
+        doc = json.loads(chunks.read_text()) | {"undirected": False}
+        (tmp_path / "directed").mkdir()
+        for entry in chunks.parent.iterdir():
+            if entry.name != "metadata.json":
+                (tmp_path / "directed" / entry.name).symlink_to(entry)
+        chunks = tmp_path / "directed" / "metadata.json"
+        chunks.write_text(json.dumps(doc))
+    config = _config(chunks, tmp_path, num_parts=3, name="multilevel")
+    with one_rank():
+        ranks = partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
+    assert ranks.manifest["summary"]["levels"] >= 1
+    dataset = prepare_dataset(config.dataset)
+    assert dataset.directed != undirected
+    one = partition_dataset(dataset, MultilevelPartitionerConfig(num_parts=3), tmp_path / "one")
+    _same_partition(ranks.path, one.path)
+    random_cfg = PartitionerConfig(name="random", num_parts=3)
+    random = partition_dataset(dataset, random_cfg, tmp_path / "random")
+    assert one.manifest["summary"]["cut_edges"] < 0.6 * random.manifest["summary"]["cut_edges"]
+
+
+def test_multilevel_on_two_ranks_writes_the_one_process_partition(tmp_path):
+    """On 2 ranks, each holding half the vertices (their labels and parts exchanged every
+    sub-round), the same assignment and files as one process: nothing depends on which
+    rank holds a vertex."""
+    small = SyntheticDatasetConfig(**(TINY | {"num_nodes": 600, "feat_dim": 4}))
+    metadata = write_chunks(tmp_path / "small", small, build=None, edges_per_file=700)
+    config = _config(metadata, tmp_path, num_parts=4, name="multilevel")
+    two = partition_chunked(config, lambda tmp: run_on_ranks(_rank_job, 2, config, tmp))
+    assert [r["parts_written"] for r in two.manifest["distributed"]["ranks"]] == [2, 2]
+    dataset = prepare_dataset(config.dataset)
+    one = partition_dataset(dataset, MultilevelPartitionerConfig(num_parts=4), tmp_path / "one")
+    _same_partition(two.path, one.path)
+
+
+def test_multilevel_refuses_a_budget_that_cannot_hold_its_share_of_the_graph(
+    chunks, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("gnnrun.memory.resident_mb", lambda: 200.0)
+    # Enough for the rounds and a part (about 201.8 MiB with a process of 200), not for the
+    # graph's share (20,000 stored edges and 2,000 vertices: about 8.8 MiB).
+    config = _config(chunks, tmp_path, num_parts=2, memory_gb=202 * MIB / GIB, name="multilevel")
+    with one_rank(), pytest.raises(GnnrunError, match="rank.s share of the graph") as refused:
+        partition_chunked(config, lambda tmp: [partition_on_rank(config, 0, tmp)])
+    assert "the smallest that works is partitioner.memory_gb=0.21;" in str(refused.value)
     assert not Path(config.partitioner.output_dir).exists()
 
 
@@ -153,3 +216,31 @@ def test_two_ranks_partition_as_one_process_and_train_to_the_same_losses(tmp_pat
     )
     assert ranks["checksum"] == one.checksum and len(ranks["distributed"]["ranks"]) == 2
     assert len(losses["one"]) == 3 and losses["distributed"] == losses["one"]
+
+
+@pytest.mark.slow
+def test_multilevel_on_two_ranks_trains_to_the_losses_of_the_one_process_partition(tmp_path):
+    """`gnnrun partition partitioner=multilevel` of chunked input on 2 ranks, then training
+    on it and on the one-process partition of the prepared dataset: equal files, equal
+    losses."""
+    chunk = ["data", "chunk", "dataset=synthetic-tiny", "--output", "tiny"]
+    assert _gnnrun(tmp_path, *chunk, "--edges-per-file", "1000").returncode == 0
+    data = ["dataset=chunked", "dataset.name=tiny-chunked", "dataset.path=tiny/metadata.json"]
+    run = _gnnrun(tmp_path, "partition", *data, "partitioner=multilevel", "cluster.nprocs=2")
+    assert run.returncode == 0, run.stderr
+    assert "rank 1: part 1 written" in run.stderr and "runs in one process" not in run.stderr
+    losses = {}
+    for name, extra in (
+        ("ranks", []),
+        ("one", [f"partitioner.output_dir={tmp_path / 'one-part'}"]),
+    ):
+        train = ["train", *data, "partitioner=multilevel", "train.epochs=3", "cluster.nprocs=2"]
+        run = _gnnrun(tmp_path, *train, f"hydra.run.dir={tmp_path / name}", *extra)
+        assert run.returncode == 0, run.stderr
+        assert name == "one" or "partitioning" not in run.stderr  # the ranks' one is taken
+        metrics = (tmp_path / name / "metrics.rank0.jsonl").read_text().splitlines()
+        losses[name] = [json.loads(line)["loss"] for line in metrics]
+    _same_partition(
+        tmp_path / "data" / "partitions" / "tiny-chunked" / "multilevel-2", tmp_path / "one-part"
+    )
+    assert len(losses["one"]) == 3 and losses["ranks"] == losses["one"]

@@ -43,7 +43,7 @@ def split_ids(part, split: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("num_parts", [1, 2, 3, 4])
-@pytest.mark.parametrize("method", ["metis", "random", "two_level"])
+@pytest.mark.parametrize("method", ["metis", "multilevel", "random", "two_level"])
 def test_edge_cut_invariants(dataset, method, num_parts, tmp_path):
     book = partition_dataset(dataset, make_config(method, num_parts), tmp_path / "p")
     n = dataset.num_nodes
