@@ -20,7 +20,7 @@ import numpy as np
 
 from gnnrun.data.chunked import ChunkedGraph
 from gnnrun.errors import GnnrunError
-from gnnrun.io import sha256_file
+from gnnrun.io import atomic_rows, sha256_file
 
 if TYPE_CHECKING:  # torch is imported where it is needed, not with this module
     from gnnrun.comm import Communicator
@@ -127,6 +127,44 @@ def npy_record(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> dict[str,
         "bytes": path.stat().st_size,
         "sha256": sha256_file(path),
     }
+
+
+def write_part_rows(
+    cfg, graph: ChunkedGraph, folder: Path, vertices: np.ndarray, figures: RankFigures
+) -> tuple[dict[str, Any], np.ndarray]:
+    """A part's rows of `vertices` (increasing) from the row files, a file at a time:
+    folder/feat.npy (float32, row-normalised where the dataset config says so, as
+    gnnrun.data.prepare does), and their labels, checked; ({name: record}, labels)."""
+    path = folder / "feat.npy"
+    with atomic_rows(path, (vertices.size, graph.feat_dim), np.float32) as append:
+        for rows in graph.read_rows(graph.feat, vertices):
+            block = rows.astype(np.float32)
+            if cfg.dataset.row_normalize:
+                sums = block.sum(axis=1, keepdims=True)
+                block = block / np.where(sums == 0, 1, sums)
+            append(block)
+            figures.rows_read += rows.shape[0]
+    label = np.concatenate(
+        [r.astype(np.int64) for r in graph.read_rows(graph.label, vertices)]
+        + [np.zeros(0, np.int64)]
+    )
+    if label.size and (label.min() < -1 or label.max() >= graph.num_classes):
+        raise GnnrunError(
+            f"chunked graph {graph.metadata_path}: labels must lie in [-1, {graph.num_classes}) "
+            "(num_classes; -1 = unlabelled)"
+        )
+    return {"feat.npy": npy_record(path, (vertices.size, graph.feat_dim), np.float32)}, label
+
+
+def split_ids(graph: ChunkedGraph, split: str):
+    """The ids of `split` (train_idx, val_idx, test_idx), a file at a time, checked."""
+    for ids in graph.read_split(split):
+        if ids.size and (ids.min() < 0 or ids.max() >= graph.num_nodes):
+            raise GnnrunError(
+                f"chunked graph {graph.metadata_path}: {split} has ids outside "
+                f"[0, {graph.num_nodes})"
+            )
+        yield ids
 
 
 def read_listed(graph: ChunkedGraph, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

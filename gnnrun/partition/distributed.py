@@ -62,13 +62,14 @@ from gnnrun.data.chunked_ranks import (
     npy_record,
     plan_rounds,
     say,
+    split_ids,
     steps,
+    write_part_rows,
 )
 from gnnrun.data.graph import index_dtype, sorted_unique
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
     atomic_directory,
-    atomic_rows,
     mapped_rows,
     mark_verified,
     write_json,
@@ -384,35 +385,13 @@ def _write_part(
     num_edges, cut = int(src.size), int(remote.sum())
     del local_ids, remote, src
 
-    # Rows of the solid vertices, file by file: features (float32, row-normalised where
-    # the dataset config says so, as gnnrun.data.prepare does) and labels.
-    feat_path = folder / "feat.npy"
-    with atomic_rows(feat_path, (solid.size, graph.feat_dim), np.float32) as append:
-        for rows_ in graph.read_rows(graph.feat, solid):
-            block = rows_.astype(np.float32)
-            if cfg.dataset.row_normalize:
-                sums = block.sum(axis=1, keepdims=True)
-                block = block / np.where(sums == 0, 1, sums)
-            append(block)
-            figures.rows_read += rows_.shape[0]
-    records[prefix + "feat.npy"] = npy_record(feat_path, (solid.size, graph.feat_dim), np.float32)
-    label = np.concatenate(
-        [r.astype(np.int64) for r in graph.read_rows(graph.label, solid)] + [np.zeros(0, np.int64)]
-    )
-    if label.size and (label.min() < -1 or label.max() >= graph.num_classes):
-        raise GnnrunError(
-            f"chunked graph {graph.metadata_path}: labels must lie in [-1, {graph.num_classes}) "
-            "(num_classes; -1 = unlabelled)"
-        )
+    rows, label = write_part_rows(cfg, graph, folder, solid, figures)
+    records |= {prefix + name: record for name, record in rows.items()}
     save("label", label)
     split_sizes = {}
     for split in ("train_idx", "val_idx", "test_idx"):
         found = []
-        for ids in graph.read_split(split):
-            if ids.size and (ids.min() < 0 or ids.max() >= n):
-                raise GnnrunError(
-                    f"chunked graph {graph.metadata_path}: {split} has ids outside [0, {n})"
-                )
+        for ids in split_ids(graph, split):
             found.append(ids[part_of(ids) == part])
         ids = np.concatenate(found + [np.zeros(0, np.int64)])
         local = np.sort(np.searchsorted(solid, ids))

@@ -56,13 +56,14 @@ from gnnrun.data.chunked_ranks import (
     plan_rounds,
     read_listed,
     say,
+    split_ids,
     steps,
+    write_part_rows,
 )
 from gnnrun.data.graph import index_dtype, sorted_unique
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
     atomic_directory,
-    atomic_rows,
     mapped_rows,
     mark_verified,
     write_json,
@@ -501,33 +502,13 @@ def _write_part(
     save("root_part", root_part.astype(np.int32))
     save("clone_links", np.ascontiguousarray(links, dtype=np.int64))
     del indices, links
-    feat_path = folder / "feat.npy"
-    with atomic_rows(feat_path, (nodes.size, graph.feat_dim), np.float32) as append:
-        for rows_ in graph.read_rows(graph.feat, nodes):
-            block = rows_.astype(np.float32)
-            if cfg.dataset.row_normalize:  # as gnnrun.data.prepare does
-                sums = block.sum(axis=1, keepdims=True)
-                block = block / np.where(sums == 0, 1, sums)
-            append(block)
-            figures.rows_read += rows_.shape[0]
-    records[prefix + "feat.npy"] = npy_record(feat_path, (nodes.size, graph.feat_dim), np.float32)
-    label = np.concatenate(
-        [r.astype(np.int64) for r in graph.read_rows(graph.label, nodes)] + [np.zeros(0, np.int64)]
-    )
-    if label.size and (label.min() < -1 or label.max() >= graph.num_classes):
-        raise GnnrunError(
-            f"chunked graph {graph.metadata_path}: labels must lie in [-1, {graph.num_classes}) "
-            "(num_classes; -1 = unlabelled)"
-        )
+    rows, label = write_part_rows(cfg, graph, folder, nodes, figures)
+    records |= {prefix + name: record for name, record in rows.items()}
     save("label", label)
     split_sizes = {}
     for split in ("train_idx", "val_idx", "test_idx"):
         found = []
-        for ids in graph.read_split(split):
-            if ids.size and (ids.min() < 0 or ids.max() >= n):
-                raise GnnrunError(
-                    f"chunked graph {graph.metadata_path}: {split} has ids outside [0, {n})"
-                )
+        for ids in split_ids(graph, split):
             at = np.minimum(np.searchsorted(nodes, ids), max(nodes.size - 1, 0))
             if nodes.size:
                 found.append(at[(nodes[at] == ids) & (root_part[at] == part)])
