@@ -82,9 +82,9 @@ from gnnrun.partition.write import partitioner_identity
 
 SPILL = ".spill-part{part}.bin"  # the received edges of one part, [dst, src] int64 pairs
 
-# partitioner name -> the module whose `partition_on_rank` and `partition_chunked` run it
-# on the ranks from chunked input (the others run in one process). This module runs the
-# edge cuts, each with its RankAssigner (RANK_ASSIGNERS, below).
+# partitioner name -> the module whose `partition_on_rank`, MANIFEST_KIND and
+# manifest_summary run it on the ranks from chunked input (the others run in one
+# process). This module runs the edge cuts, each with its RankAssigner (RANK_ASSIGNERS).
 RANK_PARTITIONERS = {
     "random": __name__,
     "multilevel": __name__,
@@ -433,15 +433,34 @@ def check_distributable(config) -> ChunkedGraph:
     return graph
 
 
+# The manifest of an edge cut written on the ranks (what partition_chunked asks of the
+# module that ran a partitioner; gnnrun.partition.distributed_libra has a vertex cut's).
+MANIFEST_KIND = "edge_cut"
+
+
+def manifest_summary(
+    figures: list[dict[str, Any]], results: list[dict[str, Any]], num_nodes: int
+) -> dict[str, Any]:
+    """The manifest's summary of the parts' `figures` and the ranks' `results`."""
+    num_edges = sum(f["edges"] for f in figures)
+    cut = sum(f["cut_edges"] for f in figures)
+    return {
+        "cut_edges": cut,
+        "cut_fraction": cut / max(num_edges, 1),
+        "halo_fraction": sum(f["halo"] for f in figures) / max(num_nodes, 1),
+        "imbalance": imbalance(figures, ("solid", "edges", "train")),
+    } | results[0].get("info", {})
+
+
 def partition_chunked(config, run_ranks) -> PartitionBook:
     """Partition chunked input on the job's ranks (`run_ranks(tmp_dir)` runs
     `partition_on_rank` on each and returns their results, in rank order); write the
     manifest; return the opened partition."""
-    elsewhere = _elsewhere(config.partitioner.name)
-    if elsewhere is not None:
-        return elsewhere.partition_chunked(config, run_ranks)
+    import importlib
+
     from gnnrun.data import dataset_identity
 
+    kind = importlib.import_module(RANK_PARTITIONERS.get(config.partitioner.name, __name__))
     graph = check_distributable(config)
     pcfg = config.partitioner
     path = Path(pcfg.output_dir)
@@ -455,12 +474,10 @@ def partition_chunked(config, run_ranks) -> PartitionBook:
             files |= result["records"]
             parts |= result["parts"]
         figures = [parts[p] for p in range(pcfg.num_parts)]
-        num_edges = sum(f["edges"] for f in figures)
-        cut = sum(f["cut_edges"] for f in figures)
         ranks = [r["figures"] for r in results]
         manifest = {
             "format_version": FORMAT_VERSION,
-            "kind": "edge_cut",
+            "kind": kind.MANIFEST_KIND,
             "method": pcfg.name,
             "num_parts": pcfg.num_parts,
             "trainers_per_part": 1,
@@ -469,16 +486,10 @@ def partition_chunked(config, run_ranks) -> PartitionBook:
                 "name": config.dataset.name,
                 "checksum": checksum,
                 "num_nodes": graph.num_nodes,
-                "num_edges": num_edges,
+                "num_edges": sum(f["edges"] for f in figures),
             },
             "parts": figures,
-            "summary": {
-                "cut_edges": cut,
-                "cut_fraction": cut / max(num_edges, 1),
-                "halo_fraction": sum(f["halo"] for f in figures) / max(graph.num_nodes, 1),
-                "imbalance": imbalance(figures, ("solid", "edges", "train")),
-            }
-            | results[0].get("info", {}),
+            "summary": kind.manifest_summary(figures, results, graph.num_nodes),
             "timings": {"total_s": time.perf_counter() - start},
             "distributed": {
                 "ranks": ranks,

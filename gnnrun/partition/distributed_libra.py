@@ -63,16 +63,11 @@ from gnnrun.data.chunked_ranks import (
 from gnnrun.data.graph import index_dtype, sorted_unique
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
-    atomic_directory,
     mapped_rows,
-    mark_verified,
-    write_json,
-    writer_lock,
 )
-from gnnrun.partition.book import FORMAT_VERSION, PartitionBook, open_partition, part_dir_name
+from gnnrun.partition.book import part_dir_name
 from gnnrun.partition.edge_cut import imbalance
 from gnnrun.partition.libra import group_bounds, libra_stream, stream_keys, stream_order
-from gnnrun.partition.write import partitioner_identity
 
 # Spill files in the partition's temporary folder.
 PAIRS = ".libra-pairs-rank{rank}.bin"  # the pairs of this rank's streams, [u, v] int64
@@ -531,60 +526,20 @@ def _write_part(
     return records, part_figures
 
 
-# ------------------------------------------------------------------ the launching process
+# ------------------------------------------------------------------ the manifest
 
 
-def partition_chunked(config, run_ranks) -> PartitionBook:
-    """Partition chunked input with Libra on the job's ranks (`run_ranks(tmp_dir)` runs
-    `partition_on_rank` on each and returns their results, in rank order); write the
-    manifest; return the opened partition."""
-    from gnnrun.data import dataset_identity
-    from gnnrun.partition.distributed import check_distributable
+MANIFEST_KIND = "vertex_cut"
 
-    graph = check_distributable(config)
-    pcfg = config.partitioner
-    path = Path(pcfg.output_dir)
-    start = time.perf_counter()
-    checksum = graph.checksum(dataset_identity(config.dataset))
-    n = graph.num_nodes
-    with writer_lock(path), atomic_directory(path) as tmp:
-        results = run_ranks(str(tmp))
-        files: dict[str, Any] = {}
-        parts: dict[int, dict[str, Any]] = {}
-        for result in results:
-            files |= result["records"]
-            parts |= result["parts"]
-        figures = [parts[p] for p in range(pcfg.num_parts)]
-        split = sum(r["split_vertices"] for r in results)
-        ranks = [r["figures"] for r in results]
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "kind": "vertex_cut",
-            "method": pcfg.name,
-            "num_parts": pcfg.num_parts,
-            "trainers_per_part": 1,
-            "config": partitioner_identity(pcfg),
-            "dataset": {
-                "name": config.dataset.name,
-                "checksum": checksum,
-                "num_nodes": n,
-                "num_edges": sum(f["edges"] for f in figures),
-            },
-            "parts": figures,
-            "summary": {
-                "replication_factor": sum(f["vertices"] for f in figures) / max(n, 1),
-                "split_vertices": split,
-                "split_fraction": split / max(n, 1),
-                "imbalance": imbalance(figures, ("edges", "vertices", "train")),
-            },
-            "timings": {"total_s": time.perf_counter() - start},
-            "distributed": {
-                "ranks": ranks,
-                "memory_gb": pcfg.memory_gb,
-                "peak_rss_mb": max(r["peak_rss_mb"] for r in ranks),
-            },
-            "files": dict(sorted(files.items())),
-        }
-        write_json(tmp / "manifest.json", manifest)
-        mark_verified(tmp, files)
-    return open_partition(path)
+
+def manifest_summary(
+    figures: list[dict[str, Any]], results: list[dict[str, Any]], num_nodes: int
+) -> dict[str, Any]:
+    """The manifest's summary (gnnrun.partition.distributed.partition_chunked writes it)."""
+    split = sum(r["split_vertices"] for r in results)
+    return {
+        "replication_factor": sum(f["vertices"] for f in figures) / max(num_nodes, 1),
+        "split_vertices": split,
+        "split_fraction": split / max(num_nodes, 1),
+        "imbalance": imbalance(figures, ("edges", "vertices", "train")),
+    }
