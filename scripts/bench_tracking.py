@@ -26,6 +26,7 @@ training keeps every core busy: the epochs queued meanwhile go out together).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -97,30 +98,32 @@ def direct(logger: str, args, root: Path, records: list[dict]) -> tuple[float, f
                 ],
             )
         )
-    tracker = make_tracker(cfg, run_dir, 0, 2)
-    tracker.started(0, 0, None)
-    tracker.drain()
-    n = args.direct_epochs
-    calls = work = 0.0
-    cpu_before = tracker.thread_cpu_s
-    for epoch in range(n):  # alone: each epoch sent before the next comes
-        record = {**records[epoch % len(records)], "epoch": epoch}
-        before = time.perf_counter()
-        tracker.epoch_done(record)
-        queued = time.perf_counter()
+    # MLflow puts a sqlite store's artifacts under ./mlruns: keep them in the benchmark's folder.
+    with contextlib.chdir(root):
+        tracker = make_tracker(cfg, run_dir, 0, 2)
+        tracker.started(0, 0, None)
         tracker.drain()
-        calls += queued - before
-        work += time.perf_counter() - queued
-    cpu_alone = tracker.thread_cpu_s - cpu_before
-    held = threading.Event()
-    tracker._put(held.wait)  # queued: the thread waits while the epochs come
-    for epoch in range(n, 2 * n):
-        tracker.epoch_done({**records[epoch % len(records)], "epoch": epoch})
-    cpu_before = tracker.thread_cpu_s
-    held.set()
-    tracker.drain()
-    cpu_queued = tracker.thread_cpu_s - cpu_before
-    tracker.close()
+        n = args.direct_epochs
+        calls = work = 0.0
+        cpu_before = tracker.thread_cpu_s
+        for epoch in range(n):  # alone: each epoch sent before the next comes
+            record = {**records[epoch % len(records)], "epoch": epoch}
+            before = time.perf_counter()
+            tracker.epoch_done(record)
+            queued = time.perf_counter()
+            tracker.drain()
+            calls += queued - before
+            work += time.perf_counter() - queued
+        cpu_alone = tracker.thread_cpu_s - cpu_before
+        held = threading.Event()
+        tracker._put(held.wait)  # queued: the thread waits while the epochs come
+        for epoch in range(n, 2 * n):
+            tracker.epoch_done({**records[epoch % len(records)], "epoch": epoch})
+        cpu_before = tracker.thread_cpu_s
+        held.set()
+        tracker.drain()
+        cpu_queued = tracker.thread_cpu_s - cpu_before
+        tracker.close()
     return calls / n, work / n, cpu_alone / n, cpu_queued / n
 
 
