@@ -295,19 +295,25 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
             f"{part_figures[p]['edges']:,} edges",
         )
     figures.seconds["parts_s"] = time.perf_counter() - t
-    if rank == 0:
-        for name, dtype in (("node_owner", np.int32), ("node_local", np.int64)):
-            records[f"{name}.npy"] = npy_record(tmp / f"{name}.npy", (n,), dtype)
-    figures.bytes_written = sum(r["bytes"] for r in records.values())
-    figures.peak_rss_mb = peak.run_peak_mb()
-    figures.seconds["total_s"] = time.perf_counter() - start
-    comm.barrier()
+    finish_rank(comm, tmp, n, records, figures, peak, start)
     return {
         "records": records,
         "parts": part_figures,
         "figures": figures.__dict__,
         "info": context.get("info", {}),
     }
+
+
+def finish_rank(comm, tmp: Path, num_nodes: int, records, figures, peak, start: float) -> None:
+    """A rank's last steps on the ranks: rank 0 records the vertex maps every rank wrote
+    its range of; the rank's bytes written, peak memory and time; then it waits for all."""
+    if comm.rank == 0:
+        for name, dtype in (("node_owner", np.int32), ("node_local", np.int64)):
+            records[f"{name}.npy"] = npy_record(tmp / f"{name}.npy", (num_nodes,), dtype)
+    figures.bytes_written = sum(r["bytes"] for r in records.values())
+    figures.peak_rss_mb = peak.run_peak_mb()
+    figures.seconds["total_s"] = time.perf_counter() - start
+    comm.barrier()
 
 
 def _check_graph_budget(pcfg, plan, baseline: int, listed: int, n: int, world: int) -> None:

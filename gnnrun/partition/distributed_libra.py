@@ -66,6 +66,7 @@ from gnnrun.io import (
     mapped_rows,
 )
 from gnnrun.partition.book import part_dir_name
+from gnnrun.partition.distributed import finish_rank
 from gnnrun.partition.edge_cut import imbalance
 from gnnrun.partition.libra import group_bounds, libra_stream, stream_keys, stream_order
 
@@ -211,13 +212,7 @@ def partition_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
             f"{part_figures[p]['edges']:,} edges",
         )
     figures.seconds["parts_s"] = time.perf_counter() - t
-    if rank == 0:
-        for name, dtype in (("node_owner", np.int32), ("node_local", np.int64)):
-            records[f"{name}.npy"] = npy_record(tmp / f"{name}.npy", (n,), dtype)
-    figures.bytes_written = sum(r["bytes"] for r in records.values())
-    figures.peak_rss_mb = peak.run_peak_mb()
-    figures.seconds["total_s"] = time.perf_counter() - start
-    comm.barrier()
+    finish_rank(comm, tmp, n, records, figures, peak, start)
     return {
         "records": records,
         "parts": part_figures,
