@@ -40,6 +40,7 @@ from gnnrun.ops import kernel_cache
 from gnnrun.resources import shipped
 
 KERNELS_DIR = shipped("kernels")
+CPU_ALLOCATOR = "cpu_allocator"  # the kernel file loaded before any other
 # A build takes well under a minute per file; a lock older than this was left by
 # a build that was killed, and torch would wait on it forever.
 STALE_LOCK_SECONDS = 600
@@ -114,10 +115,25 @@ def stage_source(source: Path) -> Path:
 
 
 @functools.cache
+def install_cpu_allocator() -> bool:
+    """kernels/cpu_allocator.cpp as torch's CPU allocator, once (gnnrun.ops.cpu_allocator says why).
+
+    False when GNNRUN_ALLOCATOR=system or it cannot be built.
+    """
+    if os.environ.get("GNNRUN_ALLOCATOR", "auto") == "system" or not load_kernel_file(
+        CPU_ALLOCATOR
+    ):
+        return False
+    return bool(torch.ops.gnnrun.cpu_allocator_install())
+
+
+@functools.cache
 def load_kernel_file(stem: str) -> bool:
     """Compile (or fetch from the cache) and load kernels/<stem>.cpp; False if impossible."""
     if os.environ.get("GNNRUN_NO_NATIVE") == "1":
         return False
+    if stem != CPU_ALLOCATOR:
+        install_cpu_allocator()  # before the kernel's first large tensors
     source = KERNELS_DIR / f"{stem}.cpp"
     if not source.is_file():
         _warn(stem, f"{source} not found")

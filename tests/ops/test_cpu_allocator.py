@@ -1,0 +1,114 @@
+"""The CPU block cache: large freed blocks come back to the next allocation of their size,
+and the cache never holds more than the process once had in use."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gnnrun.ops import cpu_allocator
+
+MIB = 2**20
+
+pytestmark = pytest.mark.skipif(
+    not cpu_allocator.install(), reason="the native kernels cannot be built here"
+)
+
+
+def floats(mib: float) -> torch.Tensor:
+    return torch.empty(int(mib * MIB) // 4)
+
+
+def test_a_freed_large_block_is_reused_for_its_size_class():
+    cpu_allocator.release()
+    first = floats(40)
+    address = first.data_ptr()
+    del first
+    before = cpu_allocator.stats()
+    second = floats(39)  # a little smaller, the same size class (40 MiB rounded up by at most 1/8)
+    after = cpu_allocator.stats()
+    assert second.data_ptr() == address
+    assert after.hits == before.hits + 1 and after.misses == before.misses
+    second.fill_(3.0)
+    assert float(second.sum()) == 3.0 * second.numel()
+
+
+def test_small_blocks_are_left_to_torch():
+    before = cpu_allocator.stats()
+    small = [torch.ones(1000) for _ in range(100)]
+    del small
+    after = cpu_allocator.stats()
+    assert (after.hits, after.misses) == (before.hits, before.misses)
+
+
+def test_blocks_in_use_and_cached_never_exceed_the_peak_in_use():
+    cpu_allocator.release()
+    rng = random.Random(0)
+    live: list[torch.Tensor] = []
+    for _ in range(300):
+        if live and rng.random() < 0.45:
+            live.pop(rng.randrange(len(live)))
+        else:
+            live.append(floats(rng.choice([1, 2, 3, 5, 8, 13, 21])))
+        s = cpu_allocator.stats()
+        assert s.in_use_bytes + s.cached_bytes <= s.peak_in_use_bytes
+    assert cpu_allocator.stats().hits > 0  # the sizes repeat: some came from the cache
+    live.clear()
+    assert cpu_allocator.release() == cpu_allocator.stats().released_bytes - s.released_bytes
+
+
+def test_release_hands_every_cached_block_back():
+    held = floats(16)
+    del held
+    assert cpu_allocator.stats().cached_bytes >= 16 * MIB
+    assert cpu_allocator.release() >= 16 * MIB
+    assert cpu_allocator.stats().cached_bytes == 0
+
+
+def run(code: str, **env: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_gnnrun_allocator_system_leaves_torchs_allocator_alone():
+    code = "from gnnrun.ops import cpu_allocator; print(cpu_allocator.install())"
+    assert run(code, GNNRUN_ALLOCATOR="system") == "False"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_allocates_while_another_thread_holds_the_cache():
+    # A thread keeps the cache's lock busy: each allocation of the other size class
+    # misses and hands the touched 256 MiB block back to glibc under the lock. A child
+    # forked meanwhile must not inherit the lock held (it would wait forever).
+    code = """
+import os, threading, torch
+from gnnrun.ops import cpu_allocator
+assert cpu_allocator.install()
+stop = False
+def churn():
+    size = 2**26
+    while not stop:
+        torch.empty(size).fill_(1)
+        size = 2**26 + 2**25 if size == 2**26 else 2**26
+t = threading.Thread(target=churn); t.start()
+for _ in range(40):
+    pid = os.fork()
+    if pid == 0:
+        torch.empty(2**20).fill_(1); os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, status
+stop = True; t.join(); print("ok")
+"""
+    assert run(code) == "ok"
