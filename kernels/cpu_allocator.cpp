@@ -12,10 +12,10 @@
 // most 1/8 larger), taken from torch's own CPU allocator (which aligns them and
 // asks for huge pages) and, when freed, kept in this cache. An allocation of a
 // class takes the most recently freed block of it. A miss first releases cached
-// blocks (least recently freed first) of at least the size it needs, so that the
-// cache never holds memory the process could not have used anyway: the blocks in
-// use plus the blocks cached never exceed the most the process had in use at
-// once (in size classes). Smaller blocks go to torch's allocator unchanged.
+// blocks (least recently freed first) as far as needed for the blocks in use
+// plus the blocks cached never to exceed the most the process had in use at once
+// (in size classes): the cache holds no memory the process could not have used
+// anyway. Smaller blocks go to torch's allocator unchanged.
 //
 // Every block this allocator returns is a plain pointer (data == context), as
 // torch's default CPU allocator's are; its raw deleter frees small and large
@@ -63,7 +63,9 @@ class Cache final : public c10::Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     void* data = take(size);
     if (data == nullptr) {
-      evict(size);
+      // Keep in use + cached within the most ever in use, this block counted.
+      const size_t limit = std::max(peak_in_use_, in_use_ + size);
+      evict(in_use_ + cached_ + size > limit ? in_use_ + cached_ + size - limit : 0);
       c10::DataPtr owner = underlying_->allocate(size);
       data = owner.get();
       blocks_.emplace(data, Block{size, std::move(owner)});
