@@ -19,7 +19,9 @@ graph a GraphSAGE epoch went from 1.86-2.30 s to 1.6 s and a GCN epoch from
 when it is installed (Debian/Ubuntu `libtcmalloc-minimal4`, conda `gperftools`)
 and runs without it otherwise. The library must be loaded before the process
 starts: the gnnrun command re-executes itself once with LD_PRELOAD set, and
-ranks inherit it. GNNRUN_ALLOCATOR=system opts out; a path picks a library.
+ranks inherit it. Without tcmalloc, large blocks are still reused: gnnrun's
+kernels install a caching CPU allocator for them (gnnrun.ops.cpu_allocator).
+GNNRUN_ALLOCATOR=system opts out of both; a path picks a library.
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ def test_four_ranks_train_end_to_end(tmp_path, monkeypatch, capsys):
     assert 0 < summary["final"]["test_acc"] <= 1
     library = allocator_library()  # ranks inherit the preload (tcmalloc where installed)
     assert summary["allocator_rank0"] == (Path(library).name if library else "system (glibc)")
+    assert summary["cpu_block_cache_rank0"].startswith("large blocks kept for reuse, ")
     for rank in range(4):
         lines = (run_dir / f"metrics.rank{rank}.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines]

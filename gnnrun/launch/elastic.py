@@ -150,6 +150,11 @@ def _launch_once(
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from gnnrun.ops import cpu_allocator
+
+    # The ranks do the work from here on: blocks this process freed (partitioning,
+    # preparing) go back to the system rather than stay cached while it waits.
+    cpu_allocator.release()
     # Each rank's error file lands here, so that the root cause can be found
     # even when the agent noticed a rank that only failed because of another.
     log_dir = Path(tempfile.mkdtemp(prefix="gnnrun-launch-"))

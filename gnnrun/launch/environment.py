@@ -53,10 +53,14 @@ def environment_rows() -> list[tuple[str, str | Text]]:
 
 def _allocator_status() -> str:
     from gnnrun.memory import allocator_in_use, allocator_library
+    from gnnrun.ops import cpu_allocator
 
-    text = f"{allocator_in_use()}, THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')}"
+    text = (
+        f"{allocator_in_use()}; {cpu_allocator.describe()}; "
+        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')}"
+    )
     if allocator_library() is None and os.environ.get("GNNRUN_ALLOCATOR", "auto") == "auto":
-        text += "; install tcmalloc (libtcmalloc-minimal4) for faster, steadier epochs"
+        text += "; install tcmalloc (libtcmalloc-minimal4) to reuse small blocks too"
     return text
 
 

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
+from gnnrun.ops.native import cpu_allocator_installed as installed
 from gnnrun.ops.native import install_cpu_allocator as install
+
+__all__ = ["CacheStats", "describe", "install", "installed", "release", "stats"]
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,25 @@ class CacheStats:
 
 def stats() -> CacheStats | None:
     """The cache's figures, None when it is not installed."""
-    if not install():
+    if not installed():
         return None
     return CacheStats(*torch.ops.gnnrun.cpu_allocator_stats())
 
 
 def release() -> int:
-    """Hand every cached block back to the system allocator; the bytes released."""
-    return int(torch.ops.gnnrun.cpu_allocator_release()) if install() else 0
+    """Hand every cached block back to the system allocator; the bytes released.
+
+    For a process about to wait long (a launcher whose ranks now train): what it keeps
+    cached would otherwise stay resident meanwhile.
+    """
+    return int(torch.ops.gnnrun.cpu_allocator_release()) if installed() else 0
+
+
+def describe() -> str:
+    """One line for `gnnrun env` and a run's summary: whether large blocks are kept, and how often reused."""
+    figures = stats()
+    if figures is None:
+        return "large blocks not kept (GNNRUN_ALLOCATOR=system, or no native kernel ran)"
+    allocations = figures.hits + figures.misses
+    reused = f", {figures.hits / allocations:.0%} of {allocations:,} reused" if allocations else ""
+    return f"large blocks kept for reuse{reused}"

@@ -114,17 +114,24 @@ def stage_source(source: Path) -> Path:
     return staged
 
 
-@functools.cache
+_cpu_allocator_installed = False
+
+
 def install_cpu_allocator() -> bool:
     """kernels/cpu_allocator.cpp as torch's CPU allocator, once (gnnrun.ops.cpu_allocator says why).
 
     False when GNNRUN_ALLOCATOR=system or it cannot be built.
     """
-    if os.environ.get("GNNRUN_ALLOCATOR", "auto") == "system" or not load_kernel_file(
-        CPU_ALLOCATOR
-    ):
-        return False
-    return bool(torch.ops.gnnrun.cpu_allocator_install())
+    global _cpu_allocator_installed
+    wanted = os.environ.get("GNNRUN_ALLOCATOR", "auto") != "system"
+    if not _cpu_allocator_installed and wanted and load_kernel_file(CPU_ALLOCATOR):
+        _cpu_allocator_installed = bool(torch.ops.gnnrun.cpu_allocator_install())
+    return _cpu_allocator_installed
+
+
+def cpu_allocator_installed() -> bool:
+    """Whether the CPU block cache is torch's CPU allocator in this process (installs nothing)."""
+    return _cpu_allocator_installed
 
 
 @functools.cache

@@ -156,6 +156,8 @@ def summary_table(summary: dict) -> Table:
         table.add_row(f"within 1% of val {what} {reached['target']:.4f}", when)
     if "allocator_rank0" in summary:  # runs before 2026-11-23 did not record it
         table.add_row("allocator (rank 0)", summary["allocator_rank0"])
+    if "cpu_block_cache_rank0" in summary:
+        table.add_row("CPU block cache (rank 0)", summary["cpu_block_cache_rank0"])
     return table
 
 

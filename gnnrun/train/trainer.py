@@ -19,6 +19,7 @@ from gnnrun.faults import inject_fault
 from gnnrun.io import atomic_file
 from gnnrun.memory import PeakMemory, allocator_in_use
 from gnnrun.models import build_model
+from gnnrun.ops import cpu_allocator
 from gnnrun.ops.precision import autocast
 from gnnrun.progress import print_warning
 from gnnrun.tasks import TASKS, task_of
@@ -355,6 +356,7 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         "peak_rss_mb_rank0": max((r["peak_rss_mb"] for r in history), default=None),
         # Epoch times depend on it (1.3-1.7x for full batch; docs/performance.md).
         "allocator_rank0": allocator_in_use(),
+        "cpu_block_cache_rank0": cpu_allocator.describe(),
         **(
             {"split_fraction_rank0": history[-1]["split_fraction"]}
             if history and "split_fraction" in history[-1]

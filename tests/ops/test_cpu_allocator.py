@@ -83,8 +83,21 @@ def run(code: str, **env: str) -> str:
 
 
 def test_gnnrun_allocator_system_leaves_torchs_allocator_alone():
-    code = "from gnnrun.ops import cpu_allocator; print(cpu_allocator.install())"
-    assert run(code, GNNRUN_ALLOCATOR="system") == "False"
+    code = (
+        "from gnnrun.ops import cpu_allocator as c; "
+        "print(c.install(), c.stats(), c.release(), c.describe().split(' (')[0])"
+    )
+    assert run(code, GNNRUN_ALLOCATOR="system") == "False None 0 large blocks not kept"
+
+
+def test_nothing_is_installed_until_a_kernel_runs():
+    code = (
+        "import torch; from gnnrun.ops import cpu_allocator as c; a = c.installed(); "
+        "from gnnrun.ops.aggregate import aggregate; from gnnrun.ops.block import Block; "
+        "aggregate(Block(torch.tensor([0, 1]), torch.tensor([0]), 1), torch.ones(1, 4), 'sum'); "
+        "print(a, c.installed(), c.describe())"
+    )
+    assert run(code) == "False True large blocks kept for reuse"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
