@@ -87,7 +87,14 @@ def check_dgl_python(python: str | None) -> None:
 def run_worker(
     python: str, worker: str, arguments: list[str], threads: int, timeout: float
 ) -> dict:
-    """Run `worker` (a file in scripts/) with DGL's `python`; its JSON, or {"error": ...}."""
+    """Run `worker` (a file in scripts/) with DGL's `python`; its JSON, or {"error": ...}.
+
+    gnnrun's cached CPU blocks go back to the system first: DGL then runs with the free
+    memory it would have had alone (this process waits meanwhile).
+    """
+    from gnnrun.ops import cpu_allocator
+
+    cpu_allocator.release()
     command = [python, str(SCRIPTS / worker), *arguments, f"--threads={threads}"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     try:
