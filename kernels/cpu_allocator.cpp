@@ -1,6 +1,6 @@
 // A CPU allocator that keeps freed large blocks for the next allocation of their size.
 //
-// Why: glibc hands every block above 32 MiB back to the kernel when it is freed,
+// Why: glibc hands every block of 32 MiB or more back to the kernel when it is freed,
 // so a full-batch epoch's [N, hidden] activations and gradients are fresh pages
 // again at every epoch: faulted and zeroed by the kernel (with huge pages, after
 // compaction), 0.35-1.1 s of kernel time in a 1.0 s GCN epoch on 200k vertices,
@@ -15,7 +15,9 @@
 // blocks (least recently freed first) as far as needed for the blocks in use
 // plus the blocks cached never to exceed the most the process had in use at once
 // (in size classes): the cache holds no memory the process could not have used
-// anyway. Smaller blocks go to torch's allocator unchanged.
+// anyway. Smaller blocks go to torch's allocator unchanged: glibc keeps those in its
+// heap for reuse (its threshold for handing blocks back rises up to 32 MiB), and
+// caching them here too made small allocations evict large blocks.
 //
 // Every block this allocator returns is a plain pointer (data == context), as
 // torch's default CPU allocator's are; its raw deleter frees small and large
@@ -36,7 +38,7 @@
 
 namespace {
 
-constexpr size_t kMinCached = size_t(1) << 20;  // 1 MiB: below this glibc reuses its own heap
+constexpr size_t kMinCached = size_t(32) << 20;  // glibc keeps smaller blocks for reuse itself
 constexpr uint8_t kPriority = 1;                 // above torch's default (0)
 
 // The size class of n >= kMinCached: n rounded up to an eighth of its power of two.
