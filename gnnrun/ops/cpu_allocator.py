@@ -1,12 +1,13 @@
 """Keep large freed CPU blocks for reuse (kernels/cpu_allocator.cpp), in every process that runs gnnrun's kernels.
 
-glibc returns each block above 32 MiB to the kernel when it is freed, so each
+glibc returns each block of 32 MiB or more to the kernel when it is freed, so each
 epoch's large activations and gradients were fresh pages again, faulted and
 zeroed by the kernel: on a 200k-vertex / 5M-edge graph a GCN epoch spent
 0.35-1.1 s of its 1.3-1.8 s in the kernel, and the figure swung with the
 machine's state. With the blocks kept, the same epoch took 1.04 s with no page
-faults. The cache never holds more than the process once had in use at a time
-(a miss releases cached blocks first), so a run's peak memory does not grow.
+faults. The cache never holds more than the process once had of such blocks in
+use at a time (a miss releases cached blocks first), so a run's peak memory
+grows only by what smaller blocks, which glibc handles, add at that moment.
 
 It is installed when the first native kernel loads (`gnnrun.ops.native`: `install`), so
 library callers get it as the `gnnrun` command does, with nothing to set.
