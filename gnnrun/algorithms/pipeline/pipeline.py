@@ -73,12 +73,14 @@ from gnnrun.algorithms.minibatch.minibatch import (
 )
 from gnnrun.algorithms.minibatch.sources import PartitionGraphSource, sample_minibatch
 from gnnrun.algorithms.pipeline.feature_cache import FeatureCache
+from gnnrun.algorithms.pipeline.handover import HandOverBuffers, Lease
 from gnnrun.algorithms.pipeline.stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.ops.block import Block
 from gnnrun.tasks.link import EdgeTargets
+from gnnrun.threads import lower_this_thread_priority
 
 STAGES = ("sample", "fetch", "device")
 REMOTE_REQUESTS = ("served", "collective")
@@ -93,6 +95,9 @@ class PipelineConfig(SampledConfig):
     # Intra-op threads of each stage's thread (sampling kernels, feature gathers);
     # the trainer keeps the rank's compute threads.
     stage_threads: int = 1
+    # The stage threads' nice value on a CPU rank, where they share the cores with the
+    # compute threads: 19, the lowest priority (the compute first); 0, the same as it.
+    stage_nice: int = 19
     # Input-feature rows of the most-connected vertices kept on the rank's device (the
     # GPU; gnnrun.algorithms.pipeline.feature_cache); 0: none.
     gpu_cache_rows: int = 0
@@ -120,6 +125,11 @@ class PipelineConfig(SampledConfig):
             )
         check(self.stage_threads >= 1, "algorithm.stage_threads must be at least 1")
         check(
+            0 <= self.stage_nice <= 19,
+            f"algorithm.stage_nice is {self.stage_nice}: give a nice value from 0 (the "
+            "trainer's priority) to 19 (the lowest)",
+        )
+        check(
             self.remote_requests in REMOTE_REQUESTS,
             f"algorithm.remote_requests={self.remote_requests!r}"
             f"{did_you_mean(self.remote_requests, REMOTE_REQUESTS)}: give one of "
@@ -143,6 +153,7 @@ class _Item:
     rows_at: torch.Tensor | None = None  # x's rows come in the order x[rows_at] (served)
     cache_slots: torch.Tensor | None = None  # with a feature cache: each input's slot or -1
     copied: Any = None  # on a GPU rank, the event after the copy to the GPU
+    lease: Lease | None = None  # the buffer x is in, until the device stage has read it
     targets: torch.Tensor | EdgeTargets | None = None
     sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # bytes, by purpose
 
@@ -166,6 +177,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         self._finished_lock = threading.Lock()
         self.feature_cache: FeatureCache | None = None
         self.served: PartitionGraphSource | None = None  # the stages' source, when served
+        self.handover: HandOverBuffers | None = None  # the fetch stage's buffers
         if cfg.algorithm.gpu_cache_rows and self.schema is not None:
             raise GnnrunError(
                 "algorithm.gpu_cache_rows caches one feature table, and a heterogeneous "
@@ -193,9 +205,21 @@ class PipelinedMinibatch(DistributedMinibatch):
             sample_source = self.source.talking_over(sample_comm)
             fetch_source = self.source.talking_over(fetch_comm)
             sample_bytes, fetch_bytes = sample_comm.bytes, fetch_comm.bytes
-        # One buffer per minibatch, each byte copied into it once, reordered on the device.
-        one_copy = self.served is not None and self.schema is None
+        # The input rows of a minibatch, each byte copied once into a reused buffer (pinned
+        # on a GPU rank), put in order on the device.
+        buffers = None
+        if self.schema is None:
+            buffers = self.handover = HandOverBuffers(pin=copy_stream is not None)
         threads = self.cfg.algorithm.stage_threads
+        # On a CPU rank the stages and the trainer's compute threads share the cores: the
+        # compute comes first (a stage thread preempting one of its threads stalls the
+        # others at the next barrier), and the stages run on the cycles it leaves.
+        nice = self.cfg.algorithm.stage_nice if self.device.type == "cpu" else 0
+
+        def start_stage() -> None:
+            if nice:
+                lower_this_thread_priority(nice)
+            torch.set_num_threads(threads)
 
         def sample(item: _Item) -> _Item:
             self._hook("sample", item)
@@ -211,13 +235,18 @@ class PipelinedMinibatch(DistributedMinibatch):
             inputs = needed.numel()
             if self.feature_cache is not None:
                 item.cache_slots, needed = self.feature_cache.lookup(needed)
-            pin = copy_stream is not None  # so that the copy to the GPU is asynchronous
-            if one_copy:
-                item.x, item.rows_at = fetch_source.gather_rows(needed, pin=pin)
-            else:
+            if buffers is not None:
+                lease = None
+
+                def into(rows, row_shape, dtype):
+                    nonlocal lease
+                    lease = buffers.take(rows, row_shape, dtype)
+                    return lease.rows
+
+                item.x, item.rows_at = fetch_source.gather_rows(needed, into=into)
+                item.lease = lease
+            else:  # a heterogeneous graph: a table per vertex type, each gathered in order
                 item.x = fetch_source.features(needed)
-                if pin and isinstance(item.x, torch.Tensor):
-                    item.x = item.x.pin_memory()
             gathered = sum(t.numel() * t.element_size() for t in tensors_in(item.x))
             with self._finished_lock:  # what a GPU rank copies of the input rows
                 self._feature_bytes[item.epoch] += gathered
@@ -238,6 +267,10 @@ class PipelinedMinibatch(DistributedMinibatch):
             if copy_stream is not None:
                 item.copied = torch.cuda.Event()
                 item.copied.record(copy_stream)
+            if item.lease is not None:  # read by now, or by the copy that `copied` ends
+                assert buffers is not None
+                buffers.give_back(item.lease, item.copied)
+                item.lease = None
             with self._finished_lock:
                 self._finished[item.epoch] += 1
             return item
@@ -247,7 +280,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         self.pipeline = StagePipeline(
             self._schedule(start_epoch, end_epoch, steps),
             [
-                Stage(name, self.capacity[name], work, lambda: torch.set_num_threads(threads))
+                Stage(name, self.capacity[name], work, start_stage)
                 for name, work in zip(STAGES, (sample, fetch, to_device), strict=True)
             ],
         )
@@ -294,6 +327,8 @@ class PipelinedMinibatch(DistributedMinibatch):
             # GPU rank copies to the GPU (without the rows a feature cache held).
             stats["feature_bytes"] = self._feature_bytes.pop(self.epoch, 0)
             hits, inputs = self._cache_hits.pop(self.epoch, 0), self._inputs.pop(self.epoch, 0)
+        if self.handover is not None:  # since the pipeline started
+            stats["handover"] = self.handover.take_stats()
         if self.feature_cache is not None:
             stats["feature_cache"] = {
                 "rows": self.feature_cache.num_rows,
