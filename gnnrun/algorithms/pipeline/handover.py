@@ -53,6 +53,7 @@ class HandOverStats:
     bytes_allocated: int = 0  # their sizes, summed
     takes: int = 0
     bytes_handed: int = 0  # bytes of the rows the takes asked for
+    most_lent: int = 0  # the most buffers lent at once
 
 
 class HandOverBuffers:
@@ -60,6 +61,7 @@ class HandOverBuffers:
         self.pin = pin  # page-locked host memory, so that a copy to the GPU is asynchronous
         self._free: list[tuple[torch.Tensor, Any]] = []  # (buffer, event of its last read)
         self._largest = 0  # bytes of the largest minibatch seen
+        self._lent = 0
         self._lock = threading.Lock()
         self.stats = HandOverStats()
 
@@ -72,6 +74,8 @@ class HandOverBuffers:
             self._largest = max(self._largest, need)
             self.stats.takes += 1
             self.stats.bytes_handed += need
+            self._lent += 1
+            self.stats.most_lent = max(self.stats.most_lent, self._lent)
             fits = [i for i, (buffer, _) in enumerate(self._free) if buffer.numel() >= need]
             if fits:
                 buffer, last_read = self._free.pop(fits[0])
@@ -93,6 +97,7 @@ class HandOverBuffers:
         """`lease`'s buffer is free again once `last_read` (a CUDA event recorded after the
         device's copy out of it; None: nothing reads it any more) has completed."""
         with self._lock:
+            self._lent -= 1
             self._free.append((lease.storage, last_read))
 
     def take_stats(self) -> dict[str, int]:

@@ -92,9 +92,9 @@ class PipelineConfig(SampledConfig):
     # Finished minibatches that may wait after each stage (DistDGLv2 keeps many cheap
     # sampled ones, fewer with their features, one on the device: 25, 5, 1); 0: inline.
     capacity: dict[str, int] = field(default_factory=lambda: {"sample": 8, "fetch": 4, "device": 1})
-    # Intra-op threads of each stage's thread (sampling kernels, feature gathers);
-    # the trainer keeps the rank's compute threads.
-    stage_threads: int = 1
+    # Intra-op threads of each stage's thread (sampling kernels, feature gathers); the
+    # trainer keeps the rank's compute threads. 0: `stage_threads_for` the rank's device.
+    stage_threads: int = 0
     # The stage threads' nice value on a CPU rank, where they share the cores with the
     # compute threads: 19, the lowest priority (the compute first); 0, the same as it.
     stage_nice: int = 19
@@ -123,7 +123,11 @@ class PipelineConfig(SampledConfig):
                 f"algorithm.capacity.{name} is {value}: give a count of minibatches, 0 or more "
                 "(0 runs the stage inline)",
             )
-        check(self.stage_threads >= 1, "algorithm.stage_threads must be at least 1")
+        check(
+            self.stage_threads >= 0,
+            f"algorithm.stage_threads is {self.stage_threads}: give a thread count, or 0 to "
+            "let the rank's device decide",
+        )
         check(
             0 <= self.stage_nice <= 19,
             f"algorithm.stage_nice is {self.stage_nice}: give a nice value from 0 (the "
@@ -210,7 +214,10 @@ class PipelinedMinibatch(DistributedMinibatch):
         buffers = None
         if self.schema is None:
             buffers = self.handover = HandOverBuffers(pin=copy_stream is not None)
-        threads = self.cfg.algorithm.stage_threads
+        compute_threads = torch.get_num_threads()
+        threads = self.cfg.algorithm.stage_threads or stage_threads_for(
+            self.device, compute_threads
+        )
         # On a CPU rank the stages and the trainer's compute threads share the cores: the
         # compute comes first (a stage thread preempting one of its threads stalls the
         # others at the next barrier), and the stages run on the cycles it leaves.
@@ -276,7 +283,6 @@ class PipelinedMinibatch(DistributedMinibatch):
             return item
 
         self.end = end_epoch
-        compute_threads = torch.get_num_threads()
         self.pipeline = StagePipeline(
             self._schedule(start_epoch, end_epoch, steps),
             [
@@ -366,6 +372,17 @@ class PipelinedMinibatch(DistributedMinibatch):
         hook = self.stage_hooks.get(stage)
         if hook is not None:
             hook(item)
+
+
+def stage_threads_for(device: torch.device, compute_threads: int) -> int:
+    """Each stage's intra-op threads by default. On a CPU rank, one: the compute threads
+    keep the rank's cores, and the stages (at a lower priority) take what they leave. On a
+    GPU rank the trainer's thread only launches kernels, so the CPU's threads go to the
+    stages, split between sampling and the feature gather, which run at the same time (the
+    device stage's work is the GPU's)."""
+    if device.type == "cpu":
+        return 1
+    return max(1, compute_threads // 2)
 
 
 def _add(total: dict[str, int], sent: dict[str, int]) -> None:

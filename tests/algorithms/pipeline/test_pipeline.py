@@ -63,6 +63,20 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
         assert result["steps"] >= 4, "the test needs several steps per epoch"
         for name, run in result["results"].items():
             assert run["same"], f"rank {rank}, capacities {name}: training differs from minibatch"
+            capacity = CAPACITIES.get(name, CAPACITIES["four"])
+            fetch = int(capacity.split("fetch: ")[1][0])
+            sample = int(capacity.split("sample: ")[1][0])
+            # A stage thread runs at the lowest priority on a CPU rank; a stage run inline,
+            # in the trainer's thread, at the trainer's.
+            assert run["sample_nice"] == ([19] if sample else [0]), (name, run["sample_nice"])
+            # One host copy per byte: every input row was gathered into a hand-over buffer,
+            # and the device stage read that buffer itself; buffers are reused, at most one
+            # per minibatch between the fetch stage and the device stage.
+            handover = run["handover"]
+            assert run["x_in_its_buffer"] == [True], name
+            assert handover["bytes_handed"] == run["feature_bytes"], (name, handover)
+            assert handover["most_lent"] <= (fetch + 2 if fetch else 1), (name, handover)
+            assert handover["buffers"] < handover["takes"], (name, handover)
             if name == "collective":
                 assert run["bytes"] == result["minibatch_bytes"], f"rank {rank}: bytes differ"
                 continue
