@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from gnnrun.algorithms.pipeline.pipeline import stage_threads_for
 from gnnrun.errors import GnnrunError
 from gnnrun.testing import run_on_ranks
 
@@ -198,3 +200,10 @@ def test_a_feature_cache_trains_exactly_and_moves_fewer_bytes(configure):
             row_bytes = without[epoch] / stats["lookups"]
             assert with_cache[epoch] == pytest.approx(without[epoch] - stats["hits"] * row_bytes)
         assert sum(fetched_cached) < sum(fetched), (fetched, fetched_cached)
+
+
+def test_stage_threads_by_device():
+    """On a CPU rank the compute keeps the cores; on a GPU rank the stages get them."""
+    assert stage_threads_for(torch.device("cpu"), 16) == 1
+    assert stage_threads_for(torch.device("cuda"), 16) == 8
+    assert stage_threads_for(torch.device("cuda"), 1) == 1
