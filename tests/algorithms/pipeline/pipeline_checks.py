@@ -97,7 +97,7 @@ def pipeline_equals_minibatch(
         "results": {},
     }
     for name, cfg in pipelines.items():
-        seen = {"sample_nice": set(), "x_in_its_buffer": set()}
+        seen = {"sample_nice": set(), "x_in_its_buffer": set(), "pinned": set()}
 
         def sampling(item, seen=seen):
             seen["sample_nice"].add(this_thread_nice())
@@ -105,6 +105,7 @@ def pipeline_equals_minibatch(
         def copying(item, seen=seen):
             # The rows the device stage reads are the buffer the fetch stage gathered into.
             lease = item.lease
+            seen["pinned"].add(lease is not None and lease.storage.is_pinned())
             seen["x_in_its_buffer"].add(
                 lease is not None
                 and item.x.untyped_storage().data_ptr() == lease.storage.data_ptr()

@@ -76,6 +76,7 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
             # per minibatch between the fetch stage and the device stage.
             handover = run["handover"]
             assert run["x_in_its_buffer"] == [True], name
+            assert run["pinned"] == [False], name  # (page-locked on a GPU rank only)
             assert handover["bytes_handed"] == run["feature_bytes"], (name, handover)
             assert handover["most_lent"] <= (fetch + 2 if fetch else 1), (name, handover)
             assert handover["buffers"] < handover["takes"], (name, handover)
