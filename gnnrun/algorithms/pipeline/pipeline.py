@@ -8,7 +8,8 @@ blocking and failures):
             sampled hop by hop (a remote vertex by its owner) and compacted
             into blocks
     fetch   the input vertices' features (local rows, remote rows pulled from
-            their owners), in one buffer (pinned on a GPU rank)
+            their owners), in one buffer reused from minibatch to minibatch
+            (gnnrun.algorithms.pipeline.handover; page-locked on a GPU rank)
     device  the copy to the compute device (nothing to copy on a CPU rank): on a
             GPU rank, from pinned host memory on a CUDA stream of its own, the
             input rows then put in order on the GPU, so that the copy of the next
@@ -16,7 +17,9 @@ blocking and failures):
             for the copy's event before it uses the minibatch
 
 and the trainer, which takes finished minibatches and runs forward, backward,
-the gradient all-reduce and the optimizer step. `algorithm.capacity` bounds how
+the gradient all-reduce and the optimizer step. On a CPU rank the stage threads
+run at the lowest priority (`algorithm.stage_nice`): the trainer's compute
+threads come first, the stages take the cycles they leave. `algorithm.capacity` bounds how
 many finished minibatches wait after each stage (0 runs a stage inline in the
 next one's thread; all 0 is `minibatch`'s synchronous loop).
 
@@ -29,9 +32,9 @@ Remote requests (`algorithm.remote_requests`): "served", the default, sends a
 stage's sampling and feature requests to the owners' server threads
 (gnnrun.comm.requests), which answer whatever their own rank is doing, so a rank
 that is slow (its trainer, its sampler) holds up no other rank's stages; the
-input rows land in one buffer, this rank's gathered into it and the others'
-received into it, pinned on a GPU rank, and the device stage puts them in the
-blocks' order on the device (one copy per byte on the host, as DistDGLv2).
+input rows land in the fetch stage's buffer, this rank's gathered into it and the
+others' received into it, and the device stage puts them in the blocks' order on
+the device (one copy per byte on the host, as DistDGLv2).
 "collective" sends them as all-to-alls over a process group per stage
 (`Communicator.private_channel`, never queued behind the trainer's gradient
 all-reduce), which pair every rank's step with every other rank's.
