@@ -50,6 +50,7 @@ class HandOverStats:
     """Since the pool was made."""
 
     buffers: int = 0  # made (a grown buffer counts again)
+    grown: int = 0  # free buffers too small for a minibatch, replaced by a larger one
     bytes_allocated: int = 0  # their sizes, summed
     takes: int = 0
     bytes_handed: int = 0  # bytes of the rows the takes asked for
@@ -82,6 +83,7 @@ class HandOverBuffers:
             else:
                 if self._free:  # too small for the minibatches that come: make a larger one
                     self._free.pop(0)
+                    self.stats.grown += 1
                 buffer, last_read = None, None
                 size = math.ceil(self._largest * HEADROOM / itemsize) * itemsize
                 self.stats.buffers += 1
