@@ -30,9 +30,10 @@ batch 1000): on 1 rank, `minibatch` and `pipeline` with the rank's compute
 threads and with one (`cluster.threads_per_rank=1`, a core left to the stages);
 on `--ranks` ranks, both; on `--two-level-ranks` ranks, both on
 `partitioner=two_level` with `--machines` machines, in its `--layouts` (a part
-per machine shared by its trainers, and a part per trainer). `--equal-priority`
-adds each pipeline with its stage threads at the trainer's priority
-(`algorithm.stage_nice=0`; the default puts them at the lowest).
+per machine shared by its trainers, and a part per trainer). `--other-priority`
+adds each pipeline with its stage threads at the other priority than the
+rank's default (`algorithm.stage_nice` 19 where the default is 0, and 0 where
+it is 19: the lowest where the rank computes on several threads).
 
 On a GPU (`--device cuda`, one rank on the GPU, for each of `--models`: SAGE 3 x
 256 and GAT 3 x 128 x 4 heads, batch 1000): `minibatch` (DistDGL-GPU: sample,
@@ -47,7 +48,7 @@ large graph); `--dry-run` prints the runs.
 
     .venv/bin/python scripts/bench_pipeline.py                       # about 15 minutes here
     .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --epochs 2   # a smoke test
-    .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --repeats 3 --ranks 1 2 4 --equal-priority
+    .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --repeats 3 --ranks 1 2 4 --other-priority
     python3 scripts/bench_pipeline.py --device cuda --dataset synthetic-large --json gpu.json
     bash scripts/gpu_check.sh OUT pipeline    # the GPU's figures in one call, about 8 minutes
     .venv/bin/python scripts/bench_pipeline.py --dataset facebook --locality-only   # partitioned first
@@ -176,7 +177,6 @@ def figures(run: dict) -> dict:
 SAGE = ["model=sage_products"]
 GAT = ["model=gat_products", "model.hidden=512"]  # 3 x 128 x 4 heads, concatenated
 MODELS = {"sage": SAGE, "gat": GAT}
-EQUAL = ["algorithm.stage_nice=0"]  # the stage threads at the trainer's priority
 
 
 @dataclass
@@ -198,15 +198,19 @@ def plan(args) -> list[Planned]:
 
 
 def pipelines(label: str, ranks: int, overrides: list[str], baseline: str, args) -> list[Planned]:
-    """`pipeline` as configured, and with --equal-priority its stages at the trainer's
-    priority (the setting before `algorithm.stage_nice`)."""
+    """`pipeline` as configured, and with --other-priority its stage threads at the other
+    priority than the rank's default (gnnrun.algorithms.pipeline.pipeline.stage_nice_for:
+    the lowest where the rank computes on several threads, the trainer's own elsewhere)."""
     runs = [Planned(label, ranks, [*overrides, "algorithm=pipeline"], baseline)]
-    if args.equal_priority:
+    if args.other_priority:
+        one_thread = "cluster.threads_per_rank=1" in overrides
+        default = 19 if not one_thread and (os.cpu_count() or 1) // ranks > 1 else 0
+        other = 19 - default
         runs.append(
             Planned(
-                f"{label} equal priority",
+                f"{label} nice {other}",
                 ranks,
-                [*overrides, "algorithm=pipeline", *EQUAL],
+                [*overrides, "algorithm=pipeline", f"algorithm.stage_nice={other}"],
                 baseline,
             )
         )
@@ -429,9 +433,10 @@ def main() -> None:
         "--layouts", nargs="+", default=["machines", "trainers"], choices=("machines", "trainers")
     )
     parser.add_argument(
-        "--equal-priority",
+        "--other-priority",
         action="store_true",
-        help="also each pipeline with its stages at the trainer's priority (algorithm.stage_nice=0)",
+        help="also each pipeline with its stages at the other priority than its default "
+        "(algorithm.stage_nice 0 or 19)",
     )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["sage", "gat"])
