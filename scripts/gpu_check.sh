@@ -36,6 +36,10 @@ case "$mode" in
 esac
 mkdir -p "$out"
 site=/tmp/gnnrun-site
+if ! python3 -c "import torch" 2>/dev/null; then
+    echo "gpu_check.sh: python3 ($(command -v python3)) has no torch: run it with the Python of a CUDA build of torch first on PATH" >&2
+    exit 1
+fi
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$site" .whl/*.whl || exit 1
