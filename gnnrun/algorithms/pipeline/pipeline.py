@@ -17,10 +17,8 @@ blocking and failures):
             for the copy's event before it uses the minibatch
 
 and the trainer, which takes finished minibatches and runs forward, backward,
-the gradient all-reduce and the optimizer step. On a CPU rank the stage threads
-run at the lowest priority where the trainer computes on several threads
-(`algorithm.stage_nice`, `stage_nice_for`): its compute threads come first,
-the stages take the cycles they leave. `algorithm.capacity` bounds how
+the gradient all-reduce and the optimizer step. `algorithm.stage_nice` can put
+the stage threads of a CPU rank at a lower priority than the trainer's. `algorithm.capacity` bounds how
 many finished minibatches wait after each stage (0 runs a stage inline in the
 next one's thread; all 0 is `minibatch`'s synchronous loop).
 
@@ -84,7 +82,7 @@ from gnnrun.config import check
 from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.ops.block import Block
 from gnnrun.tasks.link import EdgeTargets
-from gnnrun.threads import LOWEST, lower_this_thread_priority
+from gnnrun.threads import lower_this_thread_priority
 
 STAGES = ("sample", "fetch", "device")
 REMOTE_REQUESTS = ("served", "collective")
@@ -99,9 +97,12 @@ class PipelineConfig(SampledConfig):
     # Intra-op threads of each stage's thread (sampling kernels, feature gathers); the
     # trainer keeps the rank's compute threads. 0: `stage_threads_for` the rank's device.
     stage_threads: int = 0
-    # The stage threads' nice value: 0 (the trainer's priority) to 19 (the lowest: the
-    # trainer's compute first); None: `stage_nice_for` the rank's device and threads.
-    stage_nice: int | None = None
+    # The stage threads' nice value on a CPU rank: 0, the trainer's priority; up to 19,
+    # the lowest (the trainer's compute threads first: a stage thread that takes a core
+    # from one of them mid parallel region holds up all of them at its end). Measured on
+    # 2 shared cores, 19 was never faster and starved the stages of ranks computing on one
+    # thread (benchmarks/2026-11-27-pipeline-cpu.md).
+    stage_nice: int = 0
     # Input-feature rows of the most-connected vertices kept on the rank's device (the
     # GPU; gnnrun.algorithms.pipeline.feature_cache); 0: none.
     gpu_cache_rows: int = 0
@@ -133,9 +134,9 @@ class PipelineConfig(SampledConfig):
             "let the rank's device decide",
         )
         check(
-            self.stage_nice is None or 0 <= self.stage_nice <= 19,
+            0 <= self.stage_nice <= 19,
             f"algorithm.stage_nice is {self.stage_nice}: give a nice value from 0 (the "
-            "trainer's priority) to 19 (the lowest), or null to let the rank decide",
+            "trainer's priority) to 19 (the lowest)",
         )
         check(
             self.remote_requests in REMOTE_REQUESTS,
@@ -222,9 +223,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         threads = self.cfg.algorithm.stage_threads or stage_threads_for(
             self.device, compute_threads
         )
-        nice = self.cfg.algorithm.stage_nice
-        if nice is None:
-            nice = stage_nice_for(self.device, compute_threads)
+        nice = self.cfg.algorithm.stage_nice if self.device.type == "cpu" else 0
 
         def start_stage() -> None:
             if nice:
@@ -375,27 +374,6 @@ class PipelinedMinibatch(DistributedMinibatch):
         hook = self.stage_hooks.get(stage)
         if hook is not None:
             hook(item)
-
-
-def stage_nice_for(device: torch.device, compute_threads: int) -> int:
-    """The stage threads' nice value by default: the lowest priority on a CPU rank whose
-    trainer computes on several threads, the trainer's own elsewhere.
-
-    A stage thread that takes a core from one of the trainer's compute threads in the
-    middle of a parallel region holds up all of them: the others finish their share and
-    wait at the region's end for the one preempted, so a slice of stage work costs the
-    compute that slice on every core (on 1 rank of 2 cores, at equal priority, the
-    pipeline's steps computed 43% longer than `minibatch`'s and its epoch took 0.82x
-    `minibatch`'s, benchmarks/2026-11-26-pipeline-served.md). At the
-    lowest priority the stages run when the compute threads leave a core. With one compute
-    thread (several ranks sharing a host's cores, each on its own) a preemption delays
-    that thread alone, by the work the stage does, and an equal share is the fairer one:
-    with the stages at the lowest priority, another rank's compute (or another process)
-    can starve them while their own trainer waits for its minibatch. A GPU rank's trainer
-    thread only launches kernels."""
-    if device.type == "cpu" and compute_threads > 1:
-        return LOWEST
-    return 0
 
 
 def stage_threads_for(device: torch.device, compute_threads: int) -> int:

@@ -94,7 +94,6 @@ def pipeline_equals_minibatch(
         "steps": len(reference["batches"]),
         "minibatch_losses": [e["loss"] for e in reference["epochs"]],
         "minibatch_bytes": [e["bytes"] for e in reference["epochs"]],
-        "compute_threads": torch.get_num_threads(),
         "results": {},
     }
     for name, cfg in pipelines.items():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gnnrun.algorithms.pipeline.pipeline import stage_nice_for, stage_threads_for
+from gnnrun.algorithms.pipeline.pipeline import stage_threads_for
 from gnnrun.errors import GnnrunError
 from gnnrun.testing import run_on_ranks
 
@@ -25,8 +25,8 @@ COMMON = (
 )
 # The options around the layers, batch normalisation's statistics per minibatch included.
 AROUND = ("model.residual=true", "model.norm=batch", "model.jk=cat")
-# The stage threads' priority as set; the others' by the rank (stage_nice_for).
-NICE = {"one": ("algorithm.stage_nice=0",), "four": ("algorithm.stage_nice=19",)}
+# The stage threads' priority as set; the others' the default, the trainer's.
+NICE = {"four": ("algorithm.stage_nice=19",)}
 CAPACITIES = {
     "synchronous": "{sample: 0, fetch: 0, device: 0}",
     "one": "{sample: 1, fetch: 1, device: 1}",
@@ -73,10 +73,8 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
             sample = int(capacity.split("sample: ")[1][0])
             # A stage thread runs at the priority set, else the rank's default; a stage run
             # inline, in the trainer's thread, at the trainer's.
-            nice = NICE.get(name, ("=",))[0].split("=")[1]
-            if not nice:
-                nice = stage_nice_for(torch.device("cpu"), result["compute_threads"])
-            assert run["sample_nice"] == ([int(nice)] if sample else [0]), (name, run)
+            nice = int(NICE.get(name, ("=0",))[0].split("=")[1])
+            assert run["sample_nice"] == ([nice] if sample else [0]), (name, run["sample_nice"])
             # One host copy per byte: every input row was gathered into a hand-over buffer,
             # and the device stage read that buffer itself; buffers are reused, at most one
             # per minibatch between the fetch stage and the device stage.
@@ -210,12 +208,8 @@ def test_a_feature_cache_trains_exactly_and_moves_fewer_bytes(configure):
         assert sum(fetched_cached) < sum(fetched), (fetched, fetched_cached)
 
 
-def test_stage_threads_and_priority_by_device():
-    """On a CPU rank the compute keeps the cores; on a GPU rank the stages get them. The
-    stages yield to a trainer that computes on several threads, not to one thread."""
-    assert stage_nice_for(torch.device("cpu"), 2) == 19
-    assert stage_nice_for(torch.device("cpu"), 1) == 0
-    assert stage_nice_for(torch.device("cuda"), 16) == 0
+def test_stage_threads_by_device():
+    """On a CPU rank the compute keeps the cores; on a GPU rank the stages get them."""
     assert stage_threads_for(torch.device("cpu"), 16) == 1
     assert stage_threads_for(torch.device("cuda"), 16) == 8
     assert stage_threads_for(torch.device("cuda"), 1) == 1
