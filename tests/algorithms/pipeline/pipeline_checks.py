@@ -114,8 +114,8 @@ def pipeline_equals_minibatch(
         run = trajectory(cfg, epochs, hooks={"sample": sampling, "device": copying})
         out["results"][name] = {
             **{key: sorted(values) for key, values in seen.items()},
-            "handover": run["epochs"][-1]["handover"],
-            "feature_bytes": sum(e["feature_bytes"] for e in run["epochs"]),
+            "handover": run["epochs"][-1].get("handover"),
+            "feature_bytes": sum(e.get("feature_bytes", 0) for e in run["epochs"]),
             "same": same_training(reference, run),
             "same_inputs": same_inputs(reference, run),
             "losses": [e["loss"] for e in run["epochs"]],
