@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-faults test-gpu test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-bounded-memory bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
+.PHONY: setup run test test-slow test-slurm test-faults test-gpu gpu-wheels test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-bounded-memory bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,12 @@ test-faults: setup
 # one every test skips, saying so.
 test-gpu: setup
 	$(BIN)/python -m pytest -q -rs -m gpu
+
+# The wheels scripts/gpu_check.sh installs on a GPU machine that reaches no package
+# registry (.whl/, carried with the working tree): `bash scripts/gpu_check.sh OUT pipeline`
+# there runs the pipeline's GPU tests and measurements (docs/algorithms/pipeline.md).
+gpu-wheels:
+	bash scripts/gpu_wheels.sh
 
 # Builds the wheel, installs it into a fresh environment outside the repository and
 # runs gnnrun from an empty directory.

@@ -20,22 +20,36 @@ epochs after the first (the pipeline fills during the first):
 - MB/epoch: training bytes sent per rank; feature MB: input rows gathered (what
   a GPU rank copies to its GPU), and the feature cache's hit rate.
 
+`--repeats N` runs every configuration N times, in rounds (each round runs every
+configuration once, so a change in the machine's load falls on all alike): a
+configuration's row gives the median epoch and its range, and the median and
+range of its ratio to its baseline's run of the same round.
+
 On CPU ranks (`--device cpu`, `model=sage_products`: 3 x 256, fanouts 15/10/5,
 batch 1000): on 1 rank, `minibatch` and `pipeline` with the rank's compute
 threads and with one (`cluster.threads_per_rank=1`, a core left to the stages);
 on `--ranks` ranks, both; on `--two-level-ranks` ranks, both on
-`partitioner=two_level` with `--machines` machines, in its two layouts (a part
-per machine shared by its trainers, and a part per trainer).
+`partitioner=two_level` with `--machines` machines, in its `--layouts` (a part
+per machine shared by its trainers, and a part per trainer). `--lowest-priority`
+adds each pipeline with its stage threads at the lowest CPU priority
+(`algorithm.stage_nice=19`).
 
 On a GPU (`--device cuda`, one rank on the GPU, for each of `--models`: SAGE 3 x
 256 and GAT 3 x 128 x 4 heads, batch 1000): `minibatch` (DistDGL-GPU: sample,
 copy, compute in turn), `pipeline`, and `pipeline` with `--cache-rows` rows of
 input features on the GPU; then the CPU's own best on the same machine,
-`minibatch` and `pipeline` on each of `--cpu-ranks` ranks sharing its cores.
+`minibatch` and `pipeline` on each of `--cpu-ranks` ranks sharing its cores
+(`--cpu-epochs` of them). A last table sets the issue's goals beside the
+figures: the pipeline on the GPU at least 2x `minibatch` there and 3x the
+fastest CPU run, the trainer waiting under 10% of its epoch.
+`--train-fraction` trains on that share of the vertices (shorter epochs on a
+large graph); `--dry-run` prints the runs.
 
     .venv/bin/python scripts/bench_pipeline.py                       # about 15 minutes here
     .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --epochs 2   # a smoke test
+    .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --repeats 3 --ranks 1 2 4 --lowest-priority
     python3 scripts/bench_pipeline.py --device cuda --dataset synthetic-large --json gpu.json
+    bash scripts/gpu_check.sh OUT pipeline    # the GPU's figures in one call, about 8 minutes
     .venv/bin/python scripts/bench_pipeline.py --dataset facebook --locality-only   # partitioned first
 """
 
@@ -44,9 +58,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -162,28 +178,48 @@ GAT = ["model=gat_products", "model.hidden=512"]  # 3 x 128 x 4 heads, concatena
 MODELS = {"sage": SAGE, "gat": GAT}
 
 
-def plan(args) -> list[tuple[str, int, list[str], str | None]]:
-    """(label, ranks, overrides, the label of its baseline) of every run, baselines first."""
-    if args.device == "cuda":
-        return gpu_plan(args)
-    runs: list[tuple[str, int, list[str], str | None]] = []
+@dataclass
+class Planned:
+    label: str
+    ranks: int
+    overrides: list[str]
+    baseline: str | None = None  # the label of the run it is compared with
+    epochs: int | None = None  # None: --epochs
+
+
+def plan(args) -> list[Planned]:
+    """Every run, baselines first."""
+    runs = gpu_plan(args) if args.device == "cuda" else cpu_plan(args)
+    if args.train_fraction:  # shorter epochs: fewer training vertices (the same graph)
+        for run in runs:
+            run.overrides.append(f"dataset.split.train={args.train_fraction}")
+    return runs
+
+
+def pipelines(label: str, ranks: int, overrides: list[str], baseline: str, args) -> list[Planned]:
+    """`pipeline` as configured, and with --lowest-priority its stage threads at the lowest
+    CPU priority (`algorithm.stage_nice=19`)."""
+    runs = [Planned(label, ranks, [*overrides, "algorithm=pipeline"], baseline)]
+    if args.lowest_priority:
+        lowest = [*overrides, "algorithm=pipeline", "algorithm.stage_nice=19"]
+        runs.append(Planned(f"{label} nice 19", ranks, lowest, baseline))
+    return runs
+
+
+def cpu_plan(args) -> list[Planned]:
+    runs: list[Planned] = []
     for ranks in args.ranks:
         for threads in ("", " 1 thread") if ranks == 1 else ("",):
             one = ["cluster.threads_per_rank=1"] if threads else []
-            runs.append((f"minibatch{threads}", ranks, [*SAGE, "algorithm=minibatch", *one], None))
-            runs.append(
-                (
-                    f"pipeline{threads}",
-                    ranks,
-                    [*SAGE, "algorithm=pipeline", *one],
-                    f"minibatch{threads}",
-                )
+            runs.append(Planned(f"minibatch{threads}", ranks, [*SAGE, "algorithm=minibatch", *one]))
+            runs += pipelines(
+                f"pipeline{threads}", ranks, [*SAGE, *one], f"minibatch{threads}", args
             )
     for ranks in args.two_level_ranks:
         if ranks not in args.ranks:  # METIS at the same ranks, to compare with
-            runs.append(("minibatch", ranks, [*SAGE, "algorithm=minibatch"], None))
-            runs.append(("pipeline", ranks, [*SAGE, "algorithm=pipeline"], "minibatch"))
-        for layout in ("machines", "trainers"):
+            runs.append(Planned("minibatch", ranks, [*SAGE, "algorithm=minibatch"]))
+            runs += pipelines("pipeline", ranks, SAGE, "minibatch", args)
+        for layout in args.layouts:
             two_level = [
                 "partitioner=two_level",
                 f"partitioner.num_machines={args.machines}",
@@ -191,72 +227,122 @@ def plan(args) -> list[tuple[str, int, list[str], str | None]]:
             ]
             label = f"two_level {layout}"
             runs.append(
-                (f"minibatch {label}", ranks, [*SAGE, "algorithm=minibatch", *two_level], None)
+                Planned(f"minibatch {label}", ranks, [*SAGE, "algorithm=minibatch", *two_level])
             )
-            runs.append(
-                (
-                    f"pipeline {label}",
-                    ranks,
-                    [*SAGE, "algorithm=pipeline", *two_level],
-                    f"minibatch {label}",
-                )
+            runs += pipelines(
+                f"pipeline {label}", ranks, [*SAGE, *two_level], f"minibatch {label}", args
             )
     return runs
 
 
-def gpu_plan(args) -> list[tuple[str, int, list[str], str | None]]:
-    runs: list[tuple[str, int, list[str], str | None]] = []
+def gpu_plan(args) -> list[Planned]:
+    """Per model: minibatch on the GPU (DistDGL-GPU: sample, copy, compute in turn), the
+    pipeline there without and with a GPU feature cache, then the CPU's own runs on the
+    same machine (`--cpu-ranks`, `--cpu-epochs`), the most telling first."""
+    runs: list[Planned] = []
     for name in args.models:
         model, gpu = MODELS[name], ["cluster.device=cuda"]
+        base = f"{name} minibatch gpu"
         runs += [
-            (f"{name} minibatch gpu", 1, [*model, *gpu, "algorithm=minibatch"], None),
-            (
-                f"{name} pipeline gpu",
-                1,
-                [*model, *gpu, "algorithm=pipeline"],
-                f"{name} minibatch gpu",
-            ),
-            (
+            Planned(base, 1, [*model, *gpu, "algorithm=minibatch"]),
+            Planned(f"{name} pipeline gpu", 1, [*model, *gpu, "algorithm=pipeline"], base),
+            Planned(
                 f"{name} pipeline gpu cache",
                 1,
                 [*model, *gpu, "algorithm=pipeline", f"algorithm.gpu_cache_rows={args.cache_rows}"],
-                f"{name} minibatch gpu",
+                base,
             ),
         ]
         for ranks in args.cpu_ranks:  # the CPU's own best, against the GPU's pipeline
             for algorithm in ("minibatch", "pipeline"):
                 runs.append(
-                    (f"{name} {algorithm} cpu", ranks, [*model, f"algorithm={algorithm}"], None)
+                    Planned(
+                        f"{name} {algorithm} cpu",
+                        ranks,
+                        [*model, f"algorithm={algorithm}"],
+                        epochs=args.cpu_epochs,
+                    )
                 )
     return runs
 
 
-def print_table(rows: list[dict]) -> None:
+def configurations(rows: list[dict]) -> list[dict]:
+    """One row per configuration (label, ranks) over its repeats: the median epoch and its
+    range, each repeat's ratio to its baseline's run of the same round (median and range),
+    and the other figures of the repeat whose epoch is the median."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["label"], row["ranks"]), []).append(row)
+    out = []
+    for (_, ranks), runs in groups.items():
+        done = [r for r in runs if "epoch_s" in r]
+        if not done:
+            out.append(runs[0])
+            continue
+        done.sort(key=lambda r: r["epoch_s"])
+        middle = dict(done[(len(done) - 1) // 2])
+        middle["epochs_s"] = [r["epoch_s"] for r in sorted(done, key=lambda r: r["repeat"])]
+        middle["failed_repeats"] = len(runs) - len(done)
+        baseline = middle.get("baseline")
+        if baseline:
+            base = {r["repeat"]: r for r in groups.get((baseline, ranks), []) if "epoch_s" in r}
+            ratios = [
+                base[r["repeat"]]["epoch_s"] / r["epoch_s"] for r in done if r["repeat"] in base
+            ]
+            if ratios:
+                middle["ratios"] = sorted(ratios)
+        out.append(middle)
+    by_key = {(r["label"], r["ranks"]): r for r in out}
+    for row in out:  # CPU: against the fastest minibatch of the same ranks and partitioner
+        if row["label"].startswith("pipeline") and "epochs_s" in row:
+            same_split = [
+                statistics.median(r["epochs_s"])
+                for (label, ranks), r in by_key.items()
+                if ranks == row["ranks"]
+                and label.startswith("minibatch")
+                and ("two_level" in label) == ("two_level" in row["label"])
+                and "epochs_s" in r
+            ]
+            if same_split:
+                row["fastest_minibatch_s"] = min(same_split)
+    return out
+
+
+def spread(values: list[float], fmt: str, unit: str = "") -> str:
+    """The median, and the range when there are several values."""
+    middle = format(statistics.median(values), fmt) + unit
+    if len(values) < 2:
+        return middle
+    return f"{middle} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+
+def print_table(configs: list[dict]) -> None:
     headers = [
-        "run", "ranks", "epoch s", "baseline / run", "fastest minibatch / run", "device busy", "wait",
-        "mbc (wait)", "fwd+bwd", "comm", "ared", "sample busy/blocked/starved",
-        "fetch busy/blocked/starved", "next epoch ready", "MB/epoch", "feature MB", "cache hits",
+        "run", "ranks", "epoch s (range)", "baseline / run (range)", "fastest minibatch / run",
+        "device busy", "wait", "mbc (wait)", "fwd+bwd", "comm", "ared",
+        "sample busy/blocked/starved", "fetch busy/blocked/starved", "next epoch ready",
+        "MB/epoch", "feature MB", "cache hits",
     ]  # fmt: skip
     print("| " + " | ".join(headers) + " |")
     print("|" + "|".join("---" for _ in headers) + "|")
-    for row in rows:
-        if "error" in row:
-            print(f"| {row['label']} | {row['ranks']} | failed: exit {row['returncode']} |")
+    for row in configs:
+        if "epochs_s" not in row:
+            print(f"| {row['label']} | {row['ranks']} | failed: exit {row.get('returncode')} |")
             continue
-        base = row.get("baseline_epoch_s")
         p = row["phases"]
         stages = row.get("stages", {})
+        median_epoch = statistics.median(row["epochs_s"])
 
         def split(stage: str, stages=stages) -> str:
             s = stages.get(stage)
             return f"{s['busy_s']:.1f} / {s['blocked_s']:.1f} / {s['starved_s']:.1f}" if s else "-"
 
         cells = [
-            row["label"],
+            row["label"] + (f" ({row['failed_repeats']} failed)" if row["failed_repeats"] else ""),
             row["ranks"],
-            f"{row['epoch_s']:.2f}",
-            f"{base / row['epoch_s']:.2f}x" if base else "-",
-            f"{row['fastest_minibatch_s'] / row['epoch_s']:.2f}x"
+            spread(row["epochs_s"], ".2f"),
+            spread(row["ratios"], ".2f", "x") if "ratios" in row else "-",
+            f"{row['fastest_minibatch_s'] / median_epoch:.2f}x"
             if "fastest_minibatch_s" in row
             else "-",
             f"{row['busy_share']:.0%}",
@@ -275,72 +361,163 @@ def print_table(rows: list[dict]) -> None:
         print("| " + " | ".join(str(c) for c in cells) + " |")
 
 
+# What the pipeline is asked for on a GPU: (figure, goal, met?).
+GPU_GOALS = {
+    "pipeline gpu / minibatch gpu": (2.0, "at least"),
+    "pipeline gpu / best cpu": (3.0, "at least"),
+    "trainer's wait in pipeline gpu": (0.10, "under"),
+}
+
+
+def gpu_goals(configs: list[dict], models: list[str]) -> list[dict]:
+    """Per model: the pipeline on the GPU against minibatch there and against the fastest
+    CPU run on the same machine, and the trainer's wait share, each beside its goal."""
+    by_label = {r["label"]: r for r in configs if "epochs_s" in r}
+    out = []
+    for name in models:
+        pipeline = by_label.get(f"{name} pipeline gpu")
+        if pipeline is None:
+            continue
+        epoch = statistics.median(pipeline["epochs_s"])
+        figures: dict[str, float] = {}
+        minibatch = by_label.get(f"{name} minibatch gpu")
+        if minibatch is not None:
+            figures["pipeline gpu / minibatch gpu"] = (
+                statistics.median(minibatch["epochs_s"]) / epoch
+            )
+        cpu = [
+            (statistics.median(r["epochs_s"]), f"{r['label']} on {r['ranks']} ranks")
+            for label, r in by_label.items()
+            if label.startswith(f"{name} ") and label.endswith(" cpu")
+        ]
+        best_cpu = min(cpu) if cpu else None
+        if best_cpu is not None:
+            figures["pipeline gpu / best cpu"] = best_cpu[0] / epoch
+        figures["trainer's wait in pipeline gpu"] = (
+            pipeline["phases"]["pipeline_wait"] / pipeline["epoch_s"]
+        )
+        for figure, value in figures.items():
+            goal, sense = GPU_GOALS[figure]
+            met = value >= goal if sense == "at least" else value < goal
+            out.append(
+                {"model": name, "figure": figure, "value": value, "goal": f"{sense} {goal}",
+                 "met": met, "best_cpu": best_cpu[1] if best_cpu else None}
+            )  # fmt: skip
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dataset", default="synthetic-medium")
     parser.add_argument("--epochs", type=int, default=3, help="the first is not measured")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs of each configuration, in rounds"
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--two-level-ranks", type=int, nargs="*", default=[4])
     parser.add_argument("--machines", type=int, default=2, help="two_level's first-level parts")
+    parser.add_argument(
+        "--layouts", nargs="+", default=["machines", "trainers"], choices=("machines", "trainers")
+    )
+    parser.add_argument(
+        "--lowest-priority",
+        action="store_true",
+        help="also each pipeline with its stage threads at the lowest priority "
+        "(algorithm.stage_nice=19)",
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["sage", "gat"])
     parser.add_argument(
         "--cpu-ranks", type=int, nargs="+", default=[1, 4], help="with --device cuda"
     )
     parser.add_argument(
+        "--cpu-epochs",
+        type=int,
+        help="epochs of the CPU runs with --device cuda (default --epochs)",
+    )
+    parser.add_argument(
         "--cache-rows", type=int, default=250_000, help="GPU feature cache rows, with --device cuda"
+    )
+    parser.add_argument(
+        "--train-fraction",
+        type=float,
+        help="dataset.split.train for every run: fewer steps per epoch on a large graph",
     )
     parser.add_argument("--data-root", type=Path, default=Path("data").resolve())
     parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--json", type=Path, help="also write the rows here (after every run)")
     parser.add_argument(
         "--locality-only", action="store_true", help="no training runs: the input rows' places"
     )
+    parser.add_argument(
+        "--skip-locality", action="store_true", help="no count of where the input rows live"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the runs, run nothing")
     args = parser.parse_args()
+    runs = [] if args.locality_only else plan(args)
+    if args.dry_run:
+        for run in runs:
+            epochs = run.epochs or args.epochs
+            print(f"{run.label} | {run.ranks} ranks | {epochs} epochs | {' '.join(run.overrides)}")
+        return
     print(
         f"# bench_pipeline: {args.dataset}, load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs, "
-        f"{args.epochs} epochs per run",
+        f"{args.epochs} epochs per run, {args.repeats} repeats",
         flush=True,
     )
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as scratch:
-        runs = [] if args.locality_only else plan(args)
-        for index, (label, ranks, overrides, baseline) in enumerate(runs):
-            run = variant_run(
-                args, Path(scratch), f"r{index}", args.dataset, label, ranks, args.epochs,
-                [], overrides, evaluate=False,
-            )  # fmt: skip
-            row = {k: v for k, v in run.items() if k != "records"}
-            if "records" in run:
-                row.update(figures(run))
-                base = next(
-                    (r for r in rows if (r["label"], r["ranks"]) == (baseline, ranks)), None
-                )
-                if base is not None and "epoch_s" in base:
-                    row["baseline_epoch_s"] = base["epoch_s"]
-                same_split = [
-                    r["epoch_s"]
-                    for r in rows
-                    if r["ranks"] == ranks
-                    and r["label"].startswith("minibatch")
-                    and ("two_level" in r["label"]) == ("two_level" in label)
-                    and "epoch_s" in r
-                ]
-                if label.startswith("pipeline") and same_split and args.device == "cpu":
-                    row["fastest_minibatch_s"] = min(same_split)
-                print(
-                    f"# {label} on {ranks} ranks: epoch {row['epoch_s']:.2f} s, "
-                    f"{row['mb_per_epoch']:.1f} MB/epoch ({row['run_s']:.0f} s)",
-                    flush=True,
-                )
-            rows.append(row)
-    if rows:
-        print_table(rows)
+
+    def write_json(places=()) -> None:
+        if args.json:
+            configs = configurations(rows)
+            out = {"runs": rows, "configurations": configs, "locality": list(places)}
+            if args.device == "cuda":
+                out["goals"] = gpu_goals(configs, args.models)
+            args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+    # A `timeout` around the script (scripts/gpu_check.sh) sends SIGTERM: stop the run in
+    # progress (its ranks too) and report the runs done so far.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as scratch:
+            # Rounds: every configuration once per round, so that a change in the machine's load
+            # falls on all of them alike.
+            for repeat in range(args.repeats):
+                for index, planned in enumerate(runs):
+                    run = variant_run(
+                        args, Path(scratch), f"r{index}-{repeat}", args.dataset, planned.label,
+                        planned.ranks, planned.epochs or args.epochs, [], planned.overrides,
+                        evaluate=False,
+                    )  # fmt: skip
+                    row = {k: v for k, v in run.items() if k != "records"}
+                    row.update(repeat=repeat, baseline=planned.baseline, load=os.getloadavg()[0])
+                    if "records" in run:
+                        row.update(figures(run))
+                        print(
+                            f"# {planned.label} on {planned.ranks} ranks (round {repeat + 1}): epoch "
+                            f"{row['epoch_s']:.2f} s, {row['mb_per_epoch']:.1f} MB/epoch "
+                            f"({row['run_s']:.0f} s, load {row['load']:.2f})",
+                            flush=True,
+                        )
+                    rows.append(row)
+                    write_json()
+    except SystemExit:
+        print("# stopped (SIGTERM): the figures below are the runs done so far", flush=True)
+    configs = configurations(rows)
+    if configs:
+        print_table(configs)
+    if args.device == "cuda":
+        print("\n| model | figure | value | goal | met |\n|---|---|---|---|---|")
+        for goal in gpu_goals(configs, args.models):
+            value = f"{goal['value']:.0%}" if "wait" in goal["figure"] else f"{goal['value']:.2f}x"
+            print(
+                f"| {goal['model']} | {goal['figure']} | {value} | {goal['goal']} | {goal['met']} |"
+            )
     places = []
-    if args.device == "cpu":
+    if args.device == "cpu" and "trainers" in args.layouts and not args.skip_locality:
         places = [p for ranks in args.two_level_ranks for p in locality(args, ranks)]
     if places:
         print("\n| parts | ranks / machines | input rows own / same machine / other machine | "
@@ -352,8 +529,7 @@ def main() -> None:
                 f"| {p['partitioner']} | {p['ranks']} / {p['machines']} | {r['own']:,} / "
                 f"{r['same machine']:,} / {r['other machine']:,} | {p['mb']['other machine']:.1f} |"
             )
-    if args.json:
-        args.json.write_text(json.dumps({"runs": rows, "locality": places}, indent=2) + "\n")
+    write_json(places)
 
 
 if __name__ == "__main__":

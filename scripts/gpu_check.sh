@@ -15,12 +15,31 @@
 # Everything it prints also goes to OUTDIR (default ./gpu-results): tests.log, bench.log,
 # bench.json, pipeline.log, pipeline.json.
 #
-#   bash scripts/gpu_check.sh [OUTDIR]
+# MODE pipeline runs only the pipeline's measurements, sized to end in about 8 minutes on
+# one H100/H200 with 16 cores (docs/algorithms/pipeline.md#on-a-gpu): the pipeline's GPU
+# tests, then bench_pipeline.py --device cuda on synthetic-large with 2% of its vertices
+# for training (50 steps of 1000 per epoch), SAGE 3 x 256 and GAT 3 x 128 x 4 heads:
+# minibatch and pipeline on the GPU, the pipeline with a GPU feature cache, and the CPU's
+# minibatch and pipeline on one rank of 16 threads, with the goals' table at the end.
+# GNNRUN_PIPELINE_TIMEOUT (default 400 s) stops the benchmark; the runs done by then are
+# in pipeline.json.
+#
+#   bash scripts/gpu_wheels.sh                 # first, where pip reaches PyPI
+#   bash scripts/gpu_check.sh [OUTDIR] [all|pipeline]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu-results}"
+mode="${2:-all}"
+case "$mode" in
+    all | pipeline) ;;
+    *) echo "gpu_check.sh: mode '$mode': give all or pipeline" >&2; exit 2 ;;
+esac
 mkdir -p "$out"
 site=/tmp/gnnrun-site
+if ! python3 -c "import torch" 2>/dev/null; then
+    echo "gpu_check.sh: python3 ($(command -v python3)) has no torch: run it with the Python of a CUDA build of torch first on PATH" >&2
+    exit 1
+fi
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$site" .whl/*.whl || exit 1
@@ -33,6 +52,21 @@ if ! python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; th
     exit "${PIPESTATUS[0]}"
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee -a "$out/gpu.txt"
+echo "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/gpu.txt"
+if [ "$mode" = pipeline ]; then
+    start=$SECONDS
+    python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/algorithms/test_devices.py \
+        -k pipeline 2>&1 | tee "$out/tests.log"
+    tests=${PIPESTATUS[0]}
+    echo "pipeline GPU tests: exit $tests in $((SECONDS - start)) s" | tee -a "$out/gpu.txt"
+    timeout "${GNNRUN_PIPELINE_TIMEOUT:-400}" python3 scripts/bench_pipeline.py --device cuda \
+        --dataset synthetic-large --train-fraction 0.02 --models sage gat --cpu-ranks 1 \
+        --epochs 3 --cpu-epochs 2 --json "$out/pipeline.json" 2>&1 | tee "$out/pipeline.log"
+    pipeline=${PIPESTATUS[0]}
+    echo "tests: exit $tests; pipeline: exit $pipeline (124: stopped by its timeout); $((SECONDS - start)) s" \
+        | tee -a "$out/gpu.txt"
+    exit $(( tests || pipeline ))
+fi
 # The tests run gnnrun through `python -m gnnrun.cli` and in-process; ranks re-import it.
 python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/tests.log"
 tests=${PIPESTATUS[0]}

@@ -149,6 +149,8 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         ),
         (["train", "algorithm=pipeline", "algorithm.capacity.fetch=-1"], "capacity.fetch is -1"),
         (["train", "algorithm=pipeline", "algorithm.mode=full"], "pipeline trains minibatches"),
+        (["train", "algorithm=pipeline", "algorithm.stage_nice=20"], "stage_nice is 20: give"),
+        (["train", "algorithm=pipeline", "algorithm.stage_threads=-1"], "stage_threads is -1"),
         (["partition", "partitioner=libra", "partitioner.num_parts=65"], "at most 64 parts"),
         (["data", "chunk", "dataset=synthetic-tiny"], "gnnrun data chunk needs --output DIR"),
         (["data", "chunk", "--output", "x", "--edges-per-file", "many"], "give a positive whole"),

@@ -20,9 +20,7 @@ the next TensorBoard step; epochs that were logged already are not logged twice.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import queue
 import threading
 import time
@@ -32,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnrun.progress import print_warning
+from gnnrun.threads import lower_this_thread_priority
 from gnnrun.tracking.backends import BACKENDS, Backend
 from gnnrun.tracking.config import LoggerConfig
 from gnnrun.tracking.figures import flat_params, scalars
@@ -269,10 +268,8 @@ class Tracker:
             )
 
     def _work(self) -> None:
-        # The lowest CPU priority for this thread alone (Linux: a thread's own nice value):
-        # where the cores are busy with training, sending waits.
-        with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        # Where the cores are busy with training, sending waits.
+        lower_this_thread_priority()
         while True:
             job = self._jobs.get()
             if job is None:

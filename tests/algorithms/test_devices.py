@@ -224,6 +224,12 @@ def test_the_pipeline_on_the_gpu_hands_the_trainer_minibatch_s_minibatches(nproc
         for name, run in result["results"].items():
             assert run["same_inputs"], f"rank {rank}, {name}: minibatches differ"
             assert run["losses"] == pytest.approx(result["minibatch_losses"], rel=1e-5)
+            # Gathered into reused page-locked buffers, copied from there to the GPU; the
+            # stage threads keep the trainer's priority on a GPU rank.
+            assert run["x_in_its_buffer"] == [True] and run["pinned"] == [True], name
+            handover = run["handover"]
+            assert handover["buffers"] - handover["grown"] <= handover["most_lent"], handover
+            assert run["sample_nice"] == [0], run["sample_nice"]
 
 
 @pytest.mark.gpu

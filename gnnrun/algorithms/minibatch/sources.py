@@ -18,6 +18,7 @@ features come per vertex type (`TypedInput`).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -34,6 +35,8 @@ from gnnrun.partition.book import PartitionBook
 
 # A hop's fanout: one for every relation, or one per relation.
 Fanout = int | list[int]
+# (rows, row shape, dtype) -> a tensor of that shape to gather feature rows into.
+RowBuffers = Callable[[int, tuple[int, ...], torch.dtype], torch.Tensor]
 
 
 class GraphSource:
@@ -379,17 +382,18 @@ class PartitionGraphSource(GraphSource):
         return out
 
     def gather_rows(
-        self, nodes: torch.Tensor, node_type: int = -1, pin: bool = False
+        self, nodes: torch.Tensor, node_type: int = -1, into: RowBuffers | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(rows, position): the feature rows of global vertices `nodes` (of `node_type`,
         -1 on a homogeneous graph) in one buffer, and each vertex's row in it, so that
-        rows[position] lists them in order. Served sources only.
+        rows[position] lists them in order.
 
         The buffer holds this rank's own rows first, gathered into it, then each other
-        owner's, received into it: one copy per byte (DistDGLv2's pinned buffer, with
-        `pin`), where putting them in order would take a second. The reordering is left to
-        the reader: on a GPU rank, the GPU's after the buffer's copy."""
-        assert self.fetching is not None, "gather_rows needs a served source"
+        owner's, received into it (served; over the all-to-alls, copied into it once
+        received): one copy per byte (DistDGLv2's pinned buffer), where putting them in
+        order would take a second. The reordering is left to the reader: on a GPU rank, the
+        GPU's after the buffer's copy. `into(rows, row_shape, dtype)` gives the buffer (a
+        reused one); by default a new one."""
         table, first_row = self._table(node_type)
         order, requests = self._route(nodes, self.owner[nodes])
         me, world = self.comm.rank, self.comm.world_size
@@ -399,19 +403,36 @@ class PartitionGraphSource(GraphSource):
             zip(ranks, np.cumsum([0, *[sizes[r] for r in ranks[:-1]]]).tolist(), strict=True)
         )
         dtype = torch.from_numpy(np.empty(0, dtype=table.dtype)).dtype
-        rows = torch.empty((nodes.numel(), *table.shape[1:]), dtype=dtype, pin_memory=pin)
-        part = {r: rows[starts[r] : starts[r] + sizes[r]] for r in ranks}
-        pending = self.fetching.ask(
-            [
-                torch.cat([torch.tensor([node_type]), ids]) if ids.numel() else None
-                for ids in requests
-            ],
-            [(dtype, tuple(table.shape[1:]))],
-            ("feature_requests", "features"),
-            into={r: [part[r]] for r in ranks[1:]},
+        shape = (nodes.numel(), *table.shape[1:])
+        rows = (
+            torch.empty(shape, dtype=dtype) if into is None else into(*shape[:1], shape[1:], dtype)
         )
-        take_rows(table, (self.local[requests[me]] - first_row).numpy(), out=part[me].numpy())
-        pending.wait()
+        part = {r: rows[starts[r] : starts[r] + sizes[r]] for r in ranks}
+        own = (self.local[requests[me]] - first_row).numpy()
+        if self.fetching is not None:
+            pending = self.fetching.ask(
+                [
+                    torch.cat([torch.tensor([node_type]), ids]) if ids.numel() else None
+                    for ids in requests
+                ],
+                [(dtype, tuple(table.shape[1:]))],
+                ("feature_requests", "features"),
+                into={r: [part[r]] for r in ranks[1:]},
+            )
+            take_rows(table, own, out=part[me].numpy())
+            pending.wait()
+        else:  # all-to-alls, in step with every rank (`fetch_rows`' traffic, byte for byte)
+            requests[me] = requests[me][:0]
+            received = self.comm.exchange(requests, "feature_requests")
+            replies = [
+                torch.from_numpy(take_rows(table, (self.local[ids] - first_row).numpy()))
+                for ids in received
+            ]
+            pending = self.comm.exchange_start(replies, "features")
+            take_rows(table, own, out=part[me].numpy())
+            for r, arrived in enumerate(pending.wait()):
+                if r != me:
+                    part[r].copy_(arrived)
         # nodes[order] are grouped by owner in rank order, the buffer's with this rank first.
         in_buffer = torch.cat([torch.arange(starts[r], starts[r] + sizes[r]) for r in range(world)])
         position = torch.empty_like(order)

@@ -8,7 +8,8 @@ blocking and failures):
             sampled hop by hop (a remote vertex by its owner) and compacted
             into blocks
     fetch   the input vertices' features (local rows, remote rows pulled from
-            their owners), in one buffer (pinned on a GPU rank)
+            their owners), in one buffer reused from minibatch to minibatch
+            (gnnrun.algorithms.pipeline.handover; page-locked on a GPU rank)
     device  the copy to the compute device (nothing to copy on a CPU rank): on a
             GPU rank, from pinned host memory on a CUDA stream of its own, the
             input rows then put in order on the GPU, so that the copy of the next
@@ -16,7 +17,8 @@ blocking and failures):
             for the copy's event before it uses the minibatch
 
 and the trainer, which takes finished minibatches and runs forward, backward,
-the gradient all-reduce and the optimizer step. `algorithm.capacity` bounds how
+the gradient all-reduce and the optimizer step. `algorithm.stage_nice` can put
+the stage threads of a CPU rank at a lower priority than the trainer's. `algorithm.capacity` bounds how
 many finished minibatches wait after each stage (0 runs a stage inline in the
 next one's thread; all 0 is `minibatch`'s synchronous loop).
 
@@ -29,9 +31,9 @@ Remote requests (`algorithm.remote_requests`): "served", the default, sends a
 stage's sampling and feature requests to the owners' server threads
 (gnnrun.comm.requests), which answer whatever their own rank is doing, so a rank
 that is slow (its trainer, its sampler) holds up no other rank's stages; the
-input rows land in one buffer, this rank's gathered into it and the others'
-received into it, pinned on a GPU rank, and the device stage puts them in the
-blocks' order on the device (one copy per byte on the host, as DistDGLv2).
+input rows land in the fetch stage's buffer, this rank's gathered into it and the
+others' received into it, and the device stage puts them in the blocks' order on
+the device (one copy per byte on the host, as DistDGLv2).
 "collective" sends them as all-to-alls over a process group per stage
 (`Communicator.private_channel`, never queued behind the trainer's gradient
 all-reduce), which pair every rank's step with every other rank's.
@@ -73,12 +75,14 @@ from gnnrun.algorithms.minibatch.minibatch import (
 )
 from gnnrun.algorithms.minibatch.sources import PartitionGraphSource, sample_minibatch
 from gnnrun.algorithms.pipeline.feature_cache import FeatureCache
+from gnnrun.algorithms.pipeline.handover import HandOverBuffers, Lease
 from gnnrun.algorithms.pipeline.stages import Stage, StagePipeline
 from gnnrun.algorithms.registry import ALGORITHMS
 from gnnrun.config import check
 from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.ops.block import Block
 from gnnrun.tasks.link import EdgeTargets
+from gnnrun.threads import lower_this_thread_priority
 
 STAGES = ("sample", "fetch", "device")
 REMOTE_REQUESTS = ("served", "collective")
@@ -90,9 +94,15 @@ class PipelineConfig(SampledConfig):
     # Finished minibatches that may wait after each stage (DistDGLv2 keeps many cheap
     # sampled ones, fewer with their features, one on the device: 25, 5, 1); 0: inline.
     capacity: dict[str, int] = field(default_factory=lambda: {"sample": 8, "fetch": 4, "device": 1})
-    # Intra-op threads of each stage's thread (sampling kernels, feature gathers);
-    # the trainer keeps the rank's compute threads.
-    stage_threads: int = 1
+    # Intra-op threads of each stage's thread (sampling kernels, feature gathers); the
+    # trainer keeps the rank's compute threads. 0: `stage_threads_for` the rank's device.
+    stage_threads: int = 0
+    # The stage threads' nice value on a CPU rank: 0, the trainer's priority; up to 19,
+    # the lowest (the trainer's compute threads first: a stage thread that takes a core
+    # from one of them mid parallel region holds up all of them at its end). Measured on
+    # 2 shared cores, 19 was never faster and starved the stages of ranks computing on one
+    # thread (benchmarks/2026-11-27-pipeline-cpu.md).
+    stage_nice: int = 0
     # Input-feature rows of the most-connected vertices kept on the rank's device (the
     # GPU; gnnrun.algorithms.pipeline.feature_cache); 0: none.
     gpu_cache_rows: int = 0
@@ -118,7 +128,16 @@ class PipelineConfig(SampledConfig):
                 f"algorithm.capacity.{name} is {value}: give a count of minibatches, 0 or more "
                 "(0 runs the stage inline)",
             )
-        check(self.stage_threads >= 1, "algorithm.stage_threads must be at least 1")
+        check(
+            self.stage_threads >= 0,
+            f"algorithm.stage_threads is {self.stage_threads}: give a thread count, or 0 to "
+            "let the rank's device decide",
+        )
+        check(
+            0 <= self.stage_nice <= 19,
+            f"algorithm.stage_nice is {self.stage_nice}: give a nice value from 0 (the "
+            "trainer's priority) to 19 (the lowest)",
+        )
         check(
             self.remote_requests in REMOTE_REQUESTS,
             f"algorithm.remote_requests={self.remote_requests!r}"
@@ -143,6 +162,7 @@ class _Item:
     rows_at: torch.Tensor | None = None  # x's rows come in the order x[rows_at] (served)
     cache_slots: torch.Tensor | None = None  # with a feature cache: each input's slot or -1
     copied: Any = None  # on a GPU rank, the event after the copy to the GPU
+    lease: Lease | None = None  # the buffer x is in, until the device stage has read it
     targets: torch.Tensor | EdgeTargets | None = None
     sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # bytes, by purpose
 
@@ -166,6 +186,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         self._finished_lock = threading.Lock()
         self.feature_cache: FeatureCache | None = None
         self.served: PartitionGraphSource | None = None  # the stages' source, when served
+        self.handover: HandOverBuffers | None = None  # the fetch stage's buffers
         if cfg.algorithm.gpu_cache_rows and self.schema is not None:
             raise GnnrunError(
                 "algorithm.gpu_cache_rows caches one feature table, and a heterogeneous "
@@ -193,9 +214,21 @@ class PipelinedMinibatch(DistributedMinibatch):
             sample_source = self.source.talking_over(sample_comm)
             fetch_source = self.source.talking_over(fetch_comm)
             sample_bytes, fetch_bytes = sample_comm.bytes, fetch_comm.bytes
-        # One buffer per minibatch, each byte copied into it once, reordered on the device.
-        one_copy = self.served is not None and self.schema is None
-        threads = self.cfg.algorithm.stage_threads
+        # The input rows of a minibatch, each byte copied once into a reused buffer (pinned
+        # on a GPU rank), put in order on the device.
+        buffers = None
+        if self.schema is None:
+            buffers = self.handover = HandOverBuffers(pin=copy_stream is not None)
+        compute_threads = torch.get_num_threads()
+        threads = self.cfg.algorithm.stage_threads or stage_threads_for(
+            self.device, compute_threads
+        )
+        nice = self.cfg.algorithm.stage_nice if self.device.type == "cpu" else 0
+
+        def start_stage() -> None:
+            if nice:
+                lower_this_thread_priority(nice)
+            torch.set_num_threads(threads)
 
         def sample(item: _Item) -> _Item:
             self._hook("sample", item)
@@ -211,13 +244,18 @@ class PipelinedMinibatch(DistributedMinibatch):
             inputs = needed.numel()
             if self.feature_cache is not None:
                 item.cache_slots, needed = self.feature_cache.lookup(needed)
-            pin = copy_stream is not None  # so that the copy to the GPU is asynchronous
-            if one_copy:
-                item.x, item.rows_at = fetch_source.gather_rows(needed, pin=pin)
-            else:
+            if buffers is not None:
+                lease = None
+
+                def into(rows, row_shape, dtype):
+                    nonlocal lease
+                    lease = buffers.take(rows, row_shape, dtype)
+                    return lease.rows
+
+                item.x, item.rows_at = fetch_source.gather_rows(needed, into=into)
+                item.lease = lease
+            else:  # a heterogeneous graph: a table per vertex type, each gathered in order
                 item.x = fetch_source.features(needed)
-                if pin and isinstance(item.x, torch.Tensor):
-                    item.x = item.x.pin_memory()
             gathered = sum(t.numel() * t.element_size() for t in tensors_in(item.x))
             with self._finished_lock:  # what a GPU rank copies of the input rows
                 self._feature_bytes[item.epoch] += gathered
@@ -238,16 +276,19 @@ class PipelinedMinibatch(DistributedMinibatch):
             if copy_stream is not None:
                 item.copied = torch.cuda.Event()
                 item.copied.record(copy_stream)
+            if item.lease is not None:  # read by now, or by the copy that `copied` ends
+                assert buffers is not None
+                buffers.give_back(item.lease, item.copied)
+                item.lease = None
             with self._finished_lock:
                 self._finished[item.epoch] += 1
             return item
 
         self.end = end_epoch
-        compute_threads = torch.get_num_threads()
         self.pipeline = StagePipeline(
             self._schedule(start_epoch, end_epoch, steps),
             [
-                Stage(name, self.capacity[name], work, lambda: torch.set_num_threads(threads))
+                Stage(name, self.capacity[name], work, start_stage)
                 for name, work in zip(STAGES, (sample, fetch, to_device), strict=True)
             ],
         )
@@ -294,6 +335,8 @@ class PipelinedMinibatch(DistributedMinibatch):
             # GPU rank copies to the GPU (without the rows a feature cache held).
             stats["feature_bytes"] = self._feature_bytes.pop(self.epoch, 0)
             hits, inputs = self._cache_hits.pop(self.epoch, 0), self._inputs.pop(self.epoch, 0)
+        if self.handover is not None:  # since the pipeline started
+            stats["handover"] = self.handover.take_stats()
         if self.feature_cache is not None:
             stats["feature_cache"] = {
                 "rows": self.feature_cache.num_rows,
@@ -331,6 +374,17 @@ class PipelinedMinibatch(DistributedMinibatch):
         hook = self.stage_hooks.get(stage)
         if hook is not None:
             hook(item)
+
+
+def stage_threads_for(device: torch.device, compute_threads: int) -> int:
+    """Each stage's intra-op threads by default. On a CPU rank, one: the compute threads
+    keep the rank's cores, and the stages (at a lower priority) take what they leave. On a
+    GPU rank the trainer's thread only launches kernels, so the CPU's threads go to the
+    stages, split between sampling and the feature gather, which run at the same time (the
+    device stage's work is the GPU's)."""
+    if device.type == "cpu":
+        return 1
+    return max(1, compute_threads // 2)
 
 
 def _add(total: dict[str, int], sent: dict[str, int]) -> None:

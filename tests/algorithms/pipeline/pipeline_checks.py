@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from gnnrun.threads import this_thread_nice
 from gnnrun.train.trainer import train_epoch
 
 # rank_checks lies in the folder above, which the ranks do not have on their path.
@@ -96,8 +97,25 @@ def pipeline_equals_minibatch(
         "results": {},
     }
     for name, cfg in pipelines.items():
-        run = trajectory(cfg, epochs)
+        seen = {"sample_nice": set(), "x_in_its_buffer": set(), "pinned": set()}
+
+        def sampling(item, seen=seen):
+            seen["sample_nice"].add(this_thread_nice())
+
+        def copying(item, seen=seen):
+            # The rows the device stage reads are the buffer the fetch stage gathered into.
+            lease = item.lease
+            seen["pinned"].add(lease is not None and lease.storage.is_pinned())
+            seen["x_in_its_buffer"].add(
+                lease is not None
+                and item.x.untyped_storage().data_ptr() == lease.storage.data_ptr()
+            )
+
+        run = trajectory(cfg, epochs, hooks={"sample": sampling, "device": copying})
         out["results"][name] = {
+            **{key: sorted(values) for key, values in seen.items()},
+            "handover": run["epochs"][-1].get("handover"),
+            "feature_bytes": sum(e.get("feature_bytes", 0) for e in run["epochs"]),
             "same": same_training(reference, run),
             "same_inputs": same_inputs(reference, run),
             "losses": [e["loss"] for e in run["epochs"]],

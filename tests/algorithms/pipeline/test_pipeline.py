@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from gnnrun.algorithms.pipeline.pipeline import stage_threads_for
 from gnnrun.errors import GnnrunError
 from gnnrun.testing import run_on_ranks
 
@@ -23,6 +25,8 @@ COMMON = (
 )
 # The options around the layers, batch normalisation's statistics per minibatch included.
 AROUND = ("model.residual=true", "model.norm=batch", "model.jk=cat")
+# The stage threads' priority as set; the others' the default, the trainer's.
+NICE = {"four": ("algorithm.stage_nice=19",)}
 CAPACITIES = {
     "synchronous": "{sample: 0, fetch: 0, device: 0}",
     "one": "{sample: 1, fetch: 1, device: 1}",
@@ -43,6 +47,7 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
             "algorithm=pipeline",
             f"cluster.nprocs={nprocs}",
             f"algorithm.capacity={c}",
+            *NICE.get(name, ()),
         )
         for name, c in CAPACITIES.items()
     }
@@ -63,6 +68,23 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
         assert result["steps"] >= 4, "the test needs several steps per epoch"
         for name, run in result["results"].items():
             assert run["same"], f"rank {rank}, capacities {name}: training differs from minibatch"
+            capacity = CAPACITIES.get(name, CAPACITIES["four"])
+            fetch = int(capacity.split("fetch: ")[1][0])
+            sample = int(capacity.split("sample: ")[1][0])
+            # A stage thread runs at the priority set, else the rank's default; a stage run
+            # inline, in the trainer's thread, at the trainer's.
+            nice = int(NICE.get(name, ("=0",))[0].split("=")[1])
+            assert run["sample_nice"] == ([nice] if sample else [0]), (name, run["sample_nice"])
+            # One host copy per byte: every input row was gathered into a hand-over buffer,
+            # and the device stage read that buffer itself; buffers are reused, at most one
+            # per minibatch between the fetch stage and the device stage.
+            handover = run["handover"]
+            assert run["x_in_its_buffer"] == [True], name
+            assert run["pinned"] == [False], name  # (page-locked on a GPU rank only)
+            assert handover["bytes_handed"] == run["feature_bytes"], (name, handover)
+            assert handover["most_lent"] <= (fetch + 2 if fetch else 1), (name, handover)
+            # Every buffer made is in use or was replaced by a larger one: none leaks.
+            assert handover["buffers"] - handover["grown"] <= handover["most_lent"], handover
             if name == "collective":
                 assert run["bytes"] == result["minibatch_bytes"], f"rank {rank}: bytes differ"
                 continue
@@ -184,3 +206,10 @@ def test_a_feature_cache_trains_exactly_and_moves_fewer_bytes(configure):
             row_bytes = without[epoch] / stats["lookups"]
             assert with_cache[epoch] == pytest.approx(without[epoch] - stats["hits"] * row_bytes)
         assert sum(fetched_cached) < sum(fetched), (fetched, fetched_cached)
+
+
+def test_stage_threads_by_device():
+    """On a CPU rank the compute keeps the cores; on a GPU rank the stages get them."""
+    assert stage_threads_for(torch.device("cpu"), 16) == 1
+    assert stage_threads_for(torch.device("cuda"), 16) == 8
+    assert stage_threads_for(torch.device("cuda"), 1) == 1

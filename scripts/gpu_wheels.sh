@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# gnnrun's pure-Python dependencies that a GPU machine's image lacks, as wheels in ./.whl,
+# for scripts/gpu_check.sh to install there (the machine reaches no package registry).
+# Run it here, where pip reaches PyPI; the wheels are for CPython 3.12 on x86-64 Linux
+# (the GPU image's python3). The image already has torch, numpy, scipy, pandas, rich,
+# matplotlib, pyyaml and torch-geometric.
+#
+#   bash scripts/gpu_wheels.sh          # then carry .whl with the working tree
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .whl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+    hydra-core==1.3.8 omegaconf==2.3.1 pymetis==2025.2.2
+# antlr4-python3-runtime 4.9.3 (omegaconf's pin) is published as a source archive only:
+# it is pure Python, so a wheel built here runs anywhere.
+python3 -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
+ls -l .whl
