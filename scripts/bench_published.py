@@ -36,7 +36,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GNNRUN = str(Path(sys.executable).parent / "gnnrun")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_runs import GNNRUN  # noqa: E402  (the console script, or python -m gnnrun.cli)
 
 TOLOKERS = [
     "dataset=tolokers",
@@ -94,8 +95,9 @@ def run(recipe: str, index: int, out: Path, extra: list[str], layers: int | None
     summary = run_dir / "summary.json"
     if not summary.exists():
         each = [f"{key}={index}" for key in varied.split(",")]
-        command = [GNNRUN, "train", *overrides, *each, *extra, f"hydra.run.dir={run_dir}"]
-        print("$ gnnrun", " ".join(command[2:]), flush=True)
+        arguments = ["train", *overrides, *each, *extra, f"hydra.run.dir={run_dir}"]
+        command = [*GNNRUN, *arguments]
+        print("$ gnnrun", " ".join(arguments), flush=True)
         with open(out / f"{recipe}-{index}.log", "w") as log:
             subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, check=True)
     return json.loads(summary.read_text())[read]
