@@ -254,7 +254,7 @@ class PreNormBlock(torch.nn.Module):
     """One layer of a pre-normalised stack (`model.block=pre_norm_ffn`; Platonov et al.,
     ICLR 2023, their ResidualModuleWrapper around a GNN module):
 
-        h + dropout(W2 activation(dropout(W1 message(norm(h))) + b1) + b2)
+        h + dropout(W2 activation(dropout(W1 message(norm(h)) + b1)) + b2)
 
     where `message` is the model's aggregation without weights (BLOCK_MESSAGES: GCN's
     normalised sum, SAGE's own row beside its neighbours' mean, GAT's attention) and W1,
