@@ -132,3 +132,21 @@ def test_a_wrong_block_or_one_without_a_message_is_one_line():
         ModelConfig(name="rgcn", block="pre_norm_ffn").validate()
     with pytest.raises(Exception, match="model.jk=cat reads hidden layers"):
         ModelConfig(name="gcn", block="pre_norm_ffn", jk="cat").validate()
+
+
+def test_the_blocks_feed_forward_network_drops_out_before_the_activation():
+    """In training, a block is h + dropout(W2 gelu(dropout(W1 m + b1)) + b2): the same
+    masks (drawn in the same order from the same seed) reproduce it only in that order."""
+    from gnnrun.ops.dropout import dropout
+
+    cfg = ModelConfig(
+        name="gcn", hidden=8, layers=1, block="pre_norm_ffn", dropout=0.5, activation="gelu"
+    )
+    block = build_model(cfg, in_dim=3, num_classes=2).double().layers[0]
+    h = torch.randn(4, 8, dtype=torch.float64)
+    torch.manual_seed(5)
+    got = block(PATH, h)
+    torch.manual_seed(5)
+    m = block.message(PATH, block.norm(h))
+    inner = torch.nn.functional.gelu(dropout(block.linear_1(m), 0.5))
+    torch.testing.assert_close(got, h + dropout(block.linear_2(inner), 0.5))
