@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from gnnrun.config import check
-from gnnrun.models.registry import LAYERS, ModelConfig
+from gnnrun.models.registry import BLOCK_MESSAGES, LAYERS, ModelConfig
 from gnnrun.ops.attention import gat_aggregate
 from gnnrun.ops.block import Block
 
@@ -17,7 +17,7 @@ class GatConfig(ModelConfig):
     def validate(self) -> None:
         super().validate()
         check(
-            self.layers == 1 or self.hidden % self.heads == 0,
+            (self.layers == 1 and not self.pre_norm) or self.hidden % self.heads == 0,
             f"model.hidden ({self.hidden}) must be a multiple of model.heads ({self.heads}): "
             "hidden GAT layers concatenate their heads",
         )
@@ -64,6 +64,35 @@ class GATConv(torch.nn.Module):
         return out + self.bias
 
 
+class GATMessage(torch.nn.Module):
+    """The pre-normalised block's GAT message (gnnrun.models.gnn), Platonov et al.'s: a
+    linear map with a bias, then per head h and edge u -> v (self-loops included)
+
+        score[u->v, h] = leaky_relu(A_u[h] . x_u + b[h] + A_v[h] . x_v)
+
+    over the whole projected rows x (not only head h's slice, as GATConv's attention),
+    softmax over v's in-edges, and head h's slice of the rows summed with those weights;
+    the heads concatenated. Head h's slice is the columns h * d / heads onwards (theirs
+    interleave the heads' columns: the same model, its projection's columns permuted)."""
+
+    def __init__(self, width: int, heads: int, negative_slope: float = 0.2) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"model.hidden ({width}) must be a multiple of model.heads ({heads})")
+        self.heads, self.head_dim, self.negative_slope = heads, width // heads, negative_slope
+        self.linear = torch.nn.Linear(width, width)
+        self.attn_src = torch.nn.Linear(width, heads)
+        self.attn_dst = torch.nn.Linear(width, heads, bias=False)
+        self.out_dim = width
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        x = self.linear(x)
+        el, er = self.attn_src(x), self.attn_dst(x[: block.num_dst])
+        h = x.view(-1, self.heads, self.head_dim)
+        out = gat_aggregate(with_self_loops(block), h, el, er, self.negative_slope)
+        return out.flatten(1)
+
+
 def with_self_loops(block: Block) -> Block:
     """The block plus an edge v -> v for every destination (cached on the block)."""
     cached = getattr(block, "_with_self_loops", None)
@@ -96,3 +125,8 @@ def gat_layer(
     in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool, schema=None
 ) -> torch.nn.Module:
     return GATConv(in_dim, out_dim, cfg.heads, concat=not is_last)
+
+
+@BLOCK_MESSAGES.register("gat")
+def gat_message(width: int, cfg: ModelConfig) -> torch.nn.Module:
+    return GATMessage(width, cfg.heads)

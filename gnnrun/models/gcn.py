@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnrun.models.registry import LAYERS, ModelConfig
+from gnnrun.models.registry import BLOCK_MESSAGES, LAYERS, ModelConfig
 from gnnrun.ops.aggregate import aggregate_normalized
 from gnnrun.ops.block import Block
 from gnnrun.ops.precision import factor_dtype
@@ -40,13 +40,32 @@ class GCNConv(torch.nn.Module):
         return self.linear(x) if self.project_first else x
 
     def propagate(self, block: Block, rows: torch.Tensor) -> torch.Tensor:
-        dtype = factor_dtype(rows)  # float32 factors for bfloat16 rows
-        norm_src = (block.graph_out_degrees().to(dtype) + 1.0).rsqrt()
-        norm_dst = (block.graph_in_degrees().to(dtype) + 1.0).rsqrt()
         if self.project_first:
-            return aggregate_normalized(block, rows, norm_src, norm_dst) + self.bias
-        propagated = aggregate_normalized(block, rows, norm_src, norm_dst)
-        return torch.addmm(self.bias, propagated, self.linear.weight.T)
+            return gcn_aggregate(block, rows) + self.bias
+        return torch.addmm(self.bias, gcn_aggregate(block, rows), self.linear.weight.T)
+
+
+def gcn_aggregate(block: Block, rows: torch.Tensor) -> torch.Tensor:
+    """sum over u in N(v) + {v} of rows_u / sqrt((d_u + 1)(d_v + 1)): GCN's normalised
+    aggregation with self-loops, without the linear map."""
+    dtype = factor_dtype(rows)  # float32 factors for bfloat16 rows
+    norm_src = (block.graph_out_degrees().to(dtype) + 1.0).rsqrt()
+    norm_dst = (block.graph_in_degrees().to(dtype) + 1.0).rsqrt()
+    return aggregate_normalized(block, rows, norm_src, norm_dst)
+
+
+class GCNMessage(torch.nn.Module):
+    """The pre-normalised block's GCN message (gnnrun.models.gnn): GCN's normalised
+    aggregation with self-loops, no weights (Platonov et al. add the self-loops to the
+    graph, and the degrees count them, for GCN). The block's feed-forward network's first
+    linear map is GCNConv's."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.out_dim = width
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        return gcn_aggregate(block, x)
 
 
 @LAYERS.register("gcn")
@@ -54,3 +73,8 @@ def gcn_layer(
     in_dim: int, out_dim: int, cfg: ModelConfig, is_last: bool, schema=None
 ) -> torch.nn.Module:
     return GCNConv(in_dim, out_dim)
+
+
+@BLOCK_MESSAGES.register("gcn")
+def gcn_message(width: int, cfg: ModelConfig) -> torch.nn.Module:
+    return GCNMessage(width)

@@ -9,7 +9,7 @@ import torch
 from gnnrun.data.hetero import HeteroSchema
 from gnnrun.models.hetero import TypedInput, TypedInputEncoder
 from gnnrun.models.link import LinkModel, build_scorer
-from gnnrun.models.registry import ACTIVATIONS, LAYERS, ModelConfig
+from gnnrun.models.registry import ACTIVATIONS, BLOCK_MESSAGES, LAYERS, ModelConfig
 from gnnrun.ops.block import Block
 from gnnrun.ops.dropout import dropout, relu_dropout
 from gnnrun.ops.precision import widened
@@ -46,7 +46,12 @@ class GNN(torch.nn.Module):
       (jumping knowledge, Xu et al. 2018), into
     - `output_mlp` (implied by `jk`): a linear layer to the output width after the last
       message-passing layer, which is then a hidden one (`hidden` wide, normalised and
-      activated)."""
+      activated).
+
+    `block=pre_norm_ffn` makes each layer a PreNormBlock instead (Platonov et al.'s
+    residual block: normalisation first, a feed-forward network after the message),
+    with the input linear layer before the first and `norm` then the output linear
+    layer after the last; `residual` and `input_mlp` / `output_mlp` are then implied."""
 
     def __init__(
         self, cfg: ModelConfig, in_dim: int, num_classes: int, schema: HeteroSchema | None = None
@@ -57,29 +62,6 @@ class GNN(torch.nn.Module):
         if schema is not None:
             in_dim = TypedInputEncoder.width_for(schema, cfg.hidden, cfg.input_projection)
             self.encoder = TypedInputEncoder(schema, in_dim, cfg.input_projection)
-        self.input_linear = torch.nn.Linear(in_dim, cfg.hidden) if cfg.input_mlp else None
-        self.widths = dims = conv_widths(cfg, in_dim, num_classes)
-        self.num_hidden = cfg.layers if cfg.head else cfg.layers - 1  # normalised, activated
-        self.layers = torch.nn.ModuleList(
-            build(dims[i], dims[i + 1], cfg, i >= self.num_hidden, schema)
-            for i in range(cfg.layers)
-        )
-        self.norms = torch.nn.ModuleList(
-            NORMALISATIONS[cfg.norm](dims[i + 1]) for i in range(self.num_hidden)
-        )
-        self.skips = (
-            torch.nn.ModuleList(
-                torch.nn.Identity()
-                if dims[i] == dims[i + 1]
-                else torch.nn.Linear(dims[i], dims[i + 1], bias=False)
-                for i in range(cfg.layers)
-            )
-            if cfg.residual
-            else None
-        )
-        self.jk = cfg.jk
-        head_in = cfg.hidden * cfg.layers if cfg.jk == "cat" else cfg.hidden
-        self.output_linear = torch.nn.Linear(head_in, num_classes) if cfg.head else None
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(
                 f"model.activation {cfg.activation!r}: choose one of {sorted(ACTIVATIONS)}"
@@ -87,6 +69,42 @@ class GNN(torch.nn.Module):
         self.activation = ACTIVATIONS[cfg.activation]
         self.input_dropout = Dropout(cfg.input_dropout)
         self.dropout = Dropout(cfg.dropout)
+        self.pre_norm = cfg.pre_norm
+        self.input_linear = torch.nn.Linear(in_dim, cfg.hidden) if cfg.stem else None
+        self.widths = dims = conv_widths(cfg, in_dim, num_classes)
+        if self.pre_norm:  # each layer normalises, activates and adds its input itself
+            self.num_hidden, self.skips = 0, None
+            message = BLOCK_MESSAGES.get(cfg.name)
+            self.layers = torch.nn.ModuleList(
+                PreNormBlock(message(cfg.hidden, cfg), cfg, self.activation)
+                for _ in range(cfg.layers)
+            )
+        else:
+            self.num_hidden = cfg.layers if cfg.head else cfg.layers - 1  # normalised, activated
+            self.layers = torch.nn.ModuleList(
+                build(dims[i], dims[i + 1], cfg, i >= self.num_hidden, schema)
+                for i in range(cfg.layers)
+            )
+            self.skips = (
+                torch.nn.ModuleList(
+                    torch.nn.Identity()
+                    if dims[i] == dims[i + 1]
+                    else torch.nn.Linear(dims[i], dims[i + 1], bias=False)
+                    for i in range(cfg.layers)
+                )
+                if cfg.residual
+                else None
+            )
+        self.norms = torch.nn.ModuleList(
+            NORMALISATIONS[cfg.norm](dims[i + 1]) for i in range(self.num_hidden)
+        )
+        # A pre-normalised stack's residual stream is normalised once more at its end.
+        self.output_norm = (
+            NORMALISATIONS[cfg.norm](cfg.hidden) if self.pre_norm else torch.nn.Identity()
+        )
+        self.jk = cfg.jk
+        head_in = cfg.hidden * cfg.layers if cfg.jk == "cat" else cfg.hidden
+        self.output_linear = torch.nn.Linear(head_in, num_classes) if cfg.head else None
 
     def forward(
         self,
@@ -202,9 +220,12 @@ class GNN(torch.nn.Module):
         return widened(self._head([*(earlier or []), h]))
 
     def _input(self, h: torch.Tensor) -> torch.Tensor:
-        """The input linear layer, activated and dropped out (`input_mlp`)."""
+        """The input linear layer, activated and dropped out (`input_mlp`); in a
+        pre-normalised stack dropped out, then activated (PreNormBlock's order)."""
         if self.input_linear is None:
             return h
+        if self.pre_norm:
+            return self.activation(self.dropout(self.input_linear(h)))
         return self._activate_and_drop(self.input_linear(h))
 
     def _after(self, i: int, out: torch.Tensor, skip: torch.Tensor | None) -> torch.Tensor:
@@ -221,12 +242,40 @@ class GNN(torch.nn.Module):
         if self.jk != "none":
             rows = [o[: h.shape[0]] for o in outputs]
             h = torch.cat(rows, dim=1) if self.jk == "cat" else torch.stack(rows).amax(dim=0)
-        return h if self.output_linear is None else self.output_linear(h)
+        return h if self.output_linear is None else self.output_linear(self.output_norm(h))
 
     def _activate_and_drop(self, h: torch.Tensor) -> torch.Tensor:
         if self.activation is torch.relu:  # the common case, fused into one pass each way
             return relu_dropout(h, self.dropout.p, self.training)
         return self.dropout(self.activation(h))
+
+
+class PreNormBlock(torch.nn.Module):
+    """One layer of a pre-normalised stack (`model.block=pre_norm_ffn`; Platonov et al.,
+    ICLR 2023, their ResidualModuleWrapper around a GNN module):
+
+        h + dropout(W2 activation(dropout(W1 message(norm(h)) + b1)) + b2)
+
+    where `message` is the model's aggregation without weights (BLOCK_MESSAGES: GCN's
+    normalised sum, SAGE's own row beside its neighbours' mean, GAT's attention) and W1,
+    W2 are a feed-forward network's linear maps to `hidden`. W1 after GCN's sum is
+    GCNConv's linear map, after SAGE's pair SAGEConv's two; GAT's message has a
+    projection of its own before the attention. Dropout comes before the activation, as
+    in their feed-forward network (the same for ReLU, not for GELU)."""
+
+    def __init__(self, message: torch.nn.Module, cfg: ModelConfig, activation) -> None:
+        super().__init__()
+        self.norm = NORMALISATIONS[cfg.norm](cfg.hidden)
+        self.message = message
+        self.linear_1 = torch.nn.Linear(message.out_dim, cfg.hidden)
+        self.linear_2 = torch.nn.Linear(cfg.hidden, cfg.hidden)
+        self.dropout = Dropout(cfg.dropout)
+        self.activation = activation
+
+    def forward(self, block: Block, h: torch.Tensor) -> torch.Tensor:
+        m = self.message(block, self.norm(h))
+        out = self.dropout(self.linear_2(self.activation(self.dropout(self.linear_1(m)))))
+        return h[: out.shape[0]] + out.to(h.dtype)
 
 
 # `model.norm` -> the normalisation of a hidden layer's output of the given width.
@@ -247,7 +296,7 @@ def conv_widths(cfg: ModelConfig, in_dim: int, num_classes: int) -> list[int]:
     """The message-passing layers' widths: the first one's input (`hidden` after an input
     linear layer), then every layer's output (the last one `hidden` before an output
     linear layer)."""
-    first = cfg.hidden if cfg.input_mlp else in_dim
+    first = cfg.hidden if cfg.stem else in_dim
     last = cfg.hidden if cfg.head else num_classes
     return [first] + [cfg.hidden] * (cfg.layers - 1) + [last]
 

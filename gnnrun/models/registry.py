@@ -29,6 +29,8 @@ ACTIVATIONS = {"relu": torch.relu, "elu": torch.nn.functional.elu, "gelu": torch
 # `model.norm` and `model.jk` choices (gnnrun.models.gnn).
 NORMS = ("none", "layer", "batch")
 JUMPING_KNOWLEDGE = ("none", "cat", "max")
+# `model.block` choices (gnnrun.models.gnn): what each layer of the stack is.
+BLOCKS = ("post_norm", "pre_norm_ffn")
 
 
 @dataclass
@@ -55,13 +57,28 @@ class ModelConfig:
     input_mlp: bool = False
     output_mlp: bool = False
     jk: str = "none"  # none | cat | max (implies an output linear layer)
+    # What each layer of the stack is (gnnrun.models.gnn): `post_norm`, the graph layer
+    # and then the options above; `pre_norm_ffn`, Platonov et al.'s (ICLR 2023) residual
+    # block h + FFN(message(norm(h))), with the input and output linear layers.
+    block: str = "post_norm"  # post_norm | pre_norm_ffn
     # task=link: the width of the vertex embeddings (0: model.hidden).
     embedding: int = 0
 
     @property
+    def pre_norm(self) -> bool:
+        """Whether each layer is the pre-normalised residual block with a feed-forward
+        network (`block=pre_norm_ffn`), which implies the input and output linear layers."""
+        return self.block == "pre_norm_ffn"
+
+    @property
     def head(self) -> bool:
         """Whether an output linear layer follows the last message-passing layer."""
-        return self.output_mlp or self.jk != "none"
+        return self.output_mlp or self.jk != "none" or self.pre_norm
+
+    @property
+    def stem(self) -> bool:
+        """Whether an input linear layer comes before the first message-passing layer."""
+        return self.input_mlp or self.pre_norm
 
     @property
     def link_width(self) -> int:
@@ -83,6 +100,21 @@ class ModelConfig:
             self.jk in JUMPING_KNOWLEDGE,
             f"model.jk {self.jk!r}: choose one of {', '.join(JUMPING_KNOWLEDGE)}",
         )
+        check(
+            self.block in BLOCKS,
+            f"model.block {self.block!r}: choose one of {', '.join(BLOCKS)}",
+        )
+        if self.pre_norm:
+            check(
+                self.name in BLOCK_MESSAGES.names(),
+                f"model.block=pre_norm_ffn has no message for model.name={self.name}: use "
+                f"model.name {' or '.join(BLOCK_MESSAGES.names())}, or model.block=post_norm",
+            )
+            check(
+                self.jk == "none",
+                f"model.jk={self.jk} reads hidden layers' outputs, which model.block="
+                "pre_norm_ffn does not have (one residual stream): use model.jk=none",
+            )
         check(self.embedding >= 0, "model.embedding must be positive (or 0: model.hidden)")
 
     def check_widths(self, widths: list[int]) -> None:
@@ -124,3 +156,10 @@ ModelConfig.__init__ = _taking_moved_settings(ModelConfig.__init__)
 LAYERS: Registry[Callable[[int, int, ModelConfig, bool], torch.nn.Module]] = Registry(
     "model", group="model", base_schema=ModelConfig
 )
+
+# `model.name` -> the message of the pre-normalised block (`model.block=pre_norm_ffn`,
+# gnnrun.models.gnn): (width, cfg) -> a module with forward(block, x_src) -> the rows the
+# block's feed-forward network reads at the destinations, and `out_dim`, their width. A
+# message has no linear map of its own after the aggregation: the feed-forward network's
+# first one follows it. A model without one refuses the block at startup.
+BLOCK_MESSAGES: Registry[Callable[[int, ModelConfig], torch.nn.Module]] = Registry("block message")

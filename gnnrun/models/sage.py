@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from gnnrun.config import check
-from gnnrun.models.registry import LAYERS, ModelConfig
+from gnnrun.models.registry import BLOCK_MESSAGES, LAYERS, ModelConfig
 from gnnrun.ops.aggregate import aggregate, aggregate_normalized, aggregate_with_dst
 from gnnrun.ops.block import Block
 from gnnrun.ops.precision import factor_dtype
@@ -74,6 +74,32 @@ class SAGEConv(torch.nn.Module):
         if self.project_first:
             return aggregate_normalized(block, rows, None, scale).add_(self.neigh.bias)
         return self.neigh(aggregate_normalized(block, rows, None, scale))
+
+
+class SAGEMessage(torch.nn.Module):
+    """The pre-normalised block's SAGE message (gnnrun.models.gnn), no weights. mean: each
+    destination's row, then the mean of its in-neighbours' (Platonov et al.'s, twice the
+    width: the feed-forward network's first linear map then is W_self x_v + W_neigh mean_u
+    x_u + b, SAGEConv's). gcn: (x_v + sum_u x_u) / (deg(v) + 1)."""
+
+    def __init__(self, width: int, aggregator: str) -> None:
+        super().__init__()
+        if aggregator not in AGGREGATORS:
+            raise ValueError(f"model.aggregator {aggregator!r}: choose mean or gcn")
+        self.aggregator = aggregator
+        self.out_dim = 2 * width if aggregator == "mean" else width
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        if self.aggregator == "mean":
+            mean, x_dst = aggregate_with_dst(block, x, "mean")
+            return torch.cat([x_dst, mean], dim=1)
+        scale = 1.0 / (block.graph_in_degrees().to(factor_dtype(x)) + 1.0)
+        return aggregate_normalized(block, x, None, scale)
+
+
+@BLOCK_MESSAGES.register("sage")
+def sage_message(width: int, cfg: ModelConfig) -> torch.nn.Module:
+    return SAGEMessage(width, cfg.aggregator)
 
 
 @LAYERS.register("sage", SageConfig)

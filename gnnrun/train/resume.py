@@ -41,6 +41,7 @@ REFUSED = (
     "model.input_mlp",
     "model.output_mlp",
     "model.jk",
+    "model.block",
     "model.embedding",
     "algorithm.name",
     "optimizer.name",
@@ -56,6 +57,7 @@ _MODEL_OPTIONS_OFF = {
     "model.input_mlp": False,
     "model.output_mlp": False,
     "model.jk": "none",
+    "model.block": "post_norm",
     "model.embedding": 0,
 }
 _PARTITION_LOCATION = "output_dir"

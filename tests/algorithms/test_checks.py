@@ -101,8 +101,23 @@ def test_the_heterophilous_benchmark_presets_are_platonovs_recipe(name):
     cfg = make_config(f"model=hetero_bench_{name}", "dataset=tolokers")
     model = cfg.model
     assert (model.name, model.hidden, model.activation, model.dropout) == (name, 512, "gelu", 0.2)
-    assert model.residual and model.norm == "layer" and model.input_mlp and model.output_mlp
-    assert (cfg.optimizer.lr, cfg.optimizer.weight_decay) == (3e-5, 0.0)
+    assert model.block == "pre_norm_ffn" and model.norm == "layer" and model.jk == "none"
+    assert (
+        model.input_dropout == 0
+        and model.aggregator == "mean"
+        and model.heads == (8 if name == "gat" else 1)
+    )
+    optimizer = cfg.optimizer
+    assert (optimizer.name, optimizer.lr, optimizer.weight_decay) == ("adamw", 3e-5, 0.0)
+
+
+def test_spmm1d_refuses_the_pre_normalised_block():
+    with pytest.raises(GnnrunError, match=r"without model.block=pre_norm_ffn: leave them out"):
+        check_runnable(
+            make_config(
+                "algorithm=spmm1d", "model=gcn", "partitioner=block1d", "model.block=pre_norm_ffn"
+            )
+        )
 
 
 def test_the_gae_preset_is_kipf_and_wellings():

@@ -28,6 +28,12 @@ TINY = ("dataset=synthetic-tiny",)
         # Every option around the layers: the input linear layer and the skip rows go
         # with the transform, jumping knowledge reads the earlier layers' files.
         (2, "gcn model.residual=true model.norm=batch model.input_mlp=true model.jk=cat", 50),
+        # The pre-normalised block: the input linear layer is the transform, each block is
+        # run whole on a chunk, the output normalisation and linear layer after the last
+        # (in one process, layer by layer: tests/models/test_models.py).
+        pytest.param(
+            2, "sage model.block=pre_norm_ffn model.norm=layer", 50, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_predictions_equal_the_full_graph_forward_pass(trained, ranks, model, chunk):

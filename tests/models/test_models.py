@@ -123,6 +123,8 @@ AROUND = {
     "batch+input+output": dict(norm="batch", input_mlp=True, output_mlp=True),
     "residual+jk-cat": dict(residual=True, jk="cat"),
     "all+jk-max": dict(residual=True, norm="batch", input_mlp=True, output_mlp=True, jk="max"),
+    "pre-norm-ffn+layer": dict(block="pre_norm_ffn", norm="layer", activation="gelu"),
+    "pre-norm-ffn+batch": dict(block="pre_norm_ffn", norm="batch"),
 }
 
 

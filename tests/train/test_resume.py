@@ -119,3 +119,7 @@ def test_options_around_the_layers_are_part_of_the_models_shape():
     assert not compare_settings(old, now).refused
     changed = compare_settings(old, now | {"model.residual": True, "model.norm": "layer"})
     assert set(changed.refused) == {"model.residual", "model.norm"}
+    # The block too: a checkpoint without it had the post-normalised stack.
+    assert not compare_settings(old, now | {"model.block": "post_norm"}).refused
+    changed = compare_settings(old, now | {"model.block": "pre_norm_ffn"})
+    assert changed.refused == {"model.block": ("post_norm", "pre_norm_ffn")}

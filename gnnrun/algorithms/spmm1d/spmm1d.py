@@ -271,7 +271,13 @@ SUPPORTED_MODELS = ("gcn",)
 
 def _options_around_layers(model) -> list[str]:
     """The model options around the layers (gnnrun.models.gnn) that `model` turns on."""
-    defaults = {"residual": False, "norm": "none", "input_mlp": False, "output_mlp": False}
+    defaults = {
+        "residual": False,
+        "norm": "none",
+        "input_mlp": False,
+        "output_mlp": False,
+        "block": "post_norm",
+    }
     on = [
         f"model.{k}={str(getattr(model, k)).lower()}"
         for k, off in defaults.items()

@@ -36,8 +36,16 @@ def hec_config(configure, nprocs, *overrides):
     )
 
 
-def test_cache_size_zero_is_local_only_training(configure):
-    cfg = hec_config(configure, 2, "algorithm.cache_size=0")
+@pytest.mark.parametrize(
+    "block",
+    [
+        "model.block=post_norm",
+        # Platonov et al.'s block: its residual stream is what the halo rows would carry.
+        pytest.param("model.block=pre_norm_ffn", marks=pytest.mark.slow),
+    ],
+)
+def test_cache_size_zero_is_local_only_training(configure, block):
+    cfg = hec_config(configure, 2, "algorithm.cache_size=0", block)
     results = run_on_ranks(rank_checks.hec_local_only_logits, 2, cfg)
     assert all(r["halo_edges"] > 0 for r in results), "the minibatches must reach halo vertices"
     assert all(r["max_error"] < 1e-5 for r in results), results

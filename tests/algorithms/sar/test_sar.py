@@ -28,6 +28,8 @@ MODELS = (
     # Every option around the layers (model.norm=batch is refused on several ranks).
     "gat model.residual=true model.norm=layer model.input_mlp=true model.output_mlp=true "
     "model.jk=max",
+    # Platonov et al.'s pre-normalised residual block (its GAT message attends to shards too).
+    "gat model.block=pre_norm_ffn model.norm=layer",
 )
 # (algorithm, prefetch)
 VARIANTS = (("sar", False), ("sar", True), ("domain_parallel", False))
