@@ -60,7 +60,7 @@ def hetero_sampling_matches_single_process(rank: int, world: int, cfg, key: int)
     )
     distributed = PartitionGraphSource(book, Communicator(), schema)
     local = LocalGraphSource(dataset)
-    fanouts = hop_fanouts(cfg.model, schema)
+    fanouts = hop_fanouts(cfg.algorithm, schema)
     rng = np.random.default_rng(rank)
     # Seeds of every type, so that every relation is sampled at the first hop too.
     seeds = torch.from_numpy(rng.choice(dataset.num_nodes, 48, replace=False).astype(np.int64))
