@@ -60,5 +60,8 @@ def describe() -> str:
     if figures is None:
         return "large blocks not kept (GNNRUN_ALLOCATOR=system, or no native kernel ran)"
     allocations = figures.hits + figures.misses
-    reused = f", {figures.hits / allocations:.0%} of {allocations:,} reused" if allocations else ""
-    return f"large blocks kept for reuse{reused}"
+    if not allocations:
+        return "large blocks kept for reuse, none allocated yet"
+    return (
+        f"large blocks kept for reuse, {figures.hits / allocations:.0%} of {allocations:,} reused"
+    )

@@ -68,6 +68,8 @@ def test_release_hands_every_cached_block_back():
     assert cpu_allocator.stats().cached_bytes >= 48 * MIB
     assert cpu_allocator.release() >= 48 * MIB
     assert cpu_allocator.stats().cached_bytes == 0
+    assert cpu_allocator.describe().startswith("large blocks kept for reuse, ")
+    assert cpu_allocator.describe().endswith(" reused")
 
 
 def run(code: str, **env: str) -> str:
@@ -97,7 +99,7 @@ def test_nothing_is_installed_until_a_kernel_runs():
         "aggregate(Block(torch.tensor([0, 1]), torch.tensor([0]), 1), torch.ones(1, 4), 'sum'); "
         "print(a, c.installed(), c.describe())"
     )
-    assert run(code) == "False True large blocks kept for reuse"
+    assert run(code) == "False True large blocks kept for reuse, none allocated yet"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
