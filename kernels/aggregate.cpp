@@ -32,6 +32,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/library.h>
 
 #include <sys/mman.h>
@@ -114,8 +115,11 @@ bool huge_pages_usable() {
   return usable;
 }
 
-// An uninitialised tensor, in transparent huge pages when it is large enough.
+// An uninitialised tensor, in transparent huge pages when it is large enough. Where
+// another CPU allocator than torch's default is installed (gnnrun's block cache, which
+// asks for huge pages and keeps freed blocks for reuse), it comes from that one.
 at::Tensor empty_maybe_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (c10::GetCPUAllocator() != c10::GetDefaultCPUAllocator()) return at::empty(sizes, options);
   int64_t numel = 1;
   for (const int64_t s : sizes) numel *= s;
   const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));

@@ -28,6 +28,7 @@
 #include <torch/library.h>
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,16 @@ size_t size_class(size_t n) {
   const int top = 63 - __builtin_clzll(static_cast<unsigned long long>(n));
   const size_t step = size_t(1) << (top - 3);
   return (n + step - 1) / step * step;
+}
+
+// Transparent huge pages for the block's whole 2 MiB pages, as torch does itself only when
+// THP_MEM_ALLOC_ENABLE was set before its first allocation (a program that imported torch
+// before gnnrun did not); where huge pages are off the kernel ignores it.
+void ask_for_huge_pages(void* data, size_t size) {
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
 struct Block {
@@ -70,6 +81,7 @@ class Cache final : public c10::Allocator {
       evict(in_use_ + cached_ + size > limit ? in_use_ + cached_ + size - limit : 0);
       c10::DataPtr owner = underlying_->allocate(size);
       data = owner.get();
+      ask_for_huge_pages(data, size);
       blocks_.emplace(data, Block{size, std::move(owner)});
       in_use_ += size;
       peak_in_use_ = std::max(peak_in_use_, in_use_);

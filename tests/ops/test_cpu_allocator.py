@@ -127,3 +127,28 @@ for _ in range(40):
 stop = True; t.join(); print("ok")
 """
     assert run(code) == "ok"
+
+
+def test_the_aggregations_outputs_are_reused_when_torch_was_imported_first():
+    # Without THP_MEM_ALLOC_ENABLE (torch imported before gnnrun), the aggregation kernel
+    # mapped large outputs itself, outside the cache.
+    code = """
+import torch
+from gnnrun.ops import cpu_allocator as c
+from gnnrun.ops.aggregate import aggregate
+from gnnrun.ops.block import Block
+n = 40_000
+block = Block(torch.arange(n + 1), torch.arange(n), n)
+x = torch.ones(n, 256)
+for _ in range(3):
+    out = aggregate(block, x, "sum")  # 41 MB
+    assert float(out.sum()) == n * 256
+    del out
+print(c.stats().hits >= 2)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
