@@ -20,8 +20,10 @@ from pathlib import Path
 from gnnrun.errors import GnnrunError
 from gnnrun.io import write_error
 
-# Files that show a directory already holds a run's results.
-RUN_FILES = ("summary.json", "metrics.rank*.jsonl", ".hydra")
+# Files that show a directory already holds a run's results. Hydra's `.hydra` alone is
+# not one: a run that stopped before its first epoch (a dataset not found, a bad
+# setting) leaves only that, and the same command, fixed, may run there again.
+RUN_FILES = ("summary.json", "metrics.rank*.jsonl", "checkpoint.pt")
 
 _held: dict[Path, int] = {}  # locked directories and their descriptors, open until released
 

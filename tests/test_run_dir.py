@@ -64,6 +64,16 @@ def test_an_occupied_run_directory_is_refused(tmp_path):
     run_dir.refuse_occupied(tmp_path / "empty")  # a new one is fine
 
 
+def test_a_run_directory_left_by_a_run_that_failed_at_startup_is_accepted(tmp_path):
+    """Only Hydra's .hydra: the run stopped before its first epoch, so nothing can mix."""
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("{}\n")
+    run_dir.refuse_occupied(tmp_path)
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    with pytest.raises(GnnrunError, match="already holds a run"):
+        run_dir.refuse_occupied(tmp_path)
+
+
 @pytest.mark.slow  # 9 s: two real runs
 def test_two_runs_started_together_write_separate_directories(tmp_path):
     """... and prepare and partition their dataset once, the second waiting for the first."""
