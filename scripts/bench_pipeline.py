@@ -30,9 +30,10 @@ batch 1000): on 1 rank, `minibatch` and `pipeline` with the rank's compute
 threads and with one (`cluster.threads_per_rank=1`, a core left to the stages);
 on `--ranks` ranks, both; on `--two-level-ranks` ranks, both on
 `partitioner=two_level` with `--machines` machines, in its `--layouts` (a part
-per machine shared by its trainers, and a part per trainer). `--lowest-priority`
-adds each pipeline with its stage threads at the lowest CPU priority
-(`algorithm.stage_nice=19`).
+per machine shared by its trainers, and a part per trainer). `--other-priority`
+adds each pipeline with its stage threads at the CPU priority its default does not
+choose (`algorithm.stage_nice=0` for one rank, whose default is the lowest, 19;
+`algorithm.stage_nice=19` for several ranks on the machine, whose default is 0).
 
 On a GPU (`--device cuda`, one rank on the GPU, for each of `--models`: SAGE 3 x
 256 and GAT 3 x 128 x 4 heads, batch 1000): `minibatch` (DistDGL-GPU: sample,
@@ -47,7 +48,7 @@ large graph); `--dry-run` prints the runs.
 
     .venv/bin/python scripts/bench_pipeline.py                       # about 15 minutes here
     .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --epochs 2   # a smoke test
-    .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --repeats 3 --ranks 1 2 4 --lowest-priority
+    .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --repeats 3 --ranks 1 2 4 --other-priority
     python3 scripts/bench_pipeline.py --device cuda --dataset synthetic-large --json gpu.json
     bash scripts/gpu_check.sh OUT pipeline    # the GPU's figures in one call, about 8 minutes
     .venv/bin/python scripts/bench_pipeline.py --dataset facebook --locality-only   # partitioned first
@@ -197,12 +198,13 @@ def plan(args) -> list[Planned]:
 
 
 def pipelines(label: str, ranks: int, overrides: list[str], baseline: str, args) -> list[Planned]:
-    """`pipeline` as configured, and with --lowest-priority its stage threads at the lowest
-    CPU priority (`algorithm.stage_nice=19`)."""
+    """`pipeline` as configured, and with --other-priority its stage threads at the priority
+    the default does not choose (every rank of these runs shares this machine)."""
     runs = [Planned(label, ranks, [*overrides, "algorithm=pipeline"], baseline)]
-    if args.lowest_priority:
-        lowest = [*overrides, "algorithm=pipeline", "algorithm.stage_nice=19"]
-        runs.append(Planned(f"{label} nice 19", ranks, lowest, baseline))
+    if args.other_priority:
+        other = 0 if ranks == 1 else 19  # the default: 19 for a rank alone on its machine
+        changed = [*overrides, "algorithm=pipeline", f"algorithm.stage_nice={other}"]
+        runs.append(Planned(f"{label} nice {other}", ranks, changed, baseline))
     return runs
 
 
@@ -422,10 +424,10 @@ def main() -> None:
         "--layouts", nargs="+", default=["machines", "trainers"], choices=("machines", "trainers")
     )
     parser.add_argument(
-        "--lowest-priority",
+        "--other-priority",
         action="store_true",
-        help="also each pipeline with its stage threads at the lowest priority "
-        "(algorithm.stage_nice=19)",
+        help="also each pipeline with its stage threads at the priority its default does "
+        "not choose (algorithm.stage_nice=0 on one rank, 19 on several)",
     )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["sage", "gat"])

@@ -10,6 +10,7 @@ through NCCL, one over CPU tensors (sizes, sampling requests, metrics) through g
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -55,6 +56,12 @@ class Communicator:
         self.world_size = dist.get_world_size(group) if self.distributed else 1
         self.bytes = ByteCounter()
         self.blocked = blocked or contextlib.nullcontext
+
+    @property
+    def ranks_on_this_machine(self) -> int:
+        """The ranks that share this rank's machine, itself included (the launcher's
+        LOCAL_WORLD_SIZE; every rank, where no launcher said)."""
+        return int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
 
     def private_channel(self) -> Communicator:
         """A communicator over the same ranks on a process group of its own (collective:

@@ -28,3 +28,10 @@ def test_rows_follow_their_ids_without_a_second_size_exchange():
         remote_rows = sum(rank + d for d in range(world) if d != rank)
         assert sent["ids"] == remote_rows * 8 + world * 8  # the ids, and the sizes
         assert sent["rows"] == remote_rows * 3 * 4  # the rows only
+
+
+def test_ranks_on_this_machine_come_from_the_launcher(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    assert Communicator().ranks_on_this_machine == 3
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert Communicator().ranks_on_this_machine == 1  # no launcher: every rank, here one

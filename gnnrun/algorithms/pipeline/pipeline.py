@@ -17,8 +17,9 @@ blocking and failures):
             for the copy's event before it uses the minibatch
 
 and the trainer, which takes finished minibatches and runs forward, backward,
-the gradient all-reduce and the optimizer step. `algorithm.stage_nice` can put
-the stage threads of a CPU rank at a lower priority than the trainer's. `algorithm.capacity` bounds how
+the gradient all-reduce and the optimizer step. On a CPU rank alone on its
+machine the stage threads run at the lowest CPU priority (`stage_nice_for`;
+`algorithm.stage_nice` sets it). `algorithm.capacity` bounds how
 many finished minibatches wait after each stage (0 runs a stage inline in the
 next one's thread; all 0 is `minibatch`'s synchronous loop).
 
@@ -82,7 +83,7 @@ from gnnrun.config import check
 from gnnrun.errors import GnnrunError, did_you_mean
 from gnnrun.ops.block import Block
 from gnnrun.tasks.link import EdgeTargets
-from gnnrun.threads import lower_this_thread_priority
+from gnnrun.threads import LOWEST, lower_this_thread_priority
 
 STAGES = ("sample", "fetch", "device")
 REMOTE_REQUESTS = ("served", "collective")
@@ -99,10 +100,9 @@ class PipelineConfig(SampledConfig):
     stage_threads: int = 0
     # The stage threads' nice value on a CPU rank: 0, the trainer's priority; up to 19,
     # the lowest (the trainer's compute threads first: a stage thread that takes a core
-    # from one of them mid parallel region holds up all of them at its end). Measured on
-    # 2 shared cores, 19 was never faster and starved the stages of ranks computing on one
-    # thread (benchmarks/2026-11-27-pipeline-cpu.md).
-    stage_nice: int = 0
+    # from one of them mid parallel region holds up all of them at its end). None:
+    # `stage_nice_for` the rank's device and the ranks on its machine.
+    stage_nice: int | None = None
     # Input-feature rows of the most-connected vertices kept on the rank's device (the
     # GPU; gnnrun.algorithms.pipeline.feature_cache); 0: none.
     gpu_cache_rows: int = 0
@@ -134,9 +134,9 @@ class PipelineConfig(SampledConfig):
             "let the rank's device decide",
         )
         check(
-            0 <= self.stage_nice <= 19,
+            self.stage_nice is None or 0 <= self.stage_nice <= 19,
             f"algorithm.stage_nice is {self.stage_nice}: give a nice value from 0 (the "
-            "trainer's priority) to 19 (the lowest)",
+            "trainer's priority) to 19 (the lowest), or null to let the rank decide",
         )
         check(
             self.remote_requests in REMOTE_REQUESTS,
@@ -175,6 +175,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         super().__init__(cfg, comm, timer)
         self.capacity = {name: int(cfg.algorithm.capacity.get(name, 0)) for name in STAGES}
         self.pipeline: StagePipeline | None = None
+        self.stage_nice = 0  # the stage threads' nice value, once `plan` has set it
         self.end = 0
         # Tests slow a stage down or make it fail: stage name -> called with each item first.
         self.stage_hooks: dict[str, Callable[[_Item], None]] = {}
@@ -223,7 +224,9 @@ class PipelinedMinibatch(DistributedMinibatch):
         threads = self.cfg.algorithm.stage_threads or stage_threads_for(
             self.device, compute_threads
         )
-        nice = self.cfg.algorithm.stage_nice if self.device.type == "cpu" else 0
+        nice = self.stage_nice = stage_nice_for(
+            self.device, self.cfg.algorithm.stage_nice, self.comm.ranks_on_this_machine
+        )
 
         def start_stage() -> None:
             if nice:
@@ -328,6 +331,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         stats = super().end_epoch(losses)
         assert self.pipeline is not None
         stats["pipeline"] = self.pipeline.take_stats()
+        stats["stage_nice"] = self.stage_nice  # the stage threads' priority (nice value)
         with self._finished_lock:
             stats["next_epoch_ready"] = self._finished.get(self.epoch + 1, 0)
             self._finished.pop(self.epoch, None)
@@ -385,6 +389,26 @@ def stage_threads_for(device: torch.device, compute_threads: int) -> int:
     if device.type == "cpu":
         return 1
     return max(1, compute_threads // 2)
+
+
+def stage_nice_for(device: torch.device, asked: int | None, ranks_on_machine: int) -> int:
+    """The stage threads' nice value: `asked` on a CPU rank; by default (None) the lowest
+    priority on a CPU rank alone on its machine, the trainer's everywhere else.
+
+    A rank alone has no communication for its stages to hide: its compute threads
+    already take every core, and a stage thread at the trainer's priority preempts one
+    of them in mid parallel region, so that the others wait for it at the region's end.
+    At the lowest priority the stages run in the compute threads' gaps instead
+    (measured on 2 cores, one rank: 1.03x `minibatch` against 0.96x at the trainer's
+    priority). Beside other ranks, the lowest priority starves a rank's stages behind the
+    other ranks' compute threads, and its trainer waits for them (0.50x at 4 ranks); on a
+    GPU rank the stages are the CPU's main work (benchmarks/2026-11-27-pipeline-cpu.md).
+    """
+    if device.type != "cpu":
+        return 0
+    if asked is not None:
+        return asked
+    return LOWEST if ranks_on_machine == 1 else 0
 
 
 def _add(total: dict[str, int], sent: dict[str, int]) -> None:

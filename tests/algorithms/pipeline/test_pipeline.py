@@ -3,13 +3,14 @@ stages that run ahead across epochs, and failures that end the run."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from gnnrun.algorithms.pipeline.pipeline import stage_threads_for
+from gnnrun.algorithms.pipeline.pipeline import stage_nice_for, stage_threads_for
 from gnnrun.errors import GnnrunError
 from gnnrun.testing import run_on_ranks
 
@@ -71,9 +72,11 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
             capacity = CAPACITIES.get(name, CAPACITIES["four"])
             fetch = int(capacity.split("fetch: ")[1][0])
             sample = int(capacity.split("sample: ")[1][0])
-            # A stage thread runs at the priority set, else the rank's default; a stage run
-            # inline, in the trainer's thread, at the trainer's.
-            nice = int(NICE.get(name, ("=0",))[0].split("=")[1])
+            # A stage thread runs at the priority set, else the rank's default (the lowest
+            # for a rank alone on its machine); a stage run inline, in the trainer's
+            # thread, at the trainer's.
+            default = 19 if nprocs == 1 else 0
+            nice = int(NICE.get(name, (f"={default}",))[0].split("=")[1])
             assert run["sample_nice"] == ([nice] if sample else [0]), (name, run["sample_nice"])
             # One host copy per byte: every input row was gathered into a hand-over buffer,
             # and the device stage read that buffer itself; buffers are reused, at most one
@@ -213,3 +216,30 @@ def test_stage_threads_by_device():
     assert stage_threads_for(torch.device("cpu"), 16) == 1
     assert stage_threads_for(torch.device("cuda"), 16) == 8
     assert stage_threads_for(torch.device("cuda"), 1) == 1
+
+
+def test_stage_priority_by_device_and_ranks_on_the_machine():
+    """A CPU rank alone on its machine puts its stages at the lowest priority, beside other
+    ranks at the trainer's; a value set is kept on a CPU rank; a GPU rank's are the trainer's."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert stage_nice_for(cpu, None, 1) == 19
+    assert stage_nice_for(cpu, None, 2) == 0
+    assert stage_nice_for(cpu, 0, 1) == 0
+    assert stage_nice_for(cpu, 7, 4) == 7
+    assert stage_nice_for(gpu, None, 1) == 0
+    assert stage_nice_for(gpu, 19, 1) == 0
+
+
+def test_a_rank_alone_on_its_machine_runs_its_stages_at_the_lowest_priority(
+    tmp_path, monkeypatch
+):
+    """End to end, through the launcher: the default setting (null) resolved by the rank,
+    and the priority it chose in its metrics."""
+    from gnnrun.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    args = [*COMMON, "algorithm=pipeline", "cluster.nprocs=1", "train.epochs=1"]
+    assert main(["train", *args, f"hydra.run.dir={run_dir}"]) == 0
+    line = (run_dir / "metrics.rank0.jsonl").read_text().splitlines()[0]
+    assert json.loads(line)["stage_nice"] == 19
