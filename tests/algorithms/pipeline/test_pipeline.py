@@ -230,9 +230,7 @@ def test_stage_priority_by_device_and_ranks_on_the_machine():
     assert stage_nice_for(gpu, 19, 1) == 0
 
 
-def test_a_rank_alone_on_its_machine_runs_its_stages_at_the_lowest_priority(
-    tmp_path, monkeypatch
-):
+def test_a_rank_alone_on_its_machine_runs_its_stages_at_the_lowest_priority(tmp_path, monkeypatch):
     """End to end, through the launcher: the default setting (null) resolved by the rank,
     and the priority it chose in its metrics."""
     from gnnrun.cli import main
