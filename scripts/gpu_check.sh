@@ -24,15 +24,24 @@
 # GNNRUN_PIPELINE_TIMEOUT (default 400 s) stops the benchmark; the runs done by then are
 # in pipeline.json.
 #
+# MODE published runs Platonov et al.'s Tolokers recipes (docs/models.md#published-recipes)
+# on the GPU: the GPU tests of their residual block, then scripts/bench_published.py
+# --recipe tolokers-gcn tolokers-sage tolokers-gat --runs 10 (1000 full-batch steps each,
+# evaluated at every step), GNNRUN_PUBLISHED_PARALLEL (default 6) runs at once on the one
+# GPU, stopped after GNNRUN_PUBLISHED_TIMEOUT (default 480) s. The runs finished by then
+# are in OUTDIR/published, each with its summary.json and log.
+# It reads data/raw/tolokers/tolokers.npz (scripts/gpu_wheels.sh copies it there from
+# ../shared/datasets; carry data/raw/tolokers with .whl).
+#
 #   bash scripts/gpu_wheels.sh                 # first, where pip reaches PyPI
-#   bash scripts/gpu_check.sh [OUTDIR] [all|pipeline]
+#   bash scripts/gpu_check.sh [OUTDIR] [all|pipeline|published]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu-results}"
 mode="${2:-all}"
 case "$mode" in
-    all | pipeline) ;;
-    *) echo "gpu_check.sh: mode '$mode': give all or pipeline" >&2; exit 2 ;;
+    all | pipeline | published) ;;
+    *) echo "gpu_check.sh: mode '$mode': give all, pipeline or published" >&2; exit 2 ;;
 esac
 mkdir -p "$out"
 site=/tmp/gnnrun-site
@@ -66,6 +75,26 @@ if [ "$mode" = pipeline ]; then
     echo "tests: exit $tests; pipeline: exit $pipeline (124: stopped by its timeout); $((SECONDS - start)) s" \
         | tee -a "$out/gpu.txt"
     exit $(( tests || pipeline ))
+fi
+if [ "$mode" = published ]; then
+    start=$SECONDS
+    export GNNRUN_RAW_ROOT="${GNNRUN_RAW_ROOT:-$PWD/data/raw}"
+    if [ ! -f "$GNNRUN_RAW_ROOT/tolokers/tolokers.npz" ]; then
+        echo "gpu_check.sh: no $GNNRUN_RAW_ROOT/tolokers/tolokers.npz: run scripts/gpu_wheels.sh where ../shared/datasets is, and carry data/raw/tolokers" | tee -a "$out/gpu.txt" >&2
+        exit 1
+    fi
+    python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/algorithms/test_devices.py \
+        -k pre_norm 2>&1 | tee "$out/tests.log"
+    tests=${PIPESTATUS[0]}
+    echo "residual block GPU tests: exit $tests in $((SECONDS - start)) s" | tee -a "$out/gpu.txt"
+    timeout "${GNNRUN_PUBLISHED_TIMEOUT:-480}" python3 scripts/bench_published.py \
+        --recipe tolokers-gcn tolokers-sage tolokers-gat --runs 10 \
+        --parallel "${GNNRUN_PUBLISHED_PARALLEL:-6}" --out "$out/published" \
+        --override cluster.device=cuda cluster.threads_per_rank=2 2>&1 | tee "$out/published.log"
+    published=${PIPESTATUS[0]}
+    echo "tests: exit $tests; published: exit $published (124: stopped by its timeout); $((SECONDS - start)) s" \
+        | tee -a "$out/gpu.txt"
+    exit $(( tests || published ))
 fi
 # The tests run gnnrun through `python -m gnnrun.cli` and in-process; ranks re-import it.
 python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/tests.log"

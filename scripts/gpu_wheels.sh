@@ -5,7 +5,10 @@
 # (the GPU image's python3). The image already has torch, numpy, scipy, pandas, rich,
 # matplotlib, pyyaml and torch-geometric.
 #
-#   bash scripts/gpu_wheels.sh          # then carry .whl with the working tree
+# It also copies the Tolokers file that `gpu_check.sh OUT published` trains on from
+# ../shared/datasets, where that is, to data/raw/tolokers (carry it too).
+#
+#   bash scripts/gpu_wheels.sh          # then carry .whl (and data/raw/tolokers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
@@ -16,4 +19,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 # antlr4-python3-runtime 4.9.3 (omegaconf's pin) is published as a source archive only:
 # it is pure Python, so a wheel built here runs anywhere.
 python3 -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
+if [ -f ../shared/datasets/tolokers/tolokers.npz ]; then
+    mkdir -p data/raw/tolokers
+    cp ../shared/datasets/tolokers/tolokers.npz data/raw/tolokers/
+fi
 ls -l .whl

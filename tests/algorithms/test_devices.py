@@ -47,6 +47,17 @@ CASES = {
     ),
     "sar-sage": ("algorithm=sar", "cluster.nprocs=1", "model=sage"),
     "cd0-sage_gcn": ("algorithm=cd0", "cluster.nprocs=1", "model=sage_gcn"),
+    # Platonov et al.'s residual block (the Tolokers recipes run on one GPU).
+    "single-full-pre_norm_gcn": (
+        "algorithm=single",
+        "algorithm.mode=full",
+        "model=hetero_bench_gcn",
+    ),
+    "single-full-pre_norm_gat": (
+        "algorithm=single",
+        "algorithm.mode=full",
+        "model=hetero_bench_gat",
+    ),
     "link-single-full": ("algorithm=single", "algorithm.mode=full", "task=link"),
     "link-minibatch": ("algorithm=minibatch", "cluster.nprocs=1", "task=link"),
     "hec-2ranks": ("algorithm=hec", "cluster.nprocs=2", "algorithm.batch_size=256"),
@@ -62,6 +73,7 @@ CASES = {
 CPU_CASES = (
     "single-full-sage",
     "single-full-gat",
+    "single-full-pre_norm_gat",
     "single-minibatch-sage",
     pytest.param("hec-2ranks", marks=pytest.mark.slow),
     "hetero-rgcn",
