@@ -399,10 +399,11 @@ def stage_nice_for(device: torch.device, asked: int | None, ranks_on_machine: in
     already take every core, and a stage thread at the trainer's priority preempts one
     of them in mid parallel region, so that the others wait for it at the region's end.
     At the lowest priority the stages run in the compute threads' gaps instead
-    (measured on 2 cores, one rank: 1.03x `minibatch` against 0.96x at the trainer's
-    priority). Beside other ranks, the lowest priority starves a rank's stages behind the
-    other ranks' compute threads, and its trainer waits for them (0.50x at 4 ranks); on a
-    GPU rank the stages are the CPU's main work (benchmarks/2026-11-27-pipeline-cpu.md).
+    (measured on 2 cores, one rank: 1.07x `minibatch` against 0.92-1.00x at the
+    trainer's priority). Beside other ranks, the lowest priority starves a rank's stages
+    behind the other ranks' compute threads, and its trainer waits for them (0.41-0.50x
+    at 4 ranks); on a GPU rank the stages are the CPU's main work
+    (benchmarks/2026-11-27-pipeline-cpu.md).
     """
     if device.type != "cpu":
         return 0
