@@ -653,14 +653,16 @@ CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
 
 
 def _import_torch_quietly() -> None:
-    """Import torch with this process's C++ log at ERROR, unless the user chose a level
+    """Import torch with this process's C++ log at FATAL, unless the user chose a level
     (or GNNRUN_DEBUG=1). torch reads the level once, as it loads.
 
-    The launcher's C++ warnings are c10d's about its store connections: on a host other
-    than node 0 of a finished cluster=hosts run, the launcher's last look at node 0's
-    store (gnnrun.launch.watchdog.AbortWatcher) met it closed and logged a 30-frame
-    C++ stack. The variable is removed again at once, so that ranks and SLURM jobs
-    started from here log at torch's default level."""
+    The launcher's C++ warnings and errors are c10d's about its store connections, each
+    logged with a 30-frame C++ stack: on a host other than node 0 of a finished
+    cluster=hosts run, the launcher's last look at node 0's store
+    (gnnrun.launch.watchdog.AbortWatcher) met it closed; a host that cannot reach node
+    0's rendezvous logged every failed try. The same failures reach Python as
+    exceptions, which the launcher reports in one line. The variable is removed again at
+    once, so that ranks and SLURM jobs started from here log at torch's default level."""
     import os
 
     if (
@@ -669,7 +671,7 @@ def _import_torch_quietly() -> None:
         or os.environ.get("GNNRUN_DEBUG") == "1"
     ):
         return
-    os.environ[CPP_LOG_LEVEL] = "ERROR"
+    os.environ[CPP_LOG_LEVEL] = "FATAL"
     try:
         import torch  # noqa: F401
     finally:

@@ -314,10 +314,12 @@ def test_a_killed_launcher_leaves_no_resource_tracker_warning(tmp_path):
 
 def test_the_launchers_store_client_logs_no_cpp_stack(tmp_path):
     """A host's launcher that finds node 0's store closed (the end of a cluster=hosts
-    run) prints no c10d warning with a C++ stack; ranks keep torch's log level."""
+    run), or cannot reach it (node 0 not started), prints no c10d message with a C++
+    stack: the launcher reports the failure in one line. Ranks keep torch's log level."""
     script = textwrap.dedent(
         """
-        import os, time
+        import os, socket, time
+        from datetime import timedelta
         from gnnrun import cli
         cli._import_torch_quietly()
         assert "TORCH_CPP_LOG_LEVEL" not in os.environ  # what ranks and jobs inherit
@@ -328,6 +330,15 @@ def test_the_launchers_store_client_logs_no_cpp_stack(tmp_path):
             time.sleep(1.2)
             del server  # node 0's launcher left
             time.sleep(1.5)
+        with socket.socket() as s:  # a port where no store listens
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=1))
+        except Exception:
+            pass
+        else:
+            raise AssertionError("a store with no server answered")
         print("done")
         """
     )
