@@ -20,7 +20,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 # it is pure Python, so a wheel built here runs anywhere.
 python3 -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
 if [ -f ../shared/datasets/tolokers/tolokers.npz ]; then
-    mkdir -p data/raw/tolokers
-    cp ../shared/datasets/tolokers/tolokers.npz data/raw/tolokers/
+    # (writable: the shared copy is read-only, and a second run replaces this one)
+    install -D -m 0644 ../shared/datasets/tolokers/tolokers.npz data/raw/tolokers/tolokers.npz
 fi
 ls -l .whl
