@@ -4,6 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from gnnrun.errors import GnnrunError
+
+
+def check_edge_keys(rows: int, num_nodes: int) -> None:
+    """Refuse a graph whose edges, sorted by the 64-bit key row * num_nodes + source, would
+    overflow the key (and be mis-sorted without a word): rows x vertices must stay below
+    2^63, about 3.03 billion vertices, fewer for a heterogeneous graph's rows per relation."""
+    if int(rows) * int(num_nodes) > np.iinfo(np.int64).max:  # Python integers: exact
+        raise GnnrunError(
+            f"a graph of {num_nodes:,} vertices ({rows:,} CSR rows) is beyond the 64-bit "
+            "edge keys gnnrun sorts its edges by (rows x vertices below 2^63, about 3.03 "
+            "billion vertices, fewer with many relations): graphs this large are not "
+            "supported yet"
+        )
+
 
 def index_dtype(num_nodes: int) -> np.dtype:
     """int32 ids while they fit: half the bytes to read in every aggregation."""
@@ -27,6 +42,7 @@ def csr_from_edges(
         raise ValueError(f"edge list halves differ in length: {src.shape} vs {dst.shape}")
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
         raise ValueError(f"edge list has vertex ids outside [0, {num_nodes})")
+    check_edge_keys(num_nodes, num_nodes)
     keep = src != dst
     src, dst = src[keep], dst[keep]
     if symmetrize:
@@ -66,6 +82,7 @@ def edges_from_csr(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray,
 def is_symmetric(indptr: np.ndarray, indices: np.ndarray) -> bool:
     src, dst = edges_from_csr(indptr, indices)
     n = indptr.shape[0] - 1
+    check_edge_keys(n, n)
     return np.array_equal(np.sort(src * n + dst), np.sort(dst * n + src))
 
 

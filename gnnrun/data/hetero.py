@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnrun.data.graph import index_dtype, sorted_unique
+from gnnrun.data.graph import check_edge_keys, index_dtype, sorted_unique
 
 Relation = tuple[str, str, str]  # (source type, name, destination type)
 
@@ -166,6 +166,7 @@ def typed_csr(
     once (the same pair in two relations is two edges)."""
     n = int(schema.offsets[-1])
     num_relations = schema.num_relations
+    check_edge_keys(n * num_relations, n)
     keys = []
     for r, relation in enumerate(schema.relations):
         src, dst = edges.get(tuple(relation), (np.zeros(0, np.int64), np.zeros(0, np.int64)))

@@ -41,7 +41,7 @@ from gnnrun.data.chunked_ranks import (
     steps,
 )
 from gnnrun.data.dataset import FORMAT_VERSION, GraphDataset, task_for
-from gnnrun.data.graph import index_dtype, sorted_unique
+from gnnrun.data.graph import check_edge_keys, index_dtype, sorted_unique
 from gnnrun.data.prepare import current_copy, dataset_identity, input_record, row_normalized
 from gnnrun.errors import GnnrunError
 from gnnrun.io import atomic_directory, mapped_rows, mark_verified, write_json, writer_lock
@@ -116,6 +116,7 @@ def prepare_on_rank(cfg, rank: int, tmp_dir: str) -> dict[str, Any]:
         )  # fmt: skip
     edges = np.fromfile(spill_path, dtype=np.int64).reshape(-1, 2)
     spill_path.unlink()
+    check_edge_keys(hi - lo, n)
     keys = sorted_unique((edges[:, 0] - lo) * n + edges[:, 1])  # by (dst, src)
     del edges
     rows = keys // n

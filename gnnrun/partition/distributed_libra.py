@@ -60,7 +60,7 @@ from gnnrun.data.chunked_ranks import (
     steps,
     write_part_rows,
 )
-from gnnrun.data.graph import index_dtype, sorted_unique
+from gnnrun.data.graph import check_edge_keys, index_dtype, sorted_unique
 from gnnrun.errors import GnnrunError
 from gnnrun.io import (
     mapped_rows,
@@ -462,6 +462,7 @@ def _write_part(
             plan.budget_bytes, baseline, 0, 1, edges.shape[0], nodes.size,
             graph.feat_dim * 4 + 8,
         )  # fmt: skip
+    check_edge_keys(n, n)
     keys = np.sort(edges[:, 0] * n + edges[:, 1])  # in-CSR order: by (dst, src)
     del edges
     dst = keys // n

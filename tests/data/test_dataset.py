@@ -12,7 +12,7 @@ import pytest
 import gnnrun.io
 from gnnrun.data import load_prepared, prepare_dataset
 from gnnrun.data.dataset import ARRAY_NAMES, GraphDataset
-from gnnrun.data.graph import csr_from_edges, sorted_unique, stratified_split
+from gnnrun.data.graph import check_edge_keys, csr_from_edges, sorted_unique, stratified_split
 from gnnrun.data.synthetic import SyntheticDatasetConfig
 from gnnrun.errors import GnnrunError
 
@@ -115,6 +115,19 @@ def test_csr_from_edges_drops_loops_and_duplicates_and_symmetrises():
     assert indptr.tolist() == [0, 0, 1, 2] and indices.tolist() == [0, 1]
     with pytest.raises(ValueError, match="outside"):
         csr_from_edges(np.array([0]), np.array([3]), 3, symmetrize=False)
+
+
+def test_a_graph_beyond_the_64_bit_edge_keys_is_refused_before_anything_is_built():
+    """Above about 3.03 billion vertices dst * n + src overflows int64, and the edges would
+    be sorted wrong without a word: such a graph is refused, naming the limit."""
+    largest = 3_037_000_499  # the largest n with n * n below 2^63
+    check_edge_keys(largest, largest)
+    with pytest.raises(GnnrunError, match="beyond the 64-bit edge keys"):
+        check_edge_keys(largest + 1, largest + 1)
+    with pytest.raises(GnnrunError, match="not supported yet"):  # before any n-sized array
+        csr_from_edges(np.array([0]), np.array([1]), 4_000_000_000, symmetrize=False)
+    with pytest.raises(GnnrunError):  # a heterogeneous graph's rows: vertices x relations
+        check_edge_keys(1_000_000_000 * 10, 1_000_000_000)
 
 
 def test_sorted_unique_and_stratified_split():
