@@ -104,7 +104,7 @@ def run(recipe: str, index: int, out: Path, extra: list[str], layers: int | None
         each = [f"{key}={index}" for key in varied.split(",")]
         arguments = ["train", *overrides, *each, *extra, f"hydra.run.dir={run_dir}"]
         command = [*GNNRUN, *arguments]
-        print("$ gnnrun", " ".join(arguments), flush=True)
+        print(" ".join(["$ gnnrun", *arguments]), flush=True)  # one write: runs print at once
         log_path = out / f"{recipe}-{index}.log"
         with open(log_path, "w") as log:
             code = subprocess.run(
