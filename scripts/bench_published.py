@@ -104,7 +104,9 @@ def run(recipe: str, index: int, out: Path, extra: list[str], layers: int | None
         each = [f"{key}={index}" for key in varied.split(",")]
         arguments = ["train", *overrides, *each, *extra, f"hydra.run.dir={run_dir}"]
         command = [*GNNRUN, *arguments]
-        print(" ".join(["$ gnnrun", *arguments]), flush=True)  # one write: runs print at once
+        # One write with its newline (print writes the end apart): parallel runs print at once.
+        sys.stdout.write(" ".join(["$ gnnrun", *arguments]) + "\n")
+        sys.stdout.flush()
         log_path = out / f"{recipe}-{index}.log"
         with open(log_path, "w") as log:
             code = subprocess.run(
