@@ -141,6 +141,8 @@ def main() -> None:
         "--parallel", type=int, default=1, help="runs at once, each its own gnnrun process"
     )
     args = parser.parse_args()
+    if args.parallel < 1:
+        parser.error(f"--parallel {args.parallel}: give how many runs at once, 1 or more")
     args.out.mkdir(parents=True, exist_ok=True)
     every = [
         (recipe, layers, i)
@@ -148,7 +150,7 @@ def main() -> None:
         for layers in (args.layers or [None])
         for i in range(args.runs)
     ]
-    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
         started = {
             key: pool.submit(run, key[0], key[2], args.out, args.override, key[1]) for key in every
         }

@@ -31,7 +31,7 @@
 # GPU, stopped after GNNRUN_PUBLISHED_TIMEOUT (default 480) s. The runs finished by then
 # are in OUTDIR/published, each with its summary.json and log.
 # It reads data/raw/tolokers/tolokers.npz (scripts/gpu_wheels.sh copies it there from
-# ../shared/datasets; carry data/raw/tolokers with .whl).
+# $GNNRUN_RAW_ROOT; carry data/raw/tolokers with .whl).
 #
 #   bash scripts/gpu_wheels.sh                 # first, where pip reaches PyPI
 #   bash scripts/gpu_check.sh [OUTDIR] [all|pipeline|published]
@@ -80,7 +80,7 @@ if [ "$mode" = published ]; then
     start=$SECONDS
     export GNNRUN_RAW_ROOT="${GNNRUN_RAW_ROOT:-$PWD/data/raw}"
     if [ ! -f "$GNNRUN_RAW_ROOT/tolokers/tolokers.npz" ]; then
-        echo "gpu_check.sh: no $GNNRUN_RAW_ROOT/tolokers/tolokers.npz: run scripts/gpu_wheels.sh where ../shared/datasets is, and carry data/raw/tolokers" | tee -a "$out/gpu.txt" >&2
+        echo "gpu_check.sh: no $GNNRUN_RAW_ROOT/tolokers/tolokers.npz: run GNNRUN_RAW_ROOT=<the folder that holds tolokers/tolokers.npz> scripts/gpu_wheels.sh, and carry data/raw/tolokers" | tee -a "$out/gpu.txt" >&2
         exit 1
     fi
     python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/algorithms/test_devices.py \

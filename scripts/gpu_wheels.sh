@@ -6,9 +6,10 @@
 # matplotlib, pyyaml and torch-geometric.
 #
 # It also copies the Tolokers file that `gpu_check.sh OUT published` trains on from
-# ../shared/datasets, where that is, to data/raw/tolokers (carry it too).
+# $GNNRUN_RAW_ROOT/tolokers/tolokers.npz, where GNNRUN_RAW_ROOT is set, to
+# data/raw/tolokers (carry it too).
 #
-#   bash scripts/gpu_wheels.sh          # then carry .whl (and data/raw/tolokers)
+#   GNNRUN_RAW_ROOT=/path/to/raw bash scripts/gpu_wheels.sh   # then carry .whl and data/raw/tolokers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
@@ -19,8 +20,10 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 # antlr4-python3-runtime 4.9.3 (omegaconf's pin) is published as a source archive only:
 # it is pure Python, so a wheel built here runs anywhere.
 python3 -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
-if [ -f ../shared/datasets/tolokers/tolokers.npz ]; then
-    # (writable: the shared copy is read-only, and a second run replaces this one)
-    install -D -m 0644 ../shared/datasets/tolokers/tolokers.npz data/raw/tolokers/tolokers.npz
+tolokers="${GNNRUN_RAW_ROOT:-}/tolokers/tolokers.npz"
+if [ -n "${GNNRUN_RAW_ROOT:-}" ] && [ -f "$tolokers" ] && [ "$(realpath "$tolokers")" != "$(realpath -m data/raw/tolokers/tolokers.npz)" ]; then
+    # (writable: the source may be read-only, and a second run replaces this copy)
+    install -D -m 0644 "$tolokers" data/raw/tolokers/tolokers.npz
 fi
+[ -f data/raw/tolokers/tolokers.npz ] || echo "gpu_wheels.sh: no data/raw/tolokers/tolokers.npz (gpu_check.sh's published mode needs it): set GNNRUN_RAW_ROOT to the folder that holds tolokers/tolokers.npz" >&2
 ls -l .whl
