@@ -36,13 +36,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The runs in progress, stopped with the benchmark (SIGTERM, as `timeout` sends): each is a
+# `gnnrun train` process that would otherwise go on training without anyone reading it.
+RUNNING: set[subprocess.Popen] = set()
+RUNNING_LOCK = threading.Lock()
+STOPPED = threading.Event()  # no run starts after it is set
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_runs import GNNRUN  # noqa: E402  (the console script, or python -m gnnrun.cli)
 
@@ -104,18 +111,32 @@ def run(recipe: str, index: int, out: Path, extra: list[str], layers: int | None
         each = [f"{key}={index}" for key in varied.split(",")]
         arguments = ["train", *overrides, *each, *extra, f"hydra.run.dir={run_dir}"]
         command = [*GNNRUN, *arguments]
-        # One write with its newline (print writes the end apart): parallel runs print at once.
-        sys.stdout.write(" ".join(["$ gnnrun", *arguments]) + "\n")
-        sys.stdout.flush()
         log_path = out / f"{recipe}-{index}.log"
-        with open(log_path, "w") as log:
-            code = subprocess.run(
-                command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
-            ).returncode
+        with RUNNING_LOCK:
+            if STOPPED.is_set():
+                raise SystemExit("stopped")
+            # One write with its newline (print writes the end apart): parallel runs print at once.
+            sys.stdout.write(" ".join(["$ gnnrun", *arguments]) + "\n")
+            sys.stdout.flush()
+            with open(log_path, "w") as log:
+                child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            RUNNING.add(child)
+        code = child.wait()
+        with RUNNING_LOCK:
+            RUNNING.discard(child)
         if code != 0:
             tail = "\n".join(log_path.read_text().splitlines()[-15:])
             raise SystemExit(f"{recipe} run {index} failed (exit {code}), {log_path}:\n{tail}")
     return json.loads(summary.read_text())[read]
+
+
+def stop_running(signum, frame) -> None:
+    """SIGTERM: stop the runs in progress (their ranks stop with them), then exit."""
+    with RUNNING_LOCK:
+        STOPPED.set()
+        for child in RUNNING:
+            child.terminate()
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
@@ -144,11 +165,13 @@ def main() -> None:
     if args.parallel < 1:
         parser.error(f"--parallel {args.parallel}: give how many runs at once, 1 or more")
     args.out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, stop_running)
+    # Run index first: a benchmark stopped part-way has as many runs of every recipe.
     every = [
         (recipe, layers, i)
-        for recipe in args.recipe
-        for layers in (args.layers or [None])
         for i in range(args.runs)
+        for layers in (args.layers or [None])
+        for recipe in args.recipe
     ]
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
         started = {
