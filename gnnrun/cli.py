@@ -43,7 +43,7 @@ EXAMPLES = """\
   gnnrun partition dataset=synthetic-medium partitioner=libra partitioner.num_parts=8
   gnnrun partition -m dataset=cora partitioner=metis,random,libra partitioner.num_parts=2,4
   gnnrun train dataset=cora algorithm=minibatch cluster.nprocs=2
-  gnnrun train dataset=cora algorithm=single algorithm.mode=full cluster.device=cuda cluster.nprocs=1
+  gnnrun train dataset=cora algorithm=single algorithm.mode=full cluster.device=cuda
   gnnrun train -m dataset=cora algorithm=cd0,cdr,zero_comm model=sage_gcn
   gnnrun train --resume-sweep outputs/multirun/2026-12-01/10-00-00 [--retry-failed]
   gnnrun predict run=outputs/train/2026-12-01/10-00-00 cluster.nprocs=4"""

@@ -41,7 +41,7 @@ DEVICES = ("cpu", "cuda")
 @dataclass
 class ClusterConfig:
     name: str = MISSING  # local | slurm
-    nprocs: int = 2  # ranks (the world size); local: on this node
+    nprocs: int = 2  # ranks (the world size); local: on this node (configs/cluster/local.yaml)
     backend: str = "auto"  # auto | gloo | nccl | ccl
     device: str = "cpu"  # where ranks compute: cpu | cuda (one rank per GPU; algorithm=spmm1d)
     threads_per_rank: int = 0  # 0: cores of one socket (or all cores / nprocs)
@@ -212,6 +212,20 @@ def _world_size(
 
 
 OmegaConf.register_new_resolver("gnnrun.world_size", _world_size, replace=True)
+
+
+def _local_ranks(device: str) -> int:
+    """${gnnrun.local_ranks:${cluster.device}}: cluster=local's ranks unless cluster.nprocs is
+    given: one per GPU on cuda (1 where torch sees none, which the device check refuses
+    with the reason), 2 on the CPU."""
+    if device != "cuda":
+        return 2
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
+OmegaConf.register_new_resolver("gnnrun.local_ranks", _local_ranks, replace=True)
 
 
 PRECISIONS = ("fp32", "bf16")

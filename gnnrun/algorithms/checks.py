@@ -40,7 +40,7 @@ def check_runnable(cfg) -> None:
     algorithm.check_config(cfg)
     _check_link_loss(cfg)
     _check_batch_norm(cfg, algorithm.splits_batch)
-    _check_device(cfg, algorithm.devices)
+    _check_device(cfg, algorithm)
     _check_precision(cfg, algorithm.precisions)
     if algorithm.partition_kind is not None:
         check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
@@ -74,8 +74,8 @@ def _check_batch_norm(cfg, splits_batch: bool) -> None:
         )
 
 
-def _check_device(cfg, devices: tuple[str, ...]) -> None:
-    device = cfg.cluster.device
+def _check_device(cfg, algorithm) -> None:
+    device, devices = cfg.cluster.device, algorithm.devices
     if device not in devices:
         able = ", ".join(n for n in ALGORITHMS.names() if device in ALGORITHMS.get(n).devices)
         raise GnnrunError(
@@ -84,12 +84,15 @@ def _check_device(cfg, devices: tuple[str, ...]) -> None:
             f"{device}: {able}"
         )
     if device == "cuda":
-        check_gpu_ranks(cfg.cluster)
+        # An algorithm of one process (`single`) trains in the launcher, on one GPU,
+        # whatever cluster.nprocs says.
+        check_gpu_ranks(cfg.cluster, 1 if algorithm.partition_kind is None else None)
 
 
-def check_gpu_ranks(cluster) -> None:
+def check_gpu_ranks(cluster, ranks: int | None = None) -> None:
     """Refuse GPU ranks (cluster.device=cuda) that cannot start: a backend that takes no
-    GPU tensors, no GPU, or more ranks on a machine than it has GPUs (under NCCL)."""
+    GPU tensors, no GPU, or more ranks on a machine than it has GPUs (under NCCL). `ranks`:
+    the ranks on this machine when not the cluster's own count."""
     if cluster.device != "cuda":
         return
     if cluster.backend not in ("auto", "nccl", "gloo"):
@@ -111,7 +114,7 @@ def check_gpu_ranks(cluster) -> None:
             "use cluster.device=cpu, or run where GPUs and a CUDA build of torch are"
         )
     key = "tasks_per_node" if cluster.name == "hosts" else "nprocs"
-    ranks, gpus = getattr(cluster, key), torch.cuda.device_count()
+    ranks, gpus = ranks or getattr(cluster, key), torch.cuda.device_count()
     if ranks > gpus and cluster.backend != "gloo":
         # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); gloo takes them,
         # moving GPU tensors through host memory.

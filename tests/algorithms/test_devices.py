@@ -157,6 +157,41 @@ def test_cuda_without_a_gpu_is_refused():
         check_runnable(cfg)
 
 
+@pytest.fixture
+def gpus(monkeypatch):
+    """Pretend torch sees this many GPUs (the checks and defaults read no more than that)."""
+
+    def set_count(count: int) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+    return set_count
+
+
+@pytest.mark.parametrize(("count", "ranks"), [(0, 1), (1, 1), (4, 4)])
+def test_gpu_ranks_default_to_one_per_gpu(gpus, count, ranks):
+    gpus(count)
+    cfg = make_config("dataset=synthetic-tiny", "algorithm=minibatch", "cluster.device=cuda")
+    assert cfg.cluster.nprocs == ranks and cfg.partitioner.num_parts == ranks
+    assert make_config("dataset=synthetic-tiny", "algorithm=minibatch").cluster.nprocs == 2
+    given = make_config("dataset=synthetic-tiny", "cluster.device=cuda", "cluster.nprocs=3")
+    assert given.cluster.nprocs == 3
+
+
+def test_a_one_process_algorithm_needs_one_gpu_whatever_cluster_nprocs_says(gpus):
+    gpus(1)
+    check_runnable(
+        make_config(
+            "dataset=synthetic-tiny", "algorithm=single", "cluster.device=cuda", "cluster.nprocs=2"
+        )
+    )
+    cfg = make_config(
+        "dataset=synthetic-tiny", "algorithm=minibatch", "cluster.device=cuda", "cluster.nprocs=2"
+    )
+    with pytest.raises(GnnrunError, match="this machine has 1 GPU"):
+        check_runnable(cfg)
+
+
 @needs_gpu
 def test_more_ranks_than_gpus_are_refused():
     ranks = torch.cuda.device_count() + 1
