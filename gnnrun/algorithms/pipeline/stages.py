@@ -13,6 +13,13 @@ Threads, not processes: an item moves from stage to stage by reference and is
 never copied or serialised; the heavy work (sampling kernels, feature gathers,
 collectives) runs in C++ with Python's lock released.
 
+A stage of W > 1 workers (capacity > 0) runs W threads, each taking the next
+item from upstream and working on it while the others work on theirs (DistDGLv2's
+pool of samplers); finished items enter the buffer in the order they were taken,
+so the stage hands them on in schedule order whichever worker ends first. A
+worker that finishes ahead of an earlier item waits for it (its blocked time).
+Busy, blocked and starved seconds of such a stage are summed over its workers.
+
 An exception in a stage travels downstream in place of its item and is raised
 again by `take()`, in the consumer's thread; `close()` stops every thread at its
 next item and waits for them.
@@ -33,9 +40,17 @@ class Stage:
     name: str
     capacity: int  # finished items that may wait after this stage; 0: run inline
     work: Callable[[Any], Any]  # an item of the previous stage (or of the schedule) -> this one's
-    # Run first in the stage's thread (its settings); the constructor returns after every
-    # stage's has run.
+    # Run first in each of the stage's threads (its settings); the constructor returns
+    # after every thread's has run.
     start: Callable[[], None] = lambda: None
+    workers: int = 1  # threads working on items at once (capacity > 0 only)
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or (self.workers > 1 and self.capacity == 0):
+            raise ValueError(
+                f"stage {self.name}: {self.workers} workers need a capacity above 0 "
+                "(an inline stage runs in its consumer's thread)"
+            )
 
 
 @dataclass
@@ -93,17 +108,20 @@ class _Buffer:
         )
         self.items: deque[Any] = deque()
         self.changed = threading.Condition()
+        self.next_turn = 0  # the place in order of the next item to enter
 
-    def put(self, item: Any, always: bool = False) -> None:
-        """Add `item`, blocking while the buffer is full (`always`: the end or a failure,
-        which holds no data and must reach the consumer even past the capacity)."""
+    def put(self, item: Any, turn: int, always: bool = False) -> None:
+        """Add `item`, the stage's `turn`-th (from 0), once every earlier one is in, blocking
+        while the buffer is full (`always`: the end or a failure, which holds no data and
+        must reach the consumer even past the capacity)."""
         with self.changed:
             start = time.perf_counter()
-            while len(self.items) >= self.capacity and not always:
+            while turn != self.next_turn or (len(self.items) >= self.capacity and not always):
                 if self.stopping.is_set():
                     raise PipelineStopped
                 self.changed.wait(0.1)
             self.items.append(item)
+            self.next_turn += 1
             with self.stats_lock:
                 self.stats.blocked_s += time.perf_counter() - start
                 if not always:
@@ -143,12 +161,21 @@ class StagePipeline:
             _Buffer(stage.capacity, stats, self.lock, self.stopping) if stage.capacity > 0 else None
             for stage, stats in zip(stages, self.stats, strict=True)
         ]
+        # Per stage: the lock its workers take items from upstream under, the turns handed
+        # out so far, and whether the end (or a failure) has been taken.
+        self.taking = [threading.Lock() for _ in stages]
+        self.turns = [0] * len(stages)
+        self.ended = [False] * len(stages)
         self.threads = [
             threading.Thread(
-                target=self._run, args=(i,), name=f"pipeline-{stage.name}", daemon=True
+                target=self._run,
+                args=(i,),
+                name=f"pipeline-{stage.name}" + (f"-{w}" if stage.workers > 1 else ""),
+                daemon=True,
             )
             for i, stage in enumerate(stages)
             if stage.capacity > 0
+            for w in range(stage.workers)
         ]
         self.finished = False
         self._started = threading.Barrier(len(self.threads) + 1)
@@ -218,21 +245,52 @@ class StagePipeline:
             self.stats[index].items += 1
         return out
 
+    def _take_turn(self, index: int) -> tuple[Any, int] | None:
+        """The next item from upstream of stage `index` and its turn; None once one of the
+        stage's workers has taken the end or failed. A failure upstream comes back as the
+        item."""
+        start = time.perf_counter()
+        with self.taking[index]:
+            waited = time.perf_counter() - start  # another worker was taking: starved too
+            if self.ended[index]:
+                return None
+            try:
+                item = self._pull(index - 1)
+            except PipelineStopped:
+                raise
+            except BaseException as error:  # noqa: BLE001  delivered in its turn
+                item = _Failed(error)
+            turn = self.turns[index]
+            self.turns[index] += 1
+            self.ended[index] = isinstance(item, _End | _Failed)
+        with self.lock:
+            self.stats[index].starved_s += waited
+        return item, turn
+
     def _run(self, index: int) -> None:
         buffer = self.buffers[index]
         assert buffer is not None
+        turn = None
         try:
             try:
                 self.stages[index].start()
             finally:
                 self._started.wait()
             while not self.stopping.is_set():
-                item = self._process(index, self._pull(index - 1))
-                if isinstance(item, _End):
-                    buffer.put(item, always=True)
+                taken = self._take_turn(index)
+                if taken is None:
                     return
-                buffer.put(item)
+                item, turn = taken
+                if isinstance(item, _End | _Failed):
+                    buffer.put(item, turn, always=True)
+                    return
+                buffer.put(self._process(index, item), turn)
         except PipelineStopped:
             return
         except BaseException as error:  # noqa: BLE001  delivered to the consumer by take()
-            buffer.put(_Failed(error), always=True)
+            with self.taking[index]:  # the stage's workers take no more items
+                self.ended[index] = True
+                if turn is None:  # its `start` failed: the failure takes the next turn
+                    turn = self.turns[index]
+                    self.turns[index] += 1
+            buffer.put(_Failed(error), turn, always=True)

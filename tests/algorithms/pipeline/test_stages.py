@@ -82,3 +82,60 @@ def test_stages_start_in_their_own_threads():
     )
     drain(pipeline)
     assert names == ["pipeline-a"]
+
+
+def test_workers_hand_items_on_in_order_whichever_finishes_first():
+    """Item i sleeps longer the smaller i mod 4: later items finish first, and still come
+    out after the earlier ones; the four workers really work at the same time."""
+    busy, most_busy, lock = [0], [0], threading.Lock()
+
+    def work(x):
+        with lock:
+            busy[0] += 1
+            most_busy[0] = max(most_busy[0], busy[0])
+        time.sleep(0.004 * (4 - x % 4))
+        with lock:
+            busy[0] -= 1
+        return x
+
+    stages = [Stage("a", 2, work, workers=4), Stage("b", 1, lambda x: -x)]
+    pipeline = StagePipeline(iter(range(40)), stages)
+    assert drain(pipeline) == [-i for i in range(40)]
+    assert most_busy[0] == 4
+    assert pipeline.take_stats()["a"]["items"] == 40
+    assert len(pipeline.threads) == 5 and not any(t.is_alive() for t in pipeline.threads)
+
+
+def test_a_worker_s_failure_comes_in_its_item_s_turn():
+    def work(x):
+        if x == 7:
+            raise ValueError("bad item 7")
+        time.sleep(0.002 * (x % 3))
+        return x
+
+    pipeline = StagePipeline(iter(range(30)), [Stage("a", 3, work, workers=3)])
+    assert [pipeline.take() for _ in range(7)] == list(range(7))
+    with pytest.raises(ValueError, match="bad item 7"):
+        pipeline.take()
+    pipeline.close()
+    assert not any(t.is_alive() for t in pipeline.threads)
+
+
+def test_each_worker_runs_the_stage_s_start_and_a_worker_needs_a_buffer():
+    names = []
+    pipeline = StagePipeline(
+        iter(range(3)),
+        [
+            Stage(
+                "a",
+                1,
+                lambda x: x,
+                start=lambda: names.append(threading.current_thread().name),
+                workers=2,
+            )
+        ],
+    )
+    assert drain(pipeline) == [0, 1, 2]
+    assert sorted(names) == ["pipeline-a-0", "pipeline-a-1"]
+    with pytest.raises(ValueError, match="2 workers need a capacity above 0"):
+        Stage("a", 0, lambda x: x, workers=2)
