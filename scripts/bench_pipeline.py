@@ -37,8 +37,9 @@ choose (`algorithm.stage_nice=0` for one rank, whose default is the lowest, 19;
 
 On a GPU (`--device cuda`, one rank on the GPU, for each of `--models`: SAGE 3 x
 256 and GAT 3 x 128 x 4 heads, batch 1000): `minibatch` (DistDGL-GPU: sample,
-copy, compute in turn), `pipeline`, and `pipeline` with `--cache-rows` rows of
-input features on the GPU; then the CPU's own best on the same machine,
+copy, compute in turn), `pipeline`, with `--sample-workers` its sample stage's
+workers (algorithm.sample_workers) set to each count given, and `pipeline` with
+`--cache-rows` rows of input features on the GPU; then the CPU's own best on the same machine,
 `minibatch` and `pipeline` on each of `--cpu-ranks` ranks sharing its cores
 (`--cpu-epochs` of them). A last table sets the issue's goals beside the
 figures: the pipeline on the GPU at least 2x `minibatch` there and 3x the
@@ -248,6 +249,15 @@ def gpu_plan(args) -> list[Planned]:
         runs += [
             Planned(base, 1, [*model, *gpu, "algorithm=minibatch"]),
             Planned(f"{name} pipeline gpu", 1, [*model, *gpu, "algorithm=pipeline"], base),
+            *(
+                Planned(
+                    f"{name} pipeline gpu {w} sampler{'s' if w > 1 else ''}",
+                    1,
+                    [*model, *gpu, "algorithm=pipeline", f"algorithm.sample_workers={w}"],
+                    base,
+                )
+                for w in args.sample_workers
+            ),
             Planned(
                 f"{name} pipeline gpu cache",
                 1,
@@ -441,6 +451,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--cache-rows", type=int, default=250_000, help="GPU feature cache rows, with --device cuda"
+    )
+    parser.add_argument(
+        "--sample-workers",
+        type=int,
+        nargs="*",
+        default=[],
+        help="with --device cuda: also the GPU pipeline with each of these numbers of sample "
+        "workers (algorithm.sample_workers; its default is 4 there)",
     )
     parser.add_argument(
         "--train-fraction",

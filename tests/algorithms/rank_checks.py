@@ -90,7 +90,13 @@ def algorithm_and_model(cfg):
     comm = Communicator()
     algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, PhaseTimer())
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, algorithm.in_dim, algorithm.num_classes).to(algorithm.device)
+    model = build_model(
+        cfg.model,
+        algorithm.in_dim,
+        algorithm.num_classes,
+        algorithm.schema,
+        **algorithm.task.model_options(),
+    ).to(algorithm.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optimizer.lr)
     return comm, algorithm, model, optimizer
 

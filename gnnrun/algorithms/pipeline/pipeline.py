@@ -95,9 +95,14 @@ class PipelineConfig(SampledConfig):
     # Finished minibatches that may wait after each stage (DistDGLv2 keeps many cheap
     # sampled ones, fewer with their features, one on the device: 25, 5, 1); 0: inline.
     capacity: dict[str, int] = field(default_factory=lambda: {"sample": 8, "fetch": 4, "device": 1})
-    # Intra-op threads of each stage's thread (sampling kernels, feature gathers); the
-    # trainer keeps the rank's compute threads. 0: `stage_threads_for` the rank's device.
+    # Intra-op threads of each stage (sampling kernels, feature gathers; the sample
+    # stage's are split between its workers); the trainer keeps the rank's compute
+    # threads. 0: `stage_threads_for` the rank's device.
     stage_threads: int = 0
+    # Minibatches sampled at once, each by a worker thread of the sample stage
+    # (DistDGLv2's pool of samplers); a run of one rank only, whose sampling asks no
+    # other rank. 0: `sample_workers_for` the rank's device.
+    sample_workers: int = 0
     # The stage threads' nice value on a CPU rank: 0, the trainer's priority; up to 19,
     # the lowest (the trainer's compute threads first: a stage thread that takes a core
     # from one of them mid parallel region holds up all of them at its end). None:
@@ -132,6 +137,11 @@ class PipelineConfig(SampledConfig):
             self.stage_threads >= 0,
             f"algorithm.stage_threads is {self.stage_threads}: give a thread count, or 0 to "
             "let the rank's device decide",
+        )
+        check(
+            self.sample_workers >= 0,
+            f"algorithm.sample_workers is {self.sample_workers}: give a count of worker "
+            "threads, or 0 to let the rank's device decide",
         )
         check(
             self.stage_nice is None or 0 <= self.stage_nice <= 19,
@@ -171,9 +181,26 @@ class _Item:
 class PipelinedMinibatch(DistributedMinibatch):
     """`minibatch` with its minibatches built ahead by an asynchronous, bounded pipeline."""
 
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        workers, ranks = cfg.algorithm.sample_workers, cfg.cluster.nprocs
+        if workers > 1 and ranks > 1:
+            raise GnnrunError(
+                f"algorithm.sample_workers={workers} samples several minibatches at once on a "
+                f"run of one rank, and this run has {ranks}: its sampling asks the other ranks, "
+                "one minibatch at a time; leave algorithm.sample_workers out (or 1)"
+            )
+        if workers > 1 and cfg.algorithm.capacity.get("sample", 0) == 0:
+            raise GnnrunError(
+                f"algorithm.sample_workers={workers} needs a sample stage of its own: "
+                "algorithm.capacity.sample above 0"
+            )
+
     def __init__(self, cfg, comm, timer) -> None:
         super().__init__(cfg, comm, timer)
         self.capacity = {name: int(cfg.algorithm.capacity.get(name, 0)) for name in STAGES}
+        self.sample_workers = 1  # worker threads of the sample stage, once `plan` has set it
         self.pipeline: StagePipeline | None = None
         self.stage_nice = 0  # the stage threads' nice value, once `plan` has set it
         self.end = 0
@@ -227,11 +254,17 @@ class PipelinedMinibatch(DistributedMinibatch):
         nice = self.stage_nice = stage_nice_for(
             self.device, self.cfg.algorithm.stage_nice, self.comm.ranks_on_this_machine
         )
+        workers = self.sample_workers = self.cfg.algorithm.sample_workers or sample_workers_for(
+            self.device, self.comm.distributed, self.capacity["sample"], threads
+        )
 
-        def start_stage() -> None:
-            if nice:
-                lower_this_thread_priority(nice)
-            torch.set_num_threads(threads)
+        def starting(threads: int) -> Callable[[], None]:
+            def start_stage() -> None:
+                if nice:
+                    lower_this_thread_priority(nice)
+                torch.set_num_threads(threads)
+
+            return start_stage
 
         def sample(item: _Item) -> _Item:
             self._hook("sample", item)
@@ -291,8 +324,15 @@ class PipelinedMinibatch(DistributedMinibatch):
         self.pipeline = StagePipeline(
             self._schedule(start_epoch, end_epoch, steps),
             [
-                Stage(name, self.capacity[name], work, start_stage)
-                for name, work in zip(STAGES, (sample, fetch, to_device), strict=True)
+                Stage(
+                    "sample",
+                    self.capacity["sample"],
+                    sample,
+                    starting(max(1, threads // workers)),
+                    workers,
+                ),
+                Stage("fetch", self.capacity["fetch"], fetch, starting(threads)),
+                Stage("device", self.capacity["device"], to_device, starting(threads)),
             ],
         )
         # torch.set_num_threads in a stage's thread also changes process-wide settings
@@ -332,6 +372,7 @@ class PipelinedMinibatch(DistributedMinibatch):
         assert self.pipeline is not None
         stats["pipeline"] = self.pipeline.take_stats()
         stats["stage_nice"] = self.stage_nice  # the stage threads' priority (nice value)
+        stats["sample_workers"] = self.sample_workers
         with self._finished_lock:
             stats["next_epoch_ready"] = self._finished.get(self.epoch + 1, 0)
             self._finished.pop(self.epoch, None)
@@ -389,6 +430,20 @@ def stage_threads_for(device: torch.device, compute_threads: int) -> int:
     if device.type == "cpu":
         return 1
     return max(1, compute_threads // 2)
+
+
+def sample_workers_for(
+    device: torch.device, distributed: bool, capacity: int, stage_threads: int
+) -> int:
+    """The sample stage's workers by default: on a GPU rank alone in its run, up to 4, two
+    of the stage's threads each; one elsewhere. The trainer waits on the CPU's sampling there:
+    one minibatch's sampling keeps few threads busy (three hops of a few thousand
+    vertices each, each hop waiting on the last), several minibatches at once keep more.
+    A CPU rank's compute threads hold its cores, and ranks that ask each other sample
+    one minibatch at a time (`PipelinedMinibatch.check_config`)."""
+    if device.type == "cpu" or distributed or capacity == 0:
+        return 1
+    return max(1, min(4, stage_threads // 2))
 
 
 def stage_nice_for(device: torch.device, asked: int | None, ranks_on_machine: int) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 
 import torch
 
+from gnnrun.algorithms.minibatch.minibatch import tensors_in
 from gnnrun.threads import this_thread_nice
 from gnnrun.train.trainer import train_epoch
 
@@ -79,7 +81,11 @@ def same_inputs(reference: dict, other: dict) -> bool:
         for a, b in zip(blocks_a, blocks_b, strict=True):
             if not all(torch.equal(s, t) for s, t in zip(a, b, strict=True)):
                 return False
-        if not (torch.equal(x_a, x_b) and torch.equal(y_a, y_b)):
+        # Targets: labels, or a link step's pairs (EdgeTargets).
+        targets_a, targets_b = list(tensors_in(y_a)), list(tensors_in(y_b))
+        if not torch.equal(x_a, x_b) or len(targets_a) != len(targets_b):
+            return False
+        if not all(torch.equal(a, b) for a, b in zip(targets_a, targets_b, strict=True)):
             return False
     return True
 
@@ -97,10 +103,16 @@ def pipeline_equals_minibatch(
         "results": {},
     }
     for name, cfg in pipelines.items():
-        seen = {"sample_nice": set(), "x_in_its_buffer": set(), "pinned": set()}
+        seen = {
+            "sample_nice": set(),
+            "sample_threads": set(),
+            "x_in_its_buffer": set(),
+            "pinned": set(),
+        }
 
         def sampling(item, seen=seen):
             seen["sample_nice"].add(this_thread_nice())
+            seen["sample_threads"].add(threading.current_thread().name)
 
         def copying(item, seen=seen):
             # The rows the device stage reads are the buffer the fetch stage gathered into.

@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from gnnrun.algorithms.pipeline.pipeline import stage_nice_for, stage_threads_for
+from gnnrun.algorithms.checks import check_runnable
+from gnnrun.algorithms.pipeline.pipeline import (
+    sample_workers_for,
+    stage_nice_for,
+    stage_threads_for,
+)
 from gnnrun.errors import GnnrunError
 from gnnrun.testing import run_on_ranks
 
@@ -106,6 +111,55 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
                 for stage, figures in epoch.items():
                     capacity = int(CAPACITIES[name].split(f"{stage}: ")[1][0])
                     assert figures["max_held"] <= capacity, (rank, name, stage, figures)
+
+
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_sample_workers_build_minibatch_s_minibatches_in_order(configure, task):
+    """One rank, three minibatches sampled at once by the sample stage's workers: the same
+    blocks, features, losses and weights as minibatch, step by step."""
+    common = (*COMMON, f"task={task}", "cluster.nprocs=1")
+    minibatch = configure(*common, "algorithm=minibatch")
+    workers = configure(
+        *common,
+        "algorithm=pipeline",
+        "algorithm.sample_workers=3",
+        "algorithm.capacity={sample: 4, fetch: 2, device: 1}",
+    )
+    (result,) = run_on_ranks(
+        pipeline_checks.pipeline_equals_minibatch, 1, minibatch, {"workers": workers}, 2
+    )
+    run = result["results"]["workers"]
+    assert result["steps"] >= 6, "the test needs more steps than workers"
+    assert run["same"], "training with sample workers differs from minibatch"
+    assert run["sample_threads"] == [f"pipeline-sample-{w}" for w in range(3)]
+    assert all(epoch["sample"]["max_held"] <= 4 for epoch in run["pipeline"])
+
+
+def test_sample_workers_by_device_and_ranks():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert sample_workers_for(cpu, False, 8, 1) == 1
+    assert sample_workers_for(gpu, False, 8, 8) == 4
+    assert sample_workers_for(gpu, False, 8, 2) == 1
+    assert sample_workers_for(gpu, True, 8, 8) == 1  # its sampling asks other ranks
+    assert sample_workers_for(gpu, False, 0, 8) == 1  # sampled inline, by the next stage
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("cluster.nprocs=2",), "this run has 2: its sampling asks the other ranks"),
+        (
+            ("cluster.nprocs=1", "algorithm.capacity={sample: 0, fetch: 1, device: 1}"),
+            "algorithm.capacity.sample above 0",
+        ),
+        (("algorithm.sample_workers=-1",), "give a count of worker threads"),
+    ],
+)
+def test_sample_workers_where_they_cannot_work_are_refused(configure, overrides, message):
+    with pytest.raises(GnnrunError, match=message):
+        check_runnable(
+            configure(*COMMON, "algorithm=pipeline", "algorithm.sample_workers=2", *overrides)
+        )
 
 
 @pytest.mark.slow  # make test-slow
