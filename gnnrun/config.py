@@ -214,7 +214,7 @@ def _world_size(
 OmegaConf.register_new_resolver("gnnrun.world_size", _world_size, replace=True)
 
 
-def _local_ranks(device: str) -> int:
+def default_local_ranks(device: str) -> int:
     """${gnnrun.local_ranks:${cluster.device}}: cluster=local's ranks unless cluster.nprocs is
     given: one per GPU on cuda (1 where torch sees none, which the device check refuses
     with the reason), 2 on the CPU."""
@@ -225,7 +225,7 @@ def _local_ranks(device: str) -> int:
     return max(1, torch.cuda.device_count())
 
 
-OmegaConf.register_new_resolver("gnnrun.local_ranks", _local_ranks, replace=True)
+OmegaConf.register_new_resolver("gnnrun.local_ranks", default_local_ranks, replace=True)
 
 
 PRECISIONS = ("fp32", "bf16")

@@ -70,7 +70,7 @@ from markdown_it import MarkdownIt
 from omegaconf import OmegaConf
 
 from gnnrun.cli import CONFIG_DIR, check_overrides, chunk_options
-from gnnrun.config import TrainConfig, to_objects
+from gnnrun.config import TrainConfig, default_local_ranks, to_objects
 from gnnrun.errors import GnnrunError
 from gnnrun.schemas import register_schemas
 
@@ -104,12 +104,16 @@ RUN_PLACEHOLDERS = {
 
 
 def _config_defaults() -> dict[str, str]:
-    """config.yaml's group choices, train.epochs and cluster=local's nprocs: the rule's defaults."""
+    """config.yaml's group choices, train.epochs and cluster=local's nprocs on the CPU (a
+    GPU command's are its GPUs): the rule's defaults."""
     root = OmegaConf.load(CONFIG_DIR / "config.yaml")
     choices = {k: str(v) for d in root.defaults if not isinstance(d, str) for k, v in d.items()}
-    local = OmegaConf.load(CONFIG_DIR / "cluster" / "local.yaml")
     epochs = {f.name: f.default for f in dataclasses.fields(TrainConfig)}["epochs"]
-    return {**choices, "train.epochs": str(epochs), "cluster.nprocs": str(local.nprocs)}
+    return {
+        **choices,
+        "train.epochs": str(epochs),
+        "cluster.nprocs": str(default_local_ranks("cpu")),
+    }
 
 
 DEFAULTS = _config_defaults()
