@@ -187,9 +187,9 @@ class PipelinedMinibatch(DistributedMinibatch):
         workers, ranks = cfg.algorithm.sample_workers, cfg.cluster.nprocs
         if workers > 1 and ranks > 1:
             raise GnnrunError(
-                f"algorithm.sample_workers={workers} samples several minibatches at once on a "
-                f"run of one rank, and this run has {ranks}: its sampling asks the other ranks, "
-                "one minibatch at a time; leave algorithm.sample_workers out (or 1)"
+                f"algorithm.sample_workers={workers} needs a run of one rank, and this run has "
+                f"{ranks}: ranks sample one minibatch at a time, asking each other for "
+                "neighbours; use cluster.nprocs=1, or leave algorithm.sample_workers out"
             )
         if workers > 1 and cfg.algorithm.capacity.get("sample", 0) == 0:
             raise GnnrunError(

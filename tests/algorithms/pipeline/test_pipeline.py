@@ -147,7 +147,7 @@ def test_sample_workers_by_device_and_ranks():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (("cluster.nprocs=2",), "this run has 2: its sampling asks the other ranks"),
+        (("cluster.nprocs=2",), "needs a run of one rank, and this run has 2"),
         (
             ("cluster.nprocs=1", "algorithm.capacity={sample: 0, fetch: 1, device: 1}"),
             "algorithm.capacity.sample above 0",
