@@ -133,6 +133,7 @@ def pipeline_equals_minibatch(
             "losses": [e["loss"] for e in run["epochs"]],
             "bytes": [e["bytes"] for e in run["epochs"]],
             "pipeline": [e.get("pipeline", {}) for e in run["epochs"]],
+            "sample_workers": run["epochs"][-1].get("sample_workers"),
         }
     return out
 

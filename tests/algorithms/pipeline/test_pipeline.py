@@ -131,17 +131,18 @@ def test_sample_workers_build_minibatch_s_minibatches_in_order(configure, task):
     run = result["results"]["workers"]
     assert result["steps"] >= 6, "the test needs more steps than workers"
     assert run["same"], "training with sample workers differs from minibatch"
+    assert run["sample_workers"] == 3
     assert run["sample_threads"] == [f"pipeline-sample-{w}" for w in range(3)]
     assert all(epoch["sample"]["max_held"] <= 4 for epoch in run["pipeline"])
 
 
 def test_sample_workers_by_device_and_ranks():
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    assert sample_workers_for(cpu, False, 8, 1) == 1
-    assert sample_workers_for(gpu, False, 8, 8) == 4
-    assert sample_workers_for(gpu, False, 8, 2) == 1
-    assert sample_workers_for(gpu, True, 8, 8) == 1  # its sampling asks other ranks
-    assert sample_workers_for(gpu, False, 0, 8) == 1  # sampled inline, by the next stage
+    assert sample_workers_for(cpu, 1, 8, 1) == 1
+    assert sample_workers_for(gpu, 1, 8, 8) == 4
+    assert sample_workers_for(gpu, 1, 8, 2) == 1
+    assert sample_workers_for(gpu, 2, 8, 8) == 1  # its sampling asks other ranks
+    assert sample_workers_for(gpu, 1, 0, 8) == 1  # sampled inline, by the next stage
 
 
 @pytest.mark.parametrize(
