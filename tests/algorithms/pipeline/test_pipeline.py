@@ -130,7 +130,10 @@ def test_sample_workers_build_minibatch_s_minibatches_in_order(configure, task):
     )
     run = result["results"]["workers"]
     assert result["steps"] >= 6, "the test needs more steps than workers"
-    assert run["same"], "training with sample workers differs from minibatch"
+    assert run["same"], (
+        f"training with sample workers differs from minibatch: same minibatches "
+        f"{run['same_inputs']}, losses {run['losses']} against {result['minibatch_losses']}"
+    )
     assert run["sample_workers"] == 3
     assert run["sample_threads"] == [f"pipeline-sample-{w}" for w in range(3)]
     assert all(epoch["sample"]["max_held"] <= 4 for epoch in run["pipeline"])
