@@ -30,6 +30,19 @@ from gnnrun.train.optimizer import build_optimizer, sparse_tables
 from gnnrun.train.resume import resume, settings_of
 
 
+def initial_model(cfg, algorithm) -> torch.nn.Module:
+    """The model `algorithm` trains, on its device, with the run's initial weights: the same
+    on every rank (seeded by train.seed)."""
+    torch.manual_seed(cfg.train.seed)
+    return build_model(
+        cfg.model,
+        algorithm.in_dim,
+        algorithm.num_classes,
+        algorithm.schema,
+        **algorithm.task.model_options(),
+    ).to(algorithm.device)
+
+
 def train(
     cfg, run_dir: Path, display: TrainingDisplay | None = None, tracker: Any = None
 ) -> dict[str, Any] | None:
@@ -45,14 +58,7 @@ def train(
     algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, timer)
     if display is not None:
         algorithm.on_step = display.step_done
-    torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
-    model = build_model(
-        cfg.model,
-        algorithm.in_dim,
-        algorithm.num_classes,
-        algorithm.schema,
-        **algorithm.task.model_options(),
-    ).to(algorithm.device)
+    model = initial_model(cfg, algorithm)
     optimizer = build_optimizer(model, cfg.optimizer)
 
     checkpoint_dir = Path(cfg.train.checkpoint_dir)

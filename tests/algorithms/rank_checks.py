@@ -23,7 +23,7 @@ from gnnrun.models import build_model
 from gnnrun.ops.block import Block
 from gnnrun.partition.book import Part, open_partition
 from gnnrun.timers import PhaseTimer
-from gnnrun.train.trainer import train_epoch
+from gnnrun.train.trainer import initial_model, train_epoch
 
 
 def minibatch_matches_single_process(rank: int, world: int, cfg, key: int) -> dict:
@@ -89,14 +89,7 @@ def algorithm_and_model(cfg):
     trainer would build (the same initial weights on every rank)."""
     comm = Communicator()
     algorithm = ALGORITHMS.get(cfg.algorithm.name)(cfg, comm, PhaseTimer())
-    torch.manual_seed(cfg.train.seed)
-    model = build_model(
-        cfg.model,
-        algorithm.in_dim,
-        algorithm.num_classes,
-        algorithm.schema,
-        **algorithm.task.model_options(),
-    ).to(algorithm.device)
+    model = initial_model(cfg, algorithm)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optimizer.lr)
     return comm, algorithm, model, optimizer
 

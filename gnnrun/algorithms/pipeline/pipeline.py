@@ -6,7 +6,8 @@ blocking and failures):
 
     sample  the step's seeds (and their labels, or a link step's negatives),
             sampled hop by hop (a remote vertex by its owner) and compacted
-            into blocks
+            into blocks; on a run of one rank, by several workers at once
+            (`algorithm.sample_workers`), handed on in order
     fetch   the input vertices' features (local rows, remote rows pulled from
             their owners), in one buffer reused from minibatch to minibatch
             (gnnrun.algorithms.pipeline.handover; page-locked on a GPU rank)
