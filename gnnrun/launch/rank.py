@@ -132,10 +132,6 @@ def in_gloo_group(fn: Callable[..., Any], timeout_s: int, args: tuple) -> Any:
 
     @record
     def body() -> Any:
-        # As a launched rank sets its threads (process_group): which also turns MKL's
-        # dynamic thread count off, so that no product picks its threads by the machine's
-        # load, and a rank's sums come out the same in every run.
-        torch.set_num_threads(torch.get_num_threads())
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
         try:
             return fn(dist.get_rank(), dist.get_world_size(), *args)
