@@ -113,7 +113,9 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
                     assert figures["max_held"] <= capacity, (rank, name, stage, figures)
 
 
-@pytest.mark.parametrize("task", ["node", "link"])
+@pytest.mark.parametrize(
+    "task", ["node", pytest.param("link", marks=pytest.mark.slow)]
+)  # link: make test-slow
 def test_sample_workers_build_minibatch_s_minibatches_in_order(configure, task):
     """One rank, three minibatches sampled at once by the sample stage's workers: the same
     blocks, features and targets as minibatch, step by step, and the same losses to float32
