@@ -26,7 +26,7 @@ def trajectory(cfg, epochs: int, hooks=None, compute_delay_s: float = 0.0) -> di
     if hooks:
         algorithm.stage_hooks = dict(hooks)
     algorithm.plan(0, epochs)
-    batches = []
+    batches, step_losses, parameters_before = [], [], []
     take_loss = algorithm.loss
 
     def recorded_loss(model, batch, step):
@@ -37,9 +37,12 @@ def trajectory(cfg, epochs: int, hooks=None, compute_delay_s: float = 0.0) -> di
                 batch.targets,
             )
         )
+        parameters_before.append(flat_parameters(model))
         if compute_delay_s:
             time.sleep(compute_delay_s)
-        return take_loss(model, batch, step)
+        loss = take_loss(model, batch, step)
+        step_losses.append(float(loss.detach()))
+        return loss
 
     algorithm.loss = recorded_loss
     epochs_out = []
@@ -56,38 +59,66 @@ def trajectory(cfg, epochs: int, hooks=None, compute_delay_s: float = 0.0) -> di
     return {
         "batches": batches,
         "epochs": epochs_out,
-        "parameters": [p.detach().clone() for p in model.parameters()],
+        "step_losses": step_losses,
+        # The parameters each step started from, then the final ones.
+        "parameters": [*parameters_before, flat_parameters(model)],
     }
 
 
-def same_training(reference: dict, other: dict) -> bool:
-    """Bit-identical minibatches, losses and final parameters."""
-    if not same_inputs(reference, other):
-        return False
-    losses = [e["loss"] for e in reference["epochs"]] == [e["loss"] for e in other["epochs"]]
-    weights = all(
-        torch.equal(a, b) for a, b in zip(reference["parameters"], other["parameters"], strict=True)
+def flat_parameters(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+
+
+def training_difference(reference: dict, other: dict) -> str | None:
+    """None when two trajectories train bit for bit alike; else where they first part and
+    how (so that a failure says which of sampling, forward or update differed)."""
+    steps = len(reference["batches"])
+    if len(other["batches"]) != steps:
+        return f"{len(other['batches'])} steps against {steps}"
+    for step in range(steps):
+        if not same_batch(reference["batches"][step], other["batches"][step]):
+            return f"step {step}: the minibatches differ"
+        before = reference["parameters"][step], other["parameters"][step]
+        if not torch.equal(*before):
+            return f"step {step}: {_parameters_apart(*before)}, with the same minibatches so far"
+        loss = reference["step_losses"][step], other["step_losses"][step]
+        if loss[0] != loss[1]:
+            return (
+                f"step {step}: the same minibatch and parameters, losses {loss[0]!r} and "
+                f"{loss[1]!r} (the forward pass)"
+            )
+    final = reference["parameters"][steps], other["parameters"][steps]
+    if not torch.equal(*final):
+        return f"after the last step: {_parameters_apart(*final)}"
+    return None
+
+
+def _parameters_apart(a: torch.Tensor, b: torch.Tensor) -> str:
+    apart = a != b
+    return (
+        f"{int(apart.sum())} of {a.numel()} parameters differ, by up to "
+        f"{float((a - b).abs().max()):.3g} (the backward pass, all-reduce or optimizer step "
+        "before it)"
     )
-    return losses and weights
 
 
 def same_inputs(reference: dict, other: dict) -> bool:
     """Bit-identical minibatches: blocks, input features and targets, step by step."""
-    if len(reference["batches"]) != len(other["batches"]):
+    return len(reference["batches"]) == len(other["batches"]) and all(
+        same_batch(a, b) for a, b in zip(reference["batches"], other["batches"], strict=True)
+    )
+
+
+def same_batch(a: tuple, b: tuple) -> bool:
+    (blocks_a, x_a, y_a), (blocks_b, x_b, y_b) = a, b
+    for block_a, block_b in zip(blocks_a, blocks_b, strict=True):
+        if not all(torch.equal(s, t) for s, t in zip(block_a, block_b, strict=True)):
+            return False
+    # Targets: labels, or a link step's pairs (EdgeTargets).
+    targets_a, targets_b = list(tensors_in(y_a)), list(tensors_in(y_b))
+    if not torch.equal(x_a, x_b) or len(targets_a) != len(targets_b):
         return False
-    for (blocks_a, x_a, y_a), (blocks_b, x_b, y_b) in zip(
-        reference["batches"], other["batches"], strict=True
-    ):
-        for a, b in zip(blocks_a, blocks_b, strict=True):
-            if not all(torch.equal(s, t) for s, t in zip(a, b, strict=True)):
-                return False
-        # Targets: labels, or a link step's pairs (EdgeTargets).
-        targets_a, targets_b = list(tensors_in(y_a)), list(tensors_in(y_b))
-        if not torch.equal(x_a, x_b) or len(targets_a) != len(targets_b):
-            return False
-        if not all(torch.equal(a, b) for a, b in zip(targets_a, targets_b, strict=True)):
-            return False
-    return True
+    return all(torch.equal(s, t) for s, t in zip(targets_a, targets_b, strict=True))
 
 
 def pipeline_equals_minibatch(
@@ -128,7 +159,7 @@ def pipeline_equals_minibatch(
             **{key: sorted(values) for key, values in seen.items()},
             "handover": run["epochs"][-1].get("handover"),
             "feature_bytes": sum(e.get("feature_bytes", 0) for e in run["epochs"]),
-            "same": same_training(reference, run),
+            "difference": training_difference(reference, run),
             "same_inputs": same_inputs(reference, run),
             "losses": [e["loss"] for e in run["epochs"]],
             "bytes": [e["bytes"] for e in run["epochs"]],
@@ -160,7 +191,8 @@ def slow_stages(rank: int, world: int, cfg, epochs: int, delay_s: float) -> dict
         "slow_sampling": phases(slow_sampling),
         "slow_compute": phases(slow_compute),
         "slow_compute_stages": [e["pipeline"] for e in slow_compute["epochs"]],
-        "same": same_training(plain, slow_sampling) and same_training(plain, slow_compute),
+        "difference": training_difference(plain, slow_sampling)
+        or training_difference(plain, slow_compute),
     }
 
 
@@ -181,7 +213,7 @@ def feature_cache(rank: int, world: int, minibatch, plain, cached, epochs: int) 
     without = trajectory(plain, epochs)
     with_cache = trajectory(cached, epochs)
     return {
-        "same": same_training(reference, with_cache),
+        "difference": training_difference(reference, with_cache),
         "feature_bytes": [
             [e["feature_bytes"] for e in run["epochs"]] for run in (without, with_cache)
         ],

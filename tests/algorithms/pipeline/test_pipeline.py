@@ -73,7 +73,7 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
     for rank, result in enumerate(results):
         assert result["steps"] >= 4, "the test needs several steps per epoch"
         for name, run in result["results"].items():
-            assert run["same"], f"rank {rank}, capacities {name}: training differs from minibatch"
+            assert run["difference"] is None, f"rank {rank}, capacities {name}: {run['difference']}"
             capacity = CAPACITIES.get(name, CAPACITIES["four"])
             fetch = int(capacity.split("fetch: ")[1][0])
             sample = int(capacity.split("sample: ")[1][0])
@@ -136,7 +136,7 @@ def test_sample_workers_build_minibatch_s_minibatches_in_order(configure, task):
     run = result["results"]["workers"]
     assert result["steps"] >= 6, "the test needs more steps than workers"
     assert run["same_inputs"], "the sample workers' minibatches differ from minibatch's"
-    assert run["losses"] == pytest.approx(result["minibatch_losses"], rel=1e-6)
+    assert run["losses"] == pytest.approx(result["minibatch_losses"], rel=1e-6), run["difference"]
     assert run["sample_workers"] == 3
     assert run["sample_threads"] == [f"pipeline-sample-{w}" for w in range(3)]
     assert all(epoch["sample"]["max_held"] <= 4 for epoch in run["pipeline"])
@@ -180,7 +180,7 @@ def test_slow_stages_show_where_the_time_goes(configure):
     delay = 0.05
     results = run_on_ranks(pipeline_checks.slow_stages, 2, cfg, 3, delay)
     for result in results:
-        assert result["same"]
+        assert result["difference"] is None, result["difference"]
         steps = result["steps"]
 
         def total(run, key, result=result):  # after the first epoch, whose start fills it
@@ -232,7 +232,7 @@ def test_trainers_sharing_a_machine_part_train_as_on_parts_of_their_own(configur
         assert result["steps"] >= 4
         assert any(epoch["features"] for epoch in result["minibatch_bytes"])
         for name, run in result["results"].items():
-            assert run["same"], f"rank {rank}, {name}: training differs"
+            assert run["difference"] is None, f"rank {rank}, {name}: {run['difference']}"
             # (minibatch's all-to-alls still send each rank a row count per step: 8 bytes)
             rows = [
                 epoch.get("features", 0) - result["steps"] // 2 * 2 * 8 for epoch in run["bytes"]
@@ -257,7 +257,7 @@ def test_a_feature_cache_trains_exactly_and_moves_fewer_bytes(configure):
     for rank, result in enumerate(
         run_on_ranks(pipeline_checks.feature_cache, 2, minibatch, plain, cached, 2)
     ):
-        assert result["same"], f"rank {rank}: training with the cache differs from minibatch"
+        assert result["difference"] is None, f"rank {rank}, with the cache: {result['difference']}"
         (without, with_cache), (fetched, fetched_cached) = (
             result["feature_bytes"],
             result["feature_requests"],
