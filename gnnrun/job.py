@@ -174,6 +174,7 @@ def train(cfg: DictConfig) -> None:
     from gnnrun.config import to_objects
     from gnnrun.launch import sweep
     from gnnrun.launch.elastic import run_ranks
+    from gnnrun.launch.rank import own_process_threads
     from gnnrun.launch.slurm import run_slurm_rank
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
@@ -235,11 +236,12 @@ def train(cfg: DictConfig) -> None:
         summary = run_slurm_rank(config, run_dir, prepare)
         if summary is None:  # not rank 0
             return
-    elif kind is None:  # one process on the whole dataset
-        prepare()
-        tracker = make_tracker(config, run_dir, 0, 1)
-        with TrainingDisplay(config) as display:
-            summary = train(config, run_dir, display, tracker)
+    elif kind is None:  # one process on the whole dataset: this one
+        with own_process_threads(config.cluster):
+            prepare()
+            tracker = make_tracker(config, run_dir, 0, 1)
+            with TrainingDisplay(config) as display:
+                summary = train(config, run_dir, display, tracker)
     elif hosts and config.cluster.node_rank != 0:  # node 0 prepares; this host's ranks wait
         check_runnable(config)
         run_ranks(config, run_dir)

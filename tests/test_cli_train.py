@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from gnnrun.cli import main
 from gnnrun.memory import allocator_library
@@ -53,6 +54,19 @@ def test_full_batch_trains_any_depth_without_fanouts(tmp_path, monkeypatch, caps
     code = main([*args, "model.layers=3", "train.epochs=1", "hydra.run.dir=run"])
     assert code == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["epochs"] == 1
+
+
+def test_one_process_training_takes_the_threads_a_rank_would(tmp_path, monkeypatch, capsys):
+    """algorithm=single trains in gnnrun's own process: cluster.threads_per_rank sets its
+    threads as it does a rank's (several such runs side by side would otherwise each take
+    every core), the summary says how many, and the caller's count comes back."""
+    monkeypatch.chdir(tmp_path)
+    before = torch.get_num_threads()
+    args = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=1"]
+    code = main([*args, "cluster.threads_per_rank=1", "hydra.run.dir=run"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["threads_rank0"] == 1
+    assert torch.get_num_threads() == before
 
 
 @pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)

@@ -69,6 +69,21 @@ def rank_cpus(
     return mine, threads
 
 
+@contextlib.contextmanager
+def own_process_threads(cluster) -> Iterator[None]:
+    """A job that runs in gnnrun's own process (a one-process algorithm: `single`) takes
+    `cluster.threads_per_rank` threads, as a rank does (0: torch's default, the machine's
+    cores); the caller's count comes back afterwards."""
+    before = torch.get_num_threads()
+    if cluster.threads_per_rank:
+        torch.set_num_threads(cluster.threads_per_rank)
+    try:
+        yield
+    finally:
+        if cluster.threads_per_rank:
+            torch.set_num_threads(before)
+
+
 def choose_gloo_interface() -> None:
     """Let gloo listen on the interface that reaches node 0 (MASTER_ADDR), unless the user
     named one (GLOO_SOCKET_IFNAME). Left alone, gloo takes the address its host name

@@ -154,6 +154,8 @@ def summary_table(summary: dict) -> Table:
             else "not reached"
         )
         table.add_row(f"within 1% of val {what} {reached['target']:.4f}", when)
+    if "threads_rank0" in summary:  # runs before 2026-11-27 did not record it
+        table.add_row("compute threads (rank 0)", str(summary["threads_rank0"]))
     if "allocator_rank0" in summary:  # runs before 2026-11-23 did not record it
         table.add_row("allocator (rank 0)", summary["allocator_rank0"])
     if "cpu_block_cache_rank0" in summary:

@@ -360,7 +360,9 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         if history
         else 0,
         "peak_rss_mb_rank0": max((r["peak_rss_mb"] for r in history), default=None),
-        # Epoch times depend on it (1.3-1.7x for full batch; docs/performance.md).
+        # Epoch times depend on them (the allocator: 1.3-1.7x for full batch;
+        # docs/performance.md).
+        "threads_rank0": torch.get_num_threads(),
         "allocator_rank0": allocator_in_use(),
         "cpu_block_cache_rank0": cpu_allocator.describe(),
         **(
