@@ -192,7 +192,7 @@ def _as_trained(run_dir: Path, run: list[str], given: list[str]) -> list[str]:
     """Overrides that keep what the run's own config resolves to where its keys depend on
     the config, and an edge-cut partitioner where the run trained on another kind
     (inference runs on an edge cut). The checkpoint is the one the run kept in its
-    directory (gnnrun.train.checkpoint.keep_with_run), else its train.checkpoint_dir's."""
+    directory (gnnrun.train.checkpoint.save_checkpoint), else its train.checkpoint_dir's."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 

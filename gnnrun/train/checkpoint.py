@@ -20,35 +20,39 @@ def algorithm_checkpoint(rank: int, epoch: int) -> str:
     return f"algorithm.rank{rank}.epoch{epoch}.pt"
 
 
-def save_checkpoint(directory: Path, state: dict[str, Any], name: str = CHECKPOINT) -> Path:
-    """Write to a temporary file, fsync, rename: a crash leaves the previous checkpoint intact."""
-    directory = Path(directory)
+def save_checkpoint(
+    directory: Path, state: dict[str, Any], name: str = CHECKPOINT, run_dir: Path | None = None
+) -> Path:
+    """Write to a temporary file, fsync, rename: a crash leaves the previous checkpoint intact.
+
+    With `run_dir`, the run keeps its own copy, `run_dir/checkpoint.pt` (what `gnnrun
+    predict run=...` reads), written first; the shared `directory/name` is then made
+    from that file (a hard link where it can be). Runs with the same train.checkpoint_dir
+    (a sweep's points, splits trained side by side) replace each other's shared file, and
+    made the other way round, a run's copy could be the file another run had just put
+    there. Returns the file written first."""
+    first = Path(run_dir) / CHECKPOINT if run_dir is not None else Path(directory) / name
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        first.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise write_error(directory, exc) from None
-    path = directory / name
+        raise write_error(first.parent, exc) from None
     try:
-        with atomic_file(path, "wb") as f:
+        with atomic_file(first, "wb") as f:
             torch.save(state, f)
     except RuntimeError as exc:
         # torch's zip writer reports a short write (a full disk) as "unexpected pos".
-        free = shutil.disk_usage(directory).free
+        free = shutil.disk_usage(first.parent).free
         raise GnnrunError(
-            f"cannot write {path}: {exc} ({free / 2**20:.0f} MiB free on its device); "
+            f"cannot write {first}: {exc} ({free / 2**20:.0f} MiB free on its device); "
             "free some space there, or set train.checkpoint_dir elsewhere"
         ) from None
-    return path
-
-
-def keep_with_run(checkpoint: Path, run_dir: Path) -> Path:
-    """The run's own copy of the checkpoint it has just written, `run_dir/checkpoint.pt`
-    (a hard link where it can be): runs with the same settings share train.checkpoint_dir,
-    so a later run, or one resumed from it, replaces the shared file; `gnnrun predict`
-    reads the run directory's copy, the model of that run."""
-    path = Path(run_dir) / CHECKPOINT
-    atomic_link(checkpoint, path)
-    return path
+    if run_dir is not None:
+        try:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(Path(directory), exc) from None
+        atomic_link(first, Path(directory) / name)
+    return first
 
 
 # What to do about a damaged checkpoint when training (resume) and when predicting.

@@ -24,7 +24,7 @@ from gnnrun.ops.precision import autocast
 from gnnrun.progress import print_warning
 from gnnrun.tasks import TASKS, task_of
 from gnnrun.timers import DeviceBusy, PhaseTimer
-from gnnrun.train.checkpoint import algorithm_checkpoint, keep_with_run, save_checkpoint
+from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.optimizer import build_optimizer, sparse_tables
 from gnnrun.train.resume import resume, settings_of
@@ -149,7 +149,7 @@ def train(
             if comm.rank == 0:
                 history.append(record)
                 if checkpoint:
-                    saved = save_checkpoint(
+                    save_checkpoint(
                         checkpoint_dir,
                         {
                             "model": model.state_dict(),
@@ -159,8 +159,8 @@ def train(
                             "settings": settings_of(cfg),
                             "run_id": attempt.run_id,
                         },
+                        run_dir=run_dir,  # its own copy: the shared file may be replaced later
                     )
-                    keep_with_run(saved, run_dir)  # the shared file may be replaced later
                 if display is not None:
                     display.epoch_done(record)
             if stop and epoch + 1 < end_epoch:

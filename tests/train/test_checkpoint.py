@@ -71,6 +71,28 @@ def test_leftover_temporaries_of_dead_writers_are_removed(tmp_path):
     assert not leftover.exists() and live.exists()
 
 
+def test_a_run_keeps_its_own_checkpoint_when_another_run_replaces_the_shared_one(
+    tmp_path, monkeypatch
+):
+    """Runs with the same train.checkpoint_dir (a sweep's points, splits side by side)
+    replace each other's shared file. The copy in a run's own directory, which `gnnrun
+    predict run=...` reads, stays that run's even when another run's rename lands right
+    after this one's."""
+    shared, run_dir = tmp_path / "shared", tmp_path / "run"
+    replace = os.replace
+
+    def another_run_renames_too(source, destination):
+        replace(source, destination)
+        if Path(destination) == shared / "checkpoint.pt":  # another run's file, its rename
+            torch.save(STATE | {"epoch": 99}, tmp_path / "other")
+            replace(tmp_path / "other", destination)
+
+    monkeypatch.setattr(os, "replace", another_run_renames_too)
+    assert save_checkpoint(shared, STATE, run_dir=run_dir) == run_dir / "checkpoint.pt"
+    assert load_checkpoint(run_dir)["epoch"] == 1
+    assert load_checkpoint(shared)["epoch"] == 99  # the shared file: whichever run was last
+
+
 def _truncated(path: Path) -> None:
     save_checkpoint(path.parent, STATE)
     path.write_bytes(path.read_bytes()[:300])
