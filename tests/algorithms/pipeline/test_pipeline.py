@@ -4,6 +4,7 @@ stages that run ahead across epochs, and failures that end the run."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -78,11 +79,16 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
             fetch = int(capacity.split("fetch: ")[1][0])
             sample = int(capacity.split("sample: ")[1][0])
             # A stage thread runs at the priority set, else the rank's default (the lowest
-            # for a rank alone on its machine); a stage run inline, in the trainer's
-            # thread, at the trainer's.
+            # for a rank alone on its machine; unchanged, 0, otherwise); a stage run inline,
+            # in the trainer's thread, at the trainer's: the one the ranks started with,
+            # this process's (not 0 where the tests run under `nice`).
+            trainer = os.nice(0)
             default = 19 if nprocs == 1 else 0
-            nice = int(NICE.get(name, (f"={default}",))[0].split("=")[1])
-            assert run["sample_nice"] == ([nice] if sample else [0]), (name, run["sample_nice"])
+            nice = int(NICE.get(name, (f"={default}",))[0].split("=")[1]) or trainer
+            assert run["sample_nice"] == ([nice] if sample else [trainer]), (
+                name,
+                run["sample_nice"],
+            )
             # One host copy per byte: every input row was gathered into a hand-over buffer,
             # and the device stage read that buffer itself; buffers are reused, at most one
             # per minibatch between the fetch stage and the device stage.
