@@ -106,7 +106,11 @@ def test_nothing_is_installed_until_a_kernel_runs():
 def test_a_forked_child_allocates_while_another_thread_holds_the_cache():
     # A thread keeps the cache's lock busy: each allocation of the other size class
     # misses and hands the touched 256 MiB block back to glibc under the lock. A child
-    # forked meanwhile must not inherit the lock held (it would wait forever).
+    # forked meanwhile must not inherit the lock held (it would wait forever). The child
+    # touches its block's pages without a parallel region (1 float in 1024: under torch's
+    # grain size): GNU OpenMP is not fork-safe, and a child forked while the churning
+    # thread was starting one of its own can hang on OpenMP's state, not the cache's
+    # (this test timed out once in a full suite run, 2026-11-27; it takes 3 s).
     code = """
 import os, threading, torch
 from gnnrun.ops import cpu_allocator
@@ -121,7 +125,7 @@ t = threading.Thread(target=churn); t.start()
 for _ in range(40):
     pid = os.fork()
     if pid == 0:
-        torch.empty(2**24).fill_(1); os._exit(0)
+        torch.empty(2**24)[::1024] = 1; os._exit(0)
     _, status = os.waitpid(pid, 0)
     assert status == 0, status
 stop = True; t.join(); print("ok")
