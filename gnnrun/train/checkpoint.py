@@ -32,10 +32,7 @@ def save_checkpoint(
     made the other way round, a run's copy could be the file another run had just put
     there. Returns the file written first."""
     first = Path(run_dir) / CHECKPOINT if run_dir is not None else Path(directory) / name
-    try:
-        first.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_error(first.parent, exc) from None
+    _make_folder(first.parent)
     try:
         with atomic_file(first, "wb") as f:
             torch.save(state, f)
@@ -44,15 +41,20 @@ def save_checkpoint(
         free = shutil.disk_usage(first.parent).free
         raise GnnrunError(
             f"cannot write {first}: {exc} ({free / 2**20:.0f} MiB free on its device); "
-            "free some space there, or set train.checkpoint_dir elsewhere"
+            "free some space there, or write it elsewhere (train.checkpoint_dir, "
+            "hydra.run.dir)"
         ) from None
     if run_dir is not None:
-        try:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise write_error(Path(directory), exc) from None
+        _make_folder(Path(directory))
         atomic_link(first, Path(directory) / name)
     return first
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(folder, exc) from None
 
 
 # What to do about a damaged checkpoint when training (resume) and when predicting.
