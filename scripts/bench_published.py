@@ -143,6 +143,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=sorted(RECIPES), nargs="*", default=sorted(RECIPES))
     parser.add_argument("--runs", type=int, default=10, help="splits or seeds 0 .. runs - 1")
+    parser.add_argument(
+        "--start",
+        type=int,
+        default=0,
+        help="the first split or seed: runs start .. runs - 1 (the rest of a benchmark whose "
+        "first runs were made elsewhere; the figures then cover these runs alone)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_published")
     parser.add_argument(
         "--override",
@@ -162,6 +169,10 @@ def main() -> None:
         "--parallel", type=int, default=1, help="runs at once, each its own gnnrun process"
     )
     args = parser.parse_args()
+    if not 0 <= args.start < args.runs:
+        parser.error(
+            f"--start {args.start}: give a split or seed from 0 to --runs - 1 ({args.runs - 1})"
+        )
     if args.parallel < 1:
         parser.error(f"--parallel {args.parallel}: give how many runs at once, 1 or more")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +180,7 @@ def main() -> None:
     # Run index first: a benchmark stopped part-way has as many runs of every recipe.
     every = [
         (recipe, layers, i)
-        for i in range(args.runs)
+        for i in range(args.start, args.runs)
         for layers in (args.layers or [None])
         for recipe in args.recipe
     ]
@@ -181,7 +192,7 @@ def main() -> None:
     for recipe in args.recipe:
         _, varied, published, read = RECIPES[recipe]
         per_layers = {
-            layers: [results[recipe, layers, i] for i in range(args.runs)]
+            layers: [results[recipe, layers, i] for i in range(args.start, args.runs)]
             for layers in (args.layers or [None])
         }
         for metric, (mean, std) in published.items():
@@ -205,7 +216,7 @@ def main() -> None:
             paper = f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
             print(
                 f"{recipe} {read} {metric}: {ours:.2f} ± {ours_std:.2f} over {len(values)} "
-                f"({varied} 0..{len(values) - 1}; each {', '.join(f'{v:.2f}' for v in values)}); "
+                f"({varied} {args.start}..{args.runs - 1}; each {', '.join(f'{v:.2f}' for v in values)}); "
                 f"paper {paper}; difference {ours - mean:+.2f}",
                 flush=True,
             )
