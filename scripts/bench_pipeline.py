@@ -52,7 +52,7 @@ large graph); `--dry-run` prints the runs.
     .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --epochs 2   # a smoke test
     .venv/bin/python scripts/bench_pipeline.py --dataset synthetic-small --repeats 3 --ranks 1 2 4 --other-priority
     python3 scripts/bench_pipeline.py --device cuda --dataset synthetic-large --json gpu.json
-    bash scripts/gpu_check.sh OUT pipeline    # the GPU's figures in one call, about 8 minutes
+    bash scripts/gpu_check.sh OUT pipeline    # the GPU's tests and figures, about 11 minutes
     .venv/bin/python scripts/bench_pipeline.py --dataset facebook --locality-only   # partitioned first
 """
 
