@@ -20,7 +20,9 @@ grown when a larger one comes; pinned memory is slow to allocate, which is
 why it is kept.
 
 On a CPU rank the same path runs with ordinary memory: the "device copy" is
-nothing, and the reordering is the one copy after the gather.
+nothing, and the reordering is the one copy after the gather. A CPU rank of a
+one-rank run gathers the rows in order, so it uses no buffer here: the rows go
+straight into the minibatch's own tensor.
 """
 
 from __future__ import annotations

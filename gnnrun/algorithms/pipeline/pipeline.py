@@ -245,8 +245,12 @@ class PipelinedMinibatch(DistributedMinibatch):
             sample_bytes, fetch_bytes = sample_comm.bytes, fetch_comm.bytes
         # The input rows of a minibatch, each byte copied once into a reused buffer (pinned
         # on a GPU rank), put in order on the device.
+        # A CPU rank of a one-rank run gathers them in order straight into the minibatch's own
+        # tensor instead: the trainer reads it while the next is gathered, so a reused buffer
+        # would cost a second copy.
         buffers = None
-        if self.schema is None:
+        in_order_on_cpu = copy_stream is None and self.source.whole_graph
+        if self.schema is None and not in_order_on_cpu:
             buffers = self.handover = HandOverBuffers(pin=copy_stream is not None)
         compute_threads = torch.get_num_threads()
         threads = self.cfg.algorithm.stage_threads or stage_threads_for(
@@ -291,7 +295,7 @@ class PipelinedMinibatch(DistributedMinibatch):
 
                 item.x, item.rows_at = fetch_source.gather_rows(needed, into=into)
                 item.lease = lease
-            else:  # a heterogeneous graph: a table per vertex type, each gathered in order
+            else:  # in order (a heterogeneous graph: a table per vertex type, each in order)
                 item.x = fetch_source.features(needed)
             gathered = sum(t.numel() * t.element_size() for t in tensors_in(item.x))
             with self._finished_lock:  # what a GPU rank copies of the input rows
