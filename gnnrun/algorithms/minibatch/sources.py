@@ -377,8 +377,7 @@ class PartitionGraphSource(GraphSource):
         order, requests = self._route(nodes[remote], owner[remote])
         received = self.comm.exchange(requests, "feature_requests")
         replies = [
-            torch.from_numpy(take_rows(table, self._own_rows(ids, first_row)))
-            for ids in received
+            torch.from_numpy(take_rows(table, self._own_rows(ids, first_row))) for ids in received
         ]
         pending = self.comm.exchange_start(replies, "features")
         own = torch.nonzero(mine).squeeze(1)
