@@ -24,7 +24,9 @@
 # minibatch and pipeline on one rank of 16 threads, with the goals' table at the end.
 # On an H200 the tests took 150 s and the first 11 runs 6 minutes; the last three (GAT with
 # every row cached, GAT's two CPU runs) need a second call: GNNRUN_PIPELINE_TESTS=0 skips
-# the tests, GNNRUN_PIPELINE_MODELS (default "sage gat") names the models measured.
+# the tests, GNNRUN_PIPELINE_MODELS (default "sage gat") names the models measured, and
+# GNNRUN_PIPELINE_VARIANTS (default "--sample-workers 1 --cache-rows 250000 2500000") the
+# pipeline's variants beside its default.
 # GNNRUN_PIPELINE_TIMEOUT (default 400 s) stops the benchmark; the runs done by then are
 # in pipeline.json.
 #
@@ -75,10 +77,11 @@ if [ "$mode" = pipeline ]; then
         tests=${PIPESTATUS[0]}
         echo "pipeline GPU tests: exit $tests in $((SECONDS - start)) s" | tee -a "$out/gpu.txt"
     fi
-    # shellcheck disable=SC2086  # the models are words
+    # shellcheck disable=SC2086  # the models and variants are words
     timeout "${GNNRUN_PIPELINE_TIMEOUT:-400}" python3 scripts/bench_pipeline.py --device cuda \
         --dataset synthetic-large --train-fraction 0.02 --models ${GNNRUN_PIPELINE_MODELS:-sage gat} --cpu-ranks 1 \
-        --epochs 3 --cpu-epochs 2 --sample-workers 1 --cache-rows 250000 2500000 --json "$out/pipeline.json" 2>&1 | tee "$out/pipeline.log"
+        --epochs 3 --cpu-epochs 2 ${GNNRUN_PIPELINE_VARIANTS:---sample-workers 1 --cache-rows 250000 2500000} \
+        --json "$out/pipeline.json" 2>&1 | tee "$out/pipeline.log"
     pipeline=${PIPESTATUS[0]}
     echo "tests: exit $tests; pipeline: exit $pipeline (124: stopped by its timeout); $((SECONDS - start)) s" \
         | tee -a "$out/gpu.txt"
