@@ -8,14 +8,20 @@ whatever its own rank is doing (DistDGL's sampler servers, over
 torch.distributed's point-to-point messages):
 
     client (any rank)                        server thread (the owner)
-    send  header [0, n] + n int64 payload -> recv header from any rank, payload
-                                             parts = handler(payload)
-    recv  header [len(part) ...] + parts  <- send header, parts
+    send  header [0, n, parts, tag]          recv header from any rank, payload
+          + n int64 payload              ->  parts = handler(payload)
+    recv  header [len(part) ...] + parts  <- send header, parts (on the ask's tag)
 
 Requests go over one gloo group and replies over another, so that a server's
 receive from any rank never takes a reply meant for its own rank's client.
 A rank's own requests never go through its server: the caller answers them in
 place (`ask` leaves its own entry to the caller).
+
+Several threads of a rank may ask at once (the pipeline's sample workers): each
+ask's reply comes on a tag of its own, and a request's header and payload are
+sent together, so that no two asks take each other's messages. The bytes sent
+and received are booked per asking thread (`take_bytes`), so that each thread
+learns its own asks' traffic.
 
 Closing: every rank sends a stop header to every other rank's server, and a
 server stops once it has heard all of them, so a server keeps answering until
@@ -25,6 +31,7 @@ barrier over the ranks).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -35,8 +42,11 @@ import torch.distributed as dist
 from gnnrun.comm.bytes import ByteCounter
 
 _REQUEST, _STOP, _FAILED = 0, -1, -2
-# Tags of the four messages (on their two groups); any distinct numbers do.
+# Tags of a request's two messages (on the requests group); a reply's come on its ask's
+# own tag (on the replies group), from _FIRST_REPLY_TAG on, taken in turn and reused after
+# _REPLY_TAGS asks (far more than are ever in flight at once).
 _HEADER, _PAYLOAD = 1, 2
+_FIRST_REPLY_TAG, _REPLY_TAGS = 16, 1 << 20
 
 # A reply part's dtype and trailing shape (the leading size travels in the header).
 PartLayout = tuple[torch.dtype, tuple[int, ...]]
@@ -51,7 +61,7 @@ class RequestService:
 
     `handler(payload)` answers one request (an int64 tensor) with a list of
     tensors. Collective to create: every rank creates its services in the same
-    order. `ask` is for one thread at a time.
+    order. Any number of threads may `ask` at once.
     """
 
     def __init__(self, handler: Callable[[torch.Tensor], list[torch.Tensor]]) -> None:
@@ -60,7 +70,9 @@ class RequestService:
         # CPU tensors only (a GPU job's default group is NCCL beside gloo).
         self.requests = dist.new_group(backend="gloo")
         self.replies = dist.new_group(backend="gloo")
-        self.bytes = ByteCounter()
+        self._bytes = threading.local()  # each asking thread's ByteCounter
+        self._sending = threading.Lock()  # a request's header and payload go out together
+        self._tags = itertools.count()
         self.served = 0  # requests answered by this rank's server (for tests and figures)
         self._thread: threading.Thread | None = None
         if self.world_size > 1:
@@ -83,14 +95,31 @@ class RequestService:
         under purposes[1] (summed over ranks, the traffic of a collective exchange)."""
         asked = [r for r, p in enumerate(payloads) if p is not None and r != self.rank]
         sending, works = [], []
-        for r in asked:
-            payload = payloads[r].to(torch.int64).contiguous()
-            header = torch.tensor([_REQUEST, payload.numel(), len(layout)], dtype=torch.int64)
-            for tensor, tag in ((header, _HEADER), (payload, _PAYLOAD)):
-                works.append(dist.isend(tensor, r, group=self.requests, tag=tag))
-                sending.append(tensor)
-            self.bytes.add(purposes[0], (payload.numel() + header.numel()) * 8)
-        return PendingAnswers(self, asked, layout, purposes[1], into or {}, works, sending)
+        with self._sending:
+            reply_tag = _FIRST_REPLY_TAG + next(self._tags) % _REPLY_TAGS
+            for r in asked:
+                payload = payloads[r].to(torch.int64).contiguous()
+                header = torch.tensor(
+                    [_REQUEST, payload.numel(), len(layout), reply_tag], dtype=torch.int64
+                )
+                for tensor, tag in ((header, _HEADER), (payload, _PAYLOAD)):
+                    works.append(dist.isend(tensor, r, group=self.requests, tag=tag))
+                    sending.append(tensor)
+                self.thread_bytes().add(purposes[0], (payload.numel() + header.numel()) * 8)
+        return PendingAnswers(
+            self, asked, layout, purposes[1], into or {}, works, sending, reply_tag
+        )
+
+    def thread_bytes(self) -> ByteCounter:
+        """The bytes the calling thread's asks sent and received, by purpose."""
+        counter = getattr(self._bytes, "counter", None)
+        if counter is None:
+            counter = self._bytes.counter = ByteCounter()
+        return counter
+
+    def take_bytes(self) -> dict[str, int]:
+        """The calling thread's bytes since its previous call, by purpose."""
+        return self.thread_bytes().reset()
 
     def close(self, timeout_s: float = 300.0) -> None:
         """Tell every other rank's server that this rank asks no more, and wait (at most
@@ -101,7 +130,7 @@ class RequestService:
         than hold up its error while the others wait for it elsewhere."""
         if self._thread is None:
             return
-        stop = torch.tensor([_STOP, 0, 0], dtype=torch.int64)
+        stop = torch.tensor([_STOP, 0, 0, 0], dtype=torch.int64)
         stops = [
             dist.isend(stop, r, group=self.requests, tag=_HEADER)
             for r in range(self.world_size)
@@ -132,9 +161,9 @@ class RequestService:
         sending: list[tuple[dist.Work, torch.Tensor]] = []
         stopped = 0
         while stopped < self.world_size - 1:
-            header = torch.empty(3, dtype=torch.int64)
+            header = torch.empty(4, dtype=torch.int64)
             client = dist.recv(header, None, group=self.requests, tag=_HEADER)
-            kind, size, num_parts = header.tolist()
+            kind, size, num_parts, reply_tag = header.tolist()
             if kind == _STOP:
                 stopped += 1
                 continue
@@ -150,8 +179,10 @@ class RequestService:
                 print(f"rank {self.rank}: a request from rank {client} failed: {error!r}")
                 parts, sizes = [], torch.full((num_parts,), _FAILED, dtype=torch.int64)
             sending = [(work, t) for work, t in sending if not work.is_completed()]
-            for tensor, tag in [(sizes, _HEADER), *((p, _PAYLOAD) for p in parts if p.numel())]:
-                sending.append((dist.isend(tensor, client, group=self.replies, tag=tag), tensor))
+            for tensor in [sizes, *(p for p in parts if p.numel())]:  # in order, on one tag
+                sending.append(
+                    (dist.isend(tensor, client, group=self.replies, tag=reply_tag), tensor)
+                )
             self.served += 1
         for work, _ in sending:
             work.wait()
@@ -160,9 +191,9 @@ class RequestService:
 class PendingAnswers:
     """Requests on their way; `wait()` receives the answers, by rank."""
 
-    def __init__(self, service, asked, layout, purpose, into, works, sending) -> None:
+    def __init__(self, service, asked, layout, purpose, into, works, sending, tag) -> None:
         self.service, self.asked, self.layout, self.purpose = service, asked, layout, purpose
-        self.into, self.works, self.sending = into, works, sending
+        self.into, self.works, self.sending, self.tag = into, works, sending, tag
 
     def wait(self) -> dict[int, list[torch.Tensor]]:
         for work in self.works:
@@ -171,7 +202,7 @@ class PendingAnswers:
         replies, answers, failed = self.service.replies, {}, []
         for r in self.asked:
             header = torch.empty(len(self.layout), dtype=torch.int64)
-            dist.recv(header, r, group=replies, tag=_HEADER)
+            dist.recv(header, r, group=replies, tag=self.tag)
             if int(header[0]) == _FAILED:
                 failed.append(r)  # the others' answers are still taken: their sends must end
                 continue
@@ -186,8 +217,8 @@ class PendingAnswers:
                         f"rank {r} answered {rows} rows where {part.shape[0]} were expected"
                     )
                 if part.numel():
-                    dist.recv(part, r, group=replies, tag=_PAYLOAD)
-                self.service.bytes.add(self.purpose, part.numel() * part.element_size())
+                    dist.recv(part, r, group=replies, tag=self.tag)
+                self.service.thread_bytes().add(self.purpose, part.numel() * part.element_size())
                 parts.append(part)
             answers[r] = parts
         if failed:

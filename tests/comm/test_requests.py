@@ -4,6 +4,8 @@ close that waits for the other ranks."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -55,7 +57,7 @@ def ask_every_other_rank(rank: int, world: int) -> dict:
             assert torch.equal(rows[:, 1], torch.full((ids.numel(),), float(d)))
         assert answers[last][0].data_ptr() == into[last][0].data_ptr()  # received in place
         out[round_] = sorted(answers)
-    sent = service.bytes.reset()
+    sent = service.take_bytes()
     try:
         service.ask([torch.tensor([-1])] * world, LAYOUT, ("asked", "answered")).wait()
         failure = None
@@ -79,6 +81,45 @@ def test_every_rank_answers_the_others_while_asking_them():
         assert result["bytes"]["answered"] == rows * 16
         assert result["failure"] is not None and "could not answer" in result["failure"]
         assert result["served"] > 0
+
+
+def asks_from_several_threads(rank: int, world: int, threads: int) -> list[dict]:
+    """`threads` threads of each rank ask every other rank at once, ROUNDS times each, for
+    ids of their own: each gets its own answers, and its own asks' bytes."""
+    service = Communicator().request_service(answer(rank))
+    results: list[dict] = [{} for _ in range(threads)]
+    start = threading.Barrier(threads)
+
+    def asker(t: int) -> None:
+        start.wait()
+        wrong = 0
+        for round_ in range(ROUNDS):
+            # Thread t's ids say who asked: 100 * t + round, as many as t + round + 1.
+            ids = torch.full((t + round_ + 1,), 100 * t + round_, dtype=torch.int64)
+            payloads = [None if d == rank else ids for d in range(world)]
+            answers = service.ask(payloads, LAYOUT, ("asked", "answered")).wait()
+            wrong += sum(not torch.equal(a[0], ids + 1000 * d) for d, a in answers.items())
+        results[t] = {"wrong": wrong, "bytes": service.take_bytes()}
+
+    workers = [threading.Thread(target=asker, args=(t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    service.close()
+    return results
+
+
+def test_threads_of_a_rank_asking_at_once_each_get_their_own_answers_and_bytes():
+    world, threads = 3, 3
+    for rank, per_thread in enumerate(run_on_ranks(asks_from_several_threads, world, threads)):
+        for t, result in enumerate(per_thread):
+            assert result["wrong"] == 0, (rank, t)
+            # Each answer: an id (8 bytes) and a row of two float32 (8 bytes), from each of
+            # the other ranks; each request: a 4-word header and the ids.
+            ids = sum(t + r + 1 for r in range(ROUNDS))
+            assert result["bytes"]["answered"] == ids * 16 * (world - 1), (rank, t)
+            assert result["bytes"]["asked"] == (ids + 4 * ROUNDS) * 8 * (world - 1), (rank, t)
 
 
 def asks_a_dead_rank(rank: int, world: int) -> None:

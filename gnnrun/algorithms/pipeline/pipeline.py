@@ -6,8 +6,8 @@ blocking and failures):
 
     sample  the step's seeds (and their labels, or a link step's negatives),
             sampled hop by hop (a remote vertex by its owner) and compacted
-            into blocks; on a run of one rank, by several workers at once
-            (`algorithm.sample_workers`), handed on in order
+            into blocks; by several workers at once (`algorithm.sample_workers`),
+            handed on in order
     fetch   the input vertices' features (local rows, remote rows pulled from
             their owners), in one buffer reused from minibatch to minibatch
             (gnnrun.algorithms.pipeline.handover; page-locked on a GPU rank)
@@ -101,8 +101,8 @@ class PipelineConfig(SampledConfig):
     # threads. 0: `stage_threads_for` the rank's device.
     stage_threads: int = 0
     # Minibatches sampled at once, each by a worker thread of the sample stage
-    # (DistDGLv2's pool of samplers); a run of one rank only, whose sampling asks no
-    # other rank. 0: `sample_workers_for` the rank's device.
+    # (DistDGLv2's pool of samplers; with several ranks, each worker's requests to the
+    # others in flight beside the others'). 0: `sample_workers_for` the rank's device.
     sample_workers: int = 0
     # The stage threads' nice value on a CPU rank: 0, the trainer's priority; up to 19,
     # the lowest (the trainer's compute threads first: a stage thread that takes a core
@@ -186,11 +186,11 @@ class PipelinedMinibatch(DistributedMinibatch):
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
         workers, ranks = cfg.algorithm.sample_workers, cfg.cluster.nprocs
-        if workers > 1 and ranks > 1:
+        if workers > 1 and ranks > 1 and cfg.algorithm.remote_requests == "collective":
             raise GnnrunError(
-                f"algorithm.sample_workers={workers} needs a run of one rank, and this run has "
-                f"{ranks}: ranks sample one minibatch at a time, asking each other for "
-                "neighbours; use cluster.nprocs=1, or leave algorithm.sample_workers out"
+                f"algorithm.sample_workers={workers} with algorithm.remote_requests=collective: "
+                "all-to-alls pair every rank's minibatch with every other rank's, one at a "
+                "time; use algorithm.remote_requests=served, or leave algorithm.sample_workers out"
             )
         if workers > 1 and cfg.algorithm.capacity.get("sample", 0) == 0:
             raise GnnrunError(
@@ -236,13 +236,14 @@ class PipelinedMinibatch(DistributedMinibatch):
         copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if self.cfg.algorithm.remote_requests == "served" and self.comm.distributed:
             self.served = sample_source = fetch_source = self.source.served()
-            sample_bytes = self.served.sampling.bytes
-            fetch_bytes = self.served.fetching.bytes
+            # Each stage thread's own requests (sample workers ask at once).
+            take_sample_bytes = self.served.sampling.take_bytes
+            take_fetch_bytes = self.served.fetching.take_bytes
         else:
             sample_comm, fetch_comm = self.comm.private_channel(), self.comm.private_channel()
             sample_source = self.source.talking_over(sample_comm)
             fetch_source = self.source.talking_over(fetch_comm)
-            sample_bytes, fetch_bytes = sample_comm.bytes, fetch_comm.bytes
+            take_sample_bytes, take_fetch_bytes = sample_comm.bytes.reset, fetch_comm.bytes.reset
         # The input rows of a minibatch, each byte copied once into a reused buffer (pinned
         # on a GPU rank), put in order on the device.
         # A CPU rank of a one-rank run gathers them in order straight into the minibatch's own
@@ -260,7 +261,10 @@ class PipelinedMinibatch(DistributedMinibatch):
             self.device, self.cfg.algorithm.stage_nice, self.comm.ranks_on_this_machine
         )
         workers = self.sample_workers = self.cfg.algorithm.sample_workers or sample_workers_for(
-            self.device, self.comm.world_size, self.capacity["sample"], threads
+            self.device,
+            self.capacity["sample"],
+            threads,
+            collective=self.comm.distributed and self.served is None,
         )
 
         def starting(threads: int) -> Callable[[], None]:
@@ -276,7 +280,7 @@ class PipelinedMinibatch(DistributedMinibatch):
             key = step_key(self.cfg.train.seed, item.epoch, item.step)
             seeds, exclude, item.targets = self.step_targets(item.items, key)
             item.blocks = sample_minibatch(sample_source, seeds, self.fanouts, key, exclude)
-            _add(item.sent, sample_bytes.reset())
+            _add(item.sent, take_sample_bytes())
             return item
 
         def fetch(item: _Item) -> _Item:
@@ -302,7 +306,7 @@ class PipelinedMinibatch(DistributedMinibatch):
                 self._feature_bytes[item.epoch] += gathered
                 self._cache_hits[item.epoch] += inputs - needed.numel()
                 self._inputs[item.epoch] += inputs
-            _add(item.sent, fetch_bytes.reset())
+            _add(item.sent, take_fetch_bytes())
             return item
 
         def to_device(item: _Item) -> _Item:
@@ -437,15 +441,17 @@ def stage_threads_for(device: torch.device, compute_threads: int) -> int:
     return max(1, compute_threads // 2)
 
 
-def sample_workers_for(device: torch.device, ranks: int, capacity: int, stage_threads: int) -> int:
-    """The sample stage's workers by default: on a GPU rank alone in its run, up to 4, two
-    of the stage's threads each; one elsewhere. A GPU rank's trainer waits for the CPU's
-    sampling (53-70% of its epochs on an H200, one sampling worker), and several minibatches
+def sample_workers_for(
+    device: torch.device, capacity: int, stage_threads: int, collective: bool
+) -> int:
+    """The sample stage's workers by default: on a GPU rank, up to 4, two of the stage's
+    threads each; one elsewhere. A GPU rank's trainer waits for the CPU's sampling (68% of
+    its epoch on an H200 with one sampling worker, 50% with four), and several minibatches
     sampled at once used two cores better than one minibatch's sampling split between them
     (15.3 against 18.4 ms a synthetic-large minibatch). A CPU rank's compute threads hold
-    its cores, and ranks that ask each other sample one minibatch at a time
-    (`PipelinedMinibatch.check_config`)."""
-    if device.type == "cpu" or ranks > 1 or capacity == 0:
+    its cores; ranks that exchange in lock-step (`collective`) sample one minibatch at a
+    time (`PipelinedMinibatch.check_config`)."""
+    if device.type == "cpu" or collective or capacity == 0:
         return 1
     return max(1, min(4, stage_threads // 2))
 

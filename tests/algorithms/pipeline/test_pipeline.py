@@ -128,47 +128,62 @@ def test_pipeline_trains_exactly_as_minibatch_whatever_its_capacities(configure,
 
 
 @pytest.mark.parametrize(
-    "task", ["node", pytest.param("link", marks=pytest.mark.slow)]
+    ("task", "nprocs"),
+    [
+        ("node", 1),
+        ("node", 2),
+        pytest.param("link", 1, marks=pytest.mark.slow),
+        pytest.param("link", 2, marks=pytest.mark.slow),
+    ],
 )  # link: make test-slow
-def test_sample_workers_build_minibatch_s_minibatches_in_order(configure, task):
-    """One rank, three minibatches sampled at once by the sample stage's workers: the same
-    blocks, features and targets as minibatch, step by step, and the same losses to float32
+def test_sample_workers_build_minibatch_s_minibatches_in_order(configure, task, nprocs):
+    """Three minibatches sampled at once by the sample stage's workers (on two ranks, each
+    worker's requests to the other rank in flight beside the others'): the same blocks,
+    features and targets as minibatch, step by step, and the same losses to float32
     rounding. (Bit for bit in most runs; in about 1 run of 10 under load the losses
     differed in the 7th digit, with the same minibatches: the trainer's sums, while three
-    sampling threads run beside it. Not explained yet.)"""
-    common = (*COMMON, f"task={task}", "cluster.nprocs=1")
+    sampling threads run beside it. Not explained yet.) Each minibatch carries its own
+    workers' requests: the bytes per epoch are those of one worker's."""
+    common = (*COMMON, f"task={task}", f"cluster.nprocs={nprocs}")
     minibatch = configure(*common, "algorithm=minibatch")
-    workers = configure(
-        *common,
-        "algorithm=pipeline",
-        "algorithm.sample_workers=3",
-        "algorithm.capacity={sample: 4, fetch: 2, device: 1}",
+    capacity = "algorithm.capacity={sample: 4, fetch: 2, device: 1}"
+    pipelines = {
+        "workers": configure(*common, "algorithm=pipeline", "algorithm.sample_workers=3", capacity),
+        "one": configure(*common, "algorithm=pipeline", "algorithm.sample_workers=1", capacity),
+    }
+    results = run_on_ranks(
+        pipeline_checks.pipeline_equals_minibatch, nprocs, minibatch, pipelines, 2
     )
-    (result,) = run_on_ranks(
-        pipeline_checks.pipeline_equals_minibatch, 1, minibatch, {"workers": workers}, 2
-    )
-    run = result["results"]["workers"]
-    assert result["steps"] >= 6, "the test needs more steps than workers"
-    assert run["same_inputs"], "the sample workers' minibatches differ from minibatch's"
-    assert run["losses"] == pytest.approx(result["minibatch_losses"], rel=1e-6), run["difference"]
-    assert run["sample_workers"] == 3
-    assert run["sample_threads"] == [f"pipeline-sample-{w}" for w in range(3)]
-    assert all(epoch["sample"]["max_held"] <= 4 for epoch in run["pipeline"])
+    for rank, result in enumerate(results):
+        run, one = result["results"]["workers"], result["results"]["one"]
+        assert result["steps"] >= 6, "the test needs more steps than workers"
+        assert run["same_inputs"], f"rank {rank}: the workers' minibatches differ from minibatch's"
+        assert run["losses"] == pytest.approx(result["minibatch_losses"], rel=1e-6), run[
+            "difference"
+        ]
+        assert run["sample_workers"] == 3 and one["sample_workers"] == 1
+        assert run["sample_threads"] == [f"pipeline-sample-{w}" for w in range(3)]
+        assert all(epoch["sample"]["max_held"] <= 4 for epoch in run["pipeline"])
+        assert run["bytes"] == one["bytes"], f"rank {rank}: bytes per epoch differ"
+        assert nprocs == 1 or run["bytes"][0].get("sample_requests", 0) > 0
 
 
-def test_sample_workers_by_device_and_ranks():
+def test_sample_workers_by_device_and_requests():
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    assert sample_workers_for(cpu, 1, 8, 1) == 1
-    assert sample_workers_for(gpu, 1, 8, 8) == 4
-    assert sample_workers_for(gpu, 1, 8, 2) == 1
-    assert sample_workers_for(gpu, 2, 8, 8) == 1  # its sampling asks other ranks
-    assert sample_workers_for(gpu, 1, 0, 8) == 1  # sampled inline, by the next stage
+    assert sample_workers_for(cpu, 8, 1, collective=False) == 1
+    assert sample_workers_for(gpu, 8, 8, collective=False) == 4
+    assert sample_workers_for(gpu, 8, 2, collective=False) == 1
+    assert sample_workers_for(gpu, 8, 8, collective=True) == 1  # all-to-alls, in lock-step
+    assert sample_workers_for(gpu, 0, 8, collective=False) == 1  # sampled by the next stage
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (("cluster.nprocs=2",), "needs a run of one rank, and this run has 2"),
+        (
+            ("cluster.nprocs=2", "algorithm.remote_requests=collective"),
+            "with algorithm.remote_requests=collective",
+        ),
         (
             ("cluster.nprocs=1", "algorithm.capacity={sample: 0, fetch: 1, device: 1}"),
             "algorithm.capacity.sample above 0",
