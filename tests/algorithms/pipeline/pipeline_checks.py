@@ -131,6 +131,7 @@ def pipeline_equals_minibatch(
         "steps": len(reference["batches"]),
         "minibatch_losses": [e["loss"] for e in reference["epochs"]],
         "minibatch_bytes": [e["bytes"] for e in reference["epochs"]],
+        "threads": torch.get_num_threads(),  # the rank's compute threads
         "results": {},
     }
     for name, cfg in pipelines.items():
