@@ -228,7 +228,8 @@ class PartitionGraphSource(GraphSource):
         n, rows_per_vertex = self.owner.numel(), self.num_relations
         # A run of one rank holds every vertex under its global id: its sampling and its
         # feature rows need no routing and no id mapping (LocalGraphSource's path). On
-        # synthetic-large that halved the gather of a minibatch's 480,000 input rows.
+        # synthetic-large a minibatch's sampling then took 2.3x less time, the gather of its
+        # 480,000 input rows 3x less (benchmarks/2026-11-27-one-rank-source.md).
         self.whole_graph = comm.world_size == 1 and torch.equal(self.nodes, torch.arange(n))
         solid = self.nodes[: part.num_solid]
         # Rows of the part in global-id order are its solid rows in local order
