@@ -280,7 +280,9 @@ def test_the_pipeline_on_the_gpu_hands_the_trainer_minibatch_s_minibatches(nproc
             # A GPU rank samples with its default workers (up to 4, two of the stage's half
             # of the rank's threads each), each in its thread.
             assert len(run["sample_threads"]) == run["sample_workers"], run["sample_threads"]
-            assert run["sample_workers"] == max(1, min(4, result["threads"] // 4)), result["threads"]
+            assert run["sample_workers"] == max(1, min(4, result["threads"] // 4)), result[
+                "threads"
+            ]
 
 
 @pytest.mark.gpu
