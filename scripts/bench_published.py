@@ -20,6 +20,7 @@ deviation over the runs:
 
     .venv/bin/python scripts/bench_published.py --recipe gae-cora --runs 10
     .venv/bin/python scripts/bench_published.py --recipe tolokers-gcn --runs 10
+    .venv/bin/python scripts/bench_published.py --recipe tolokers-gcn --runs 10 --start 4   # splits 4-9 alone
     .venv/bin/python scripts/bench_published.py --recipe tolokers-gcn --runs 10 --layers 1 2 3 4 5
     python3 scripts/bench_published.py --recipe tolokers-gcn tolokers-sage tolokers-gat \
         --parallel 6 --override cluster.device=cuda cluster.threads_per_rank=2   # one GPU

@@ -87,6 +87,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.batches < 3:
+        parser.error(f"--batches {args.batches}: give 3 or more (the first two warm up)")
+    if args.rounds < 1 or args.batch_size < 1:
+        parser.error("--rounds and --batch-size: give 1 or more")
     parts = args.data_root / "partitions" / args.dataset / "metis-1"
     if not parts.exists():
         raise SystemExit(
