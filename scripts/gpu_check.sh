@@ -32,7 +32,8 @@
 #
 # MODE published runs Platonov et al.'s Tolokers recipes (docs/models.md#published-recipes)
 # on the GPU: the GPU tests of their residual block, then scripts/bench_published.py
-# --recipe tolokers-gcn tolokers-sage tolokers-gat --runs 10 (1000 full-batch steps each,
+# --recipe $GNNRUN_PUBLISHED_RECIPES (default "tolokers-gcn tolokers-sage tolokers-gat")
+# --runs 10 (1000 full-batch steps each,
 # evaluated at every step), GNNRUN_PUBLISHED_PARALLEL (default 6) runs at once on the one
 # GPU, stopped after GNNRUN_PUBLISHED_TIMEOUT (default 480) s. The runs finished by then
 # are in OUTDIR/published, each with its summary.json and log.
@@ -98,8 +99,9 @@ if [ "$mode" = published ]; then
         -k pre_norm 2>&1 | tee "$out/tests.log"
     tests=${PIPESTATUS[0]}
     echo "residual block GPU tests: exit $tests in $((SECONDS - start)) s" | tee -a "$out/gpu.txt"
+    # shellcheck disable=SC2086  # the recipes are words
     timeout "${GNNRUN_PUBLISHED_TIMEOUT:-480}" python3 scripts/bench_published.py \
-        --recipe tolokers-gcn tolokers-sage tolokers-gat --runs 10 \
+        --recipe ${GNNRUN_PUBLISHED_RECIPES:-tolokers-gcn tolokers-sage tolokers-gat} --runs 10 \
         --parallel "${GNNRUN_PUBLISHED_PARALLEL:-6}" --out "$out/published" \
         --override cluster.device=cuda cluster.threads_per_rank=2 2>&1 | tee "$out/published.log"
     published=${PIPESTATUS[0]}
