@@ -16,7 +16,9 @@
 # bench.json, pipeline.log, pipeline.json.
 #
 # MODE pipeline runs only the pipeline's measurements, on one H100/H200 with 16 cores
-# (docs/algorithms/pipeline.md#on-a-gpu): the pipeline's GPU tests, then bench_pipeline.py
+# (docs/algorithms/pipeline.md#on-a-gpu): the pipeline's GPU tests and GAT attention's
+# (tests/ops/test_attention.py), scripts/bench_gat.py --device cuda (GAT's attention as
+# sparse products against plain PyTorch operations, seconds; gat.log), then bench_pipeline.py
 # --device cuda on synthetic-large with 2% of its vertices for training (50 steps of 1000
 # per epoch), SAGE 3 x 256 and GAT 3 x 128 x 4 heads:
 # minibatch and pipeline on the GPU, the pipeline with one sample worker (its default is
@@ -73,11 +75,12 @@ if [ "$mode" = pipeline ]; then
     start=$SECONDS
     tests=0
     if [ "${GNNRUN_PIPELINE_TESTS:-1}" != 0 ]; then
-        python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/algorithms/test_devices.py \
-            -k pipeline 2>&1 | tee "$out/tests.log"
+        python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/ops/test_attention.py \
+            tests/algorithms/test_devices.py -k "pipeline or sparse" 2>&1 | tee "$out/tests.log"
         tests=${PIPESTATUS[0]}
         echo "pipeline GPU tests: exit $tests in $((SECONDS - start)) s" | tee -a "$out/gpu.txt"
     fi
+    python3 scripts/bench_gat.py --device cuda 2>&1 | tee "$out/gat.log"
     # shellcheck disable=SC2086  # the models and variants are words
     timeout "${GNNRUN_PIPELINE_TIMEOUT:-400}" python3 scripts/bench_pipeline.py --device cuda \
         --dataset synthetic-large --train-fraction 0.02 --models ${GNNRUN_PIPELINE_MODELS:-sage gat} --cpu-ranks 1 \

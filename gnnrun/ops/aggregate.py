@@ -219,14 +219,26 @@ def transposed_csr(block: Block) -> tuple[torch.Tensor, torch.Tensor]:
         indptr_t, indices_t, _ = op(block.indptr, _contiguous(block.indices), block.num_src)
         result = (indptr_t, indices_t)  # not the edge permutation: nothing here needs it
     else:
-        dst = block.dst_of_edges()
-        perm = torch.sort(block.indices.long(), stable=True).indices
-        counts = torch.bincount(block.indices.long(), minlength=block.num_src)
-        indptr_t = torch.zeros(block.num_src + 1, dtype=torch.int64, device=block.device)
-        torch.cumsum(counts, 0, out=indptr_t[1:])
-        result = (indptr_t, dst[perm].to(block.indices.dtype))
+        indptr_t, indices_t, _ = transposed_edges(block)
+        result = (indptr_t, indices_t)
     # Not a dataclass field: stays out of eq/repr; replaced arrays invalidate it.
     object.__setattr__(block, "_transposed", (block.indptr, block.indices, result))
+    return result
+
+
+def transposed_edges(block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(indptr_t, indices_t, permutation) of the block's out-CSR with torch's sort on the
+    block's device: edge `permutation[i]` of the block is edge i of the transpose, the
+    edges of a source in their CSR order (a stable sort: the same on every run)."""
+    cached = getattr(block, "_transposed_edges", None)
+    if cached is not None and cached[0] is block.indptr and cached[1] is block.indices:
+        return cached[2]
+    perm = torch.sort(block.indices.long(), stable=True).indices
+    counts = torch.bincount(block.indices.long(), minlength=block.num_src)
+    indptr_t = torch.zeros(block.num_src + 1, dtype=torch.int64, device=block.device)
+    torch.cumsum(counts, 0, out=indptr_t[1:])
+    result = (indptr_t, block.dst_of_edges()[perm].to(block.indices.dtype), perm)
+    object.__setattr__(block, "_transposed_edges", (block.indptr, block.indices, result))
     return result
 
 

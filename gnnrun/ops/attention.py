@@ -7,9 +7,17 @@ and er = a_r . Wh_v (per destination):
     out[v, h, :]   = sum_u alpha[u->v, h] * feat_src[u, h, :]
 
 Rows without in-edges give 0. `gat_aggregate` runs the fused kernels in
-kernels/gat.cpp (forward and a hand-written backward) and falls back to
-`gat_aggregate_reference`, plain PyTorch autograd, when they cannot be built or
-the inputs are not CPU float32/float64. Attention dropout is not part of it.
+kernels/gat.cpp (forward and a hand-written backward) on CPU float32/float64.
+Elsewhere (GPU ranks, or a CPU where the kernels cannot be built) it runs
+`sparse_gat_aggregate`: per head, a torch sparse CSR product with the attention
+weights as values (cuSPARSE on a GPU), its backward the product with the
+transposed CSR and a sampled dense product (SDDMM) for the weights' gradient,
+the edge softmax and the logits' gradients as segment sums over the CSR rows.
+No per-edge feature row is ever formed, and no sum depends on the order of
+atomic additions: the same inputs give the same bits on every run.
+`gat_aggregate_reference`, plain PyTorch autograd (every edge's message
+gathered, weighted and scattered with `index_add`), is the oracle, and the path
+for other dtypes (float16). Attention dropout is not part of it.
 A Block with a `sharded` aggregation (SAR) is handed to it: its edge softmax
 spans the in-edges from other ranks' vertices too.
 """
@@ -18,9 +26,11 @@ from __future__ import annotations
 
 import torch
 
+from gnnrun.ops.aggregate import transposed_edges
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import native_op
 from gnnrun.ops.precision import widened
+from gnnrun.ops.spmm import csr_matrix
 
 NATIVE_DTYPES = (torch.float32, torch.float64)
 
@@ -122,7 +132,8 @@ def gat_aggregate(
     """GAT attention aggregation: [num_dst, heads, dim] from feat_src [num_src, heads, dim].
 
     el: [num_src, heads] source logits; er: [num_dst, heads] destination logits.
-    Native kernels for CPU float32/float64 (all three of one dtype); the reference otherwise.
+    Native kernels for CPU float32/float64 (all three of one dtype); sparse products
+    for float32/float64 elsewhere; the reference otherwise.
     """
     _check_shapes(block, feat_src, el, er)
     feat_src, el, er = widened(feat_src), widened(el), widened(er)
@@ -136,6 +147,8 @@ def gat_aggregate(
         and native_op("gat_forward", "gat") is not None
     )
     if not native:
+        if feat_src.dtype in NATIVE_DTYPES and el.dtype == er.dtype == feat_src.dtype:
+            return sparse_gat_aggregate(block, feat_src, el, er, negative_slope)
         return gat_aggregate_reference(block, feat_src, el, er, negative_slope)
     return GATAggregate.apply(
         block.indptr.contiguous(),
@@ -145,3 +158,94 @@ def gat_aggregate(
         er.contiguous(),
         negative_slope,
     )
+
+
+def sparse_gat_aggregate(
+    block: Block,
+    feat_src: torch.Tensor,
+    el: torch.Tensor,
+    er: torch.Tensor,
+    negative_slope: float = 0.2,
+) -> torch.Tensor:
+    """`gat_aggregate` as torch sparse CSR products and segment sums, on any device."""
+    _check_shapes(block, feat_src, el, er)
+    return _SparseGATAggregate.apply(block, feat_src, el, er, float(negative_slope))
+
+
+def _segment_sum(values: torch.Tensor, indptr: torch.Tensor) -> torch.Tensor:
+    """Sums of `values` [E, heads] over the CSR rows `indptr` (0 for an empty row), added in
+    float64: a hub's thousands of softmax gradients nearly cancel, and float32 sums lose
+    their last digits (a few values per edge: cheap beside the rows' products)."""
+    return torch.segment_reduce(values.double(), "sum", offsets=indptr).to(values.dtype)
+
+
+def _csr_edge_softmax(block: Block, scores: torch.Tensor) -> torch.Tensor:
+    """`edge_softmax` with segment reductions: each row's max and sum in one pass, no atomics."""
+    dst = block.dst_of_edges()
+    row_max = torch.segment_reduce(scores, "max", offsets=block.indptr)
+    exp = torch.exp(scores - row_max[dst])
+    return exp / _segment_sum(exp, block.indptr)[dst]
+
+
+def _head_matrices(indptr, indices, values, shape) -> list[torch.Tensor]:
+    """One sparse CSR matrix per head, over the same index arrays, with values[:, h]."""
+    return [
+        csr_matrix(indptr, indices, values[:, h].contiguous(), shape)
+        for h in range(values.shape[1])
+    ]
+
+
+class _SparseGATAggregate(torch.autograd.Function):
+    """Forward: alpha = edge softmax of leaky_relu(el[u] + er[v]); out[:, h] = A_h @ feat[:, h],
+    A_h the block's CSR with alpha[:, h] as values. Backward (first derivatives only):
+    d feat[:, h] = A_h^T @ d out[:, h]; d alpha[e, h] = d out[v, h] . feat[u, h] (SDDMM);
+    then the softmax's and leaky_relu's derivatives, summed per destination for er and
+    per source (over the transposed CSR) for el."""
+
+    @staticmethod
+    def forward(ctx, block, feat_src, el, er, negative_slope):
+        src = block.indices.long()
+        dst = block.dst_of_edges()
+        logits = el[src] + er[dst]  # [E, heads]
+        alpha = _csr_edge_softmax(block, torch.nn.functional.leaky_relu(logits, negative_slope))
+        shape = (block.num_dst, block.num_src)
+        out = feat_src.new_empty((block.num_dst, *feat_src.shape[1:]))
+        for h, matrix in enumerate(_head_matrices(block.indptr, block.indices, alpha, shape)):
+            out[:, h] = matrix @ feat_src[:, h]
+        ctx.block, ctx.negative_slope = block, negative_slope
+        ctx.save_for_backward(feat_src, logits, alpha)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        feat_src, logits, alpha = ctx.saved_tensors
+        block = ctx.block
+        indptr_t, indices_t, perm = transposed_edges(block)
+        grad_feat = torch.empty_like(feat_src)
+        grad_alpha = torch.empty_like(alpha)
+        transposes = _head_matrices(
+            indptr_t, indices_t, alpha[perm], (block.num_src, block.num_dst)
+        )
+        pattern = csr_matrix(
+            block.indptr,
+            block.indices,
+            alpha.new_zeros(alpha.shape[0]),
+            (block.num_dst, block.num_src),
+        )
+        for h, transposed in enumerate(transposes):
+            grad_h = grad_out[:, h].contiguous()
+            feat_h = feat_src[:, h].contiguous()
+            grad_feat[:, h] = transposed @ grad_h
+            grad_alpha[:, h] = torch.sparse.sampled_addmm(
+                pattern, grad_h, feat_h.t(), beta=0.0
+            ).values()
+        # Softmax: d score = alpha * (d alpha - sum over the row of alpha * d alpha).
+        dst = block.dst_of_edges()
+        row_sum = _segment_sum(alpha * grad_alpha, block.indptr)
+        grad_score = alpha * (grad_alpha - row_sum[dst])
+        slope = torch.where(logits > 0, 1.0, ctx.negative_slope).to(logits.dtype)
+        grad_logits = grad_score * slope
+        grad_er = _segment_sum(grad_logits, block.indptr)
+        grad_el = _segment_sum(grad_logits[perm], indptr_t)
+        return None, grad_feat, grad_el, grad_er, None
