@@ -13,8 +13,10 @@ Elsewhere (GPU ranks, or a CPU where the kernels cannot be built) it runs
 weights as values (cuSPARSE on a GPU), its backward the product with the
 transposed CSR and a sampled dense product (SDDMM) for the weights' gradient,
 the edge softmax and the logits' gradients as segment sums over the CSR rows.
-No per-edge feature row is ever formed, and no sum depends on the order of
-atomic additions: the same inputs give the same bits on every run.
+No per-edge feature row is formed, and no sum depends on the order of atomic
+additions: the products run on explicit transposes (cuSPARSE documents its
+transposed products as varying between runs), so the same inputs give the same
+bits on every run (the GPU test checks two runs).
 `gat_aggregate_reference`, plain PyTorch autograd (every edge's message
 gathered, weighted and scattered with `index_add`), is the oracle, and the path
 for other dtypes (float16). Attention dropout is not part of it.
@@ -180,7 +182,7 @@ def _segment_sum(values: torch.Tensor, indptr: torch.Tensor) -> torch.Tensor:
 
 
 def _csr_edge_softmax(block: Block, scores: torch.Tensor) -> torch.Tensor:
-    """`edge_softmax` with segment reductions: each row's max and sum in one pass, no atomics."""
+    """`edge_softmax` with each row's max and sum as segment reductions (no atomics)."""
     dst = block.dst_of_edges()
     row_max = torch.segment_reduce(scores, "max", offsets=block.indptr)
     exp = torch.exp(scores - row_max[dst])
