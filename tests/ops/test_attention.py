@@ -144,10 +144,14 @@ def test_edge_softmax_grad():
     assert torch.autograd.gradcheck(lambda s: edge_softmax(block, s), (scores,))
 
 
-def test_empty_block(native):
+@pytest.mark.parametrize("path", ["native", "sparse"])
+def test_empty_block(request, path):
+    if path == "native":
+        request.getfixturevalue("native")
+    aggregate = gat_aggregate if path == "native" else sparse_gat_aggregate
     block = Block(torch.zeros(4, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 5)
     feat, el, er = inputs(block, 2, 3)
-    out = gat_aggregate(block, feat, el, er)
+    out = aggregate(block, feat, el, er)
     assert out.shape == (3, 2, 3) and (out == 0).all()
     out.sum().backward()
     assert (feat.grad == 0).all() and (el.grad == 0).all() and (er.grad == 0).all()
@@ -223,15 +227,6 @@ def test_gradcheck_sparse(heads, dim):
         return sparse_gat_aggregate(block, f, left, right, 0.1)
 
     assert torch.autograd.gradcheck(fn, (feat, el, er), eps=1e-6, atol=1e-8)
-
-
-def test_sparse_empty_block():
-    block = Block(torch.zeros(4, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 5)
-    feat, el, er = inputs(block, 2, 3)
-    out = sparse_gat_aggregate(block, feat, el, er)
-    assert out.shape == (3, 2, 3) and (out == 0).all()
-    out.sum().backward()
-    assert (feat.grad == 0).all() and (el.grad == 0).all() and (er.grad == 0).all()
 
 
 @pytest.mark.gpu
