@@ -169,8 +169,10 @@ def sparse_gat_aggregate(
     er: torch.Tensor,
     negative_slope: float = 0.2,
 ) -> torch.Tensor:
-    """`gat_aggregate` as torch sparse CSR products and segment sums, on any device."""
+    """`gat_aggregate` as torch sparse CSR products and segment sums, on any device (the
+    block's arrays follow the features there, as in the reference)."""
     _check_shapes(block, feat_src, el, er)
+    block = block.to(feat_src.device)
     return _SparseGATAggregate.apply(block, feat_src, el, er, float(negative_slope))
 
 

@@ -239,9 +239,10 @@ def test_sparse_on_gpu_matches_cpu():
     ref_out, ref_grads, grad_out = forward_backward(gat_aggregate_reference, block, feat, el, er)
     cuda = torch.device("cuda")
     on_gpu = [t.detach().to(cuda).requires_grad_() for t in (feat, el, er)]
+    # The second run hands over the CPU block: its arrays follow the features.
     runs = [
-        forward_backward(gat_aggregate, block.to(cuda), *on_gpu, grad_out.to(cuda))
-        for _ in range(2)
+        forward_backward(gat_aggregate, b, *on_gpu, grad_out.to(cuda))
+        for b in (block.to(cuda), block)
     ]
     out, grads, _ = runs[0]
     torch.testing.assert_close(out.cpu(), ref_out, rtol=1e-4, atol=1e-5)
