@@ -26,8 +26,9 @@ deviation over the runs:
         --parallel 6 --override cluster.device=cuda cluster.threads_per_rank=2   # one GPU
 
 `--parallel N` runs N of the runs at once (their own processes: on one GPU, or on
-a machine with cores to spare); a run whose summary.json exists is not run again,
-so a stopped benchmark continues where it stopped.
+a machine with cores to spare); a run whose summary.json exists is not run again
+and one stopped part-way resumes from its last checkpoint (`train.resume=true`, every
+`train.checkpoint_every` steps), so a stopped benchmark continues where it stopped.
 
 The published figures are the papers' own (mean ± std, in percent); nothing
 here is tuned on test: the presets are the papers' settings.
@@ -110,7 +111,9 @@ def run(recipe: str, index: int, out: Path, extra: list[str], layers: int | None
     summary = run_dir / "summary.json"
     if not summary.exists():
         each = [f"{key}={index}" for key in varied.split(",")]
-        arguments = ["train", *overrides, *each, *extra, f"hydra.run.dir={run_dir}"]
+        # A run stopped part-way continues from its last checkpoint (resume is exact).
+        resumed = ["train.resume=true"] if (run_dir / "checkpoint.pt").exists() else []
+        arguments = ["train", *overrides, *each, *extra, *resumed, f"hydra.run.dir={run_dir}"]
         command = [*GNNRUN, *arguments]
         log_path = out / f"{recipe}-{index}.log"
         with RUNNING_LOCK:
