@@ -57,6 +57,7 @@ CASES = {
         "algorithm=single",
         "algorithm.mode=full",
         "model=hetero_bench_gat",
+        "optimizer.lr=0.01",  # the preset's 3e-5 barely moves the weights in 3 epochs
     ),
     "link-single-full": ("algorithm=single", "algorithm.mode=full", "task=link"),
     "link-minibatch": ("algorithm=minibatch", "cluster.nprocs=1", "task=link"),
@@ -78,6 +79,10 @@ CPU_CASES = (
     pytest.param("hec-2ranks", marks=pytest.mark.slow),
     "hetero-rgcn",
 )
+# Cases whose two paths add in nearly the same order: a tighter bound than the sparse
+# product's. The residual stream dilutes the attention's share of the loss (a 1% error
+# in one of GAT's 8 heads moves it by 3e-5 in 3 epochs; the two paths agreed to the bit).
+RELATIVE_TOLERANCE = {"single-full-pre_norm_gat": 2e-6}
 
 
 def trained(tmp_path: Path, name: str, *overrides: str) -> list[dict]:
@@ -118,7 +123,7 @@ def test_the_device_path_on_cpu_trains_as_the_native_kernels(tmp_path, without_n
     without_native(True)
     portable = trained(tmp_path, "portable", *CASES[case])
     # Float32 sums in another order (MKL's sparse product against the kernel's loop).
-    assert_same_training(native, portable, rel=1e-4)
+    assert_same_training(native, portable, rel=RELATIVE_TOLERANCE.get(case, 1e-4))
 
 
 @pytest.mark.parametrize(
