@@ -26,7 +26,6 @@ import os
 import shutil
 import signal
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from gnnrun.io import atomic_rows, mapped_rows, read_json, write_json, write_jso
 from gnnrun.memory import PeakMemory, anonymous_mb
 from gnnrun.models import GNN, build_model, layer_widths
 from gnnrun.ops.precision import autocast
+from gnnrun.ops.rows import read_only_tensor
 from gnnrun.partition.book import open_partition
 from gnnrun.tasks import load_for_task, task_of
 from gnnrun.torch_support import compute_device
@@ -426,9 +426,7 @@ def _rows(array: np.ndarray) -> torch.Tensor:
     only read. An array of another dtype is converted, in memory."""
     if array.dtype != np.float32:
         return torch.from_numpy(np.asarray(array, dtype=np.float32))
-    with warnings.catch_warnings():  # a read-only map: torch warns that it cannot protect it
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array)
+    return read_only_tensor(array)
 
 
 def _scratch_rows(path: Path, count: int, width: int) -> torch.Tensor:

@@ -15,6 +15,13 @@ import warnings
 import numpy as np
 import torch
 
+# "Sparse CSR tensor support is in beta": products are all gnnrun uses of it; torch 2.11
+# also says the invariant checks are off "implicitly" even when told so. Installed once at
+# import: `catch_warnings` saves and restores the process's filter list, which races
+# between the threads that build blocks.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+warnings.filterwarnings("ignore", message="Sparse invariant checks")
+
 
 def stacked_tiles(
     indptr: np.ndarray,
@@ -55,13 +62,9 @@ def csr_matrix(
     crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, int]
 ) -> torch.Tensor:
     """A torch sparse CSR matrix over index arrays already checked (a Block's, a tile's)."""
-    with warnings.catch_warnings():  # "sparse CSR support is in beta": products are all we use
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        # torch 2.11 says the checks are off "implicitly" even when told so.
-        warnings.filterwarnings("ignore", message="Sparse invariant checks")
-        return torch.sparse_csr_tensor(
-            crow.contiguous(), col.to(crow.dtype).contiguous(), values, size, check_invariants=False
-        )
+    return torch.sparse_csr_tensor(
+        crow.contiguous(), col.to(crow.dtype).contiguous(), values, size, check_invariants=False
+    )
 
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

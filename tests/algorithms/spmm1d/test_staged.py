@@ -11,9 +11,6 @@ from gnnrun.algorithms.spmm1d.staged import StagedProduct
 from gnnrun.comm import PendingExchange
 from gnnrun.timers import PhaseTimer
 
-# The tiles are torch.sparse_csr tensors, as the partition makes them.
-pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
-
 BLOCK_ROWS = [3, 2, 4]
 
 
