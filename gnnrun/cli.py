@@ -270,9 +270,10 @@ def _own_output_dir(args: list[str]) -> list[str]:
     """The arguments with a run (or sweep) directory that belongs to this invocation alone.
 
     A directory left to the default is claimed new; one given explicitly is locked,
-    and a run directory that already holds a run is refused (a sweep directory may:
-    its finished points are skipped). Inside a SLURM step every task shares the
-    directory its submitter chose.
+    and a run directory that already holds a run is refused, unless the run is resumed
+    there (`train.resume=true`: it continues that run) (a sweep directory may: its finished
+    points are skipped). Inside a SLURM step every task shares the directory its
+    submitter chose.
     """
     from gnnrun import run_dir
     from gnnrun.launch.slurm import in_slurm_step
@@ -288,9 +289,15 @@ def _own_output_dir(args: list[str]) -> list[str]:
         return [*args, f"{key}{claimed}"]
     if "${" not in given[-1]:
         run_dir.lock(Path(given[-1]))
-        if not sweeping:
+        if not sweeping and not _resumes(settings):
             run_dir.refuse_occupied(Path(given[-1]))
     return args
+
+
+def _resumes(settings: list[str]) -> bool:
+    """Whether the command line says `train.resume=true` (its last word on it)."""
+    values = [s.split("=", 1)[1] for s in settings if s.lstrip("+").startswith("train.resume=")]
+    return bool(values) and values[-1].strip().lower() == "true"
 
 
 def _install_slurm_launcher(needed: bool) -> None:

@@ -80,9 +80,8 @@ def refuse_occupied(path: Path) -> None:
     if found:
         raise GnnrunError(
             f"{path} already holds a run ({', '.join(found)}): a second run there would mix "
-            "its files with the first one's. Choose another hydra.run.dir, or leave it out "
-            "for a new directory (train.resume=true continues from the checkpoint in any "
-            "directory)"
+            "its files with the first one's. Choose another hydra.run.dir, leave it out "
+            "for a new directory, or add train.resume=true to continue that run there"
         )
 
 

@@ -111,9 +111,11 @@ def run(recipe: str, index: int, out: Path, extra: list[str], layers: int | None
     summary = run_dir / "summary.json"
     if not summary.exists():
         each = [f"{key}={index}" for key in varied.split(",")]
-        # A run stopped part-way continues from its last checkpoint (resume is exact).
+        # Each run checkpoints in its own directory (runs side by side would replace each
+        # other's shared file), and one stopped part-way continues from there (exactly).
+        own = [f"hydra.run.dir={run_dir}", f"train.checkpoint_dir={run_dir / 'checkpoints'}"]
         resumed = ["train.resume=true"] if (run_dir / "checkpoint.pt").exists() else []
-        arguments = ["train", *overrides, *each, *extra, *resumed, f"hydra.run.dir={run_dir}"]
+        arguments = ["train", *overrides, *each, *extra, *resumed, *own]
         command = [*GNNRUN, *arguments]
         log_path = out / f"{recipe}-{index}.log"
         with RUNNING_LOCK:
@@ -215,11 +217,12 @@ def main() -> None:
                     flush=True,
                 )
             values = [100 * b[metric] for b in per_layers[chosen]]
-            ours_std = statistics.stdev(values) if len(values) > 1 else float("nan")
             ours = statistics.mean(values)
+            # One run has no standard deviation.
+            spread = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
             paper = f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
             print(
-                f"{recipe} {read} {metric}: {ours:.2f} ± {ours_std:.2f} over {len(values)} "
+                f"{recipe} {read} {metric}: {ours:.2f}{spread} over {len(values)} "
                 f"({varied} {args.start}..{args.runs - 1}; each {', '.join(f'{v:.2f}' for v in values)}); "
                 f"paper {paper}; difference {ours - mean:+.2f}",
                 flush=True,

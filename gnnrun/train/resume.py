@@ -27,7 +27,7 @@ from gnnrun.config import RENAMED_KEYS
 from gnnrun.data import dataset_identity
 from gnnrun.errors import GnnrunError
 from gnnrun.tasks import task_of
-from gnnrun.train.checkpoint import algorithm_checkpoint, load_checkpoint
+from gnnrun.train.checkpoint import CHECKPOINT, algorithm_checkpoint, load_checkpoint
 
 REFUSED = (
     "model.name",
@@ -177,17 +177,28 @@ def no_checkpoint_message(directory: Path) -> str:
 
 
 def resume(
-    cfg, directory: Path, model, optimizer, algorithm, rank: int, own_run: str | None = None
+    cfg,
+    directory: Path,
+    model,
+    optimizer,
+    algorithm,
+    rank: int,
+    own_run: str | None = None,
+    run_dir: Path | None = None,
 ) -> tuple[int, list]:
     """Load the checkpoint in `directory` into the run: (epochs done, rank 0's history).
 
     `own_run`: a restarted attempt's run id (gnnrun.attempt); a checkpoint another run
     left is then not resumed from, and training starts again from epoch 1. Every rank
-    decides alike (they read the same checkpoint); rank 0 tells the user.
+    decides alike (they read the same checkpoint); rank 0 tells the user. `run_dir`: the
+    run's directory, which may hold the run being continued (`train.resume=true` there):
+    then the checkpoint must be that run's own.
     """
     from gnnrun.progress import print_warning
 
     state = load_checkpoint(directory)
+    if run_dir is not None:
+        check_continues_its_run(state, directory, Path(run_dir))
     if own_run is not None and (state is None or state.get("run_id") != own_run):
         if rank == 0:
             print_warning("restarted before this run's first checkpoint: training from epoch 1")
@@ -222,6 +233,30 @@ def resume(
     if algorithm.state_dict() is not None:
         algorithm.load_state_dict(load_algorithm_state(directory, rank, epoch))
     return epoch, state["history"]
+
+
+def check_continues_its_run(state: dict | None, directory: Path, run_dir: Path) -> None:
+    """Refuse to resume, in a directory that holds a run, from a checkpoint that is not
+    that run's own copy (`run_dir/checkpoint.pt`): runs with the same
+    train.checkpoint_dir replace each other's shared file, and the directory's metrics
+    would then mix two runs. A directory without a run's files passes."""
+    if not any(run_dir.glob("metrics.rank*.jsonl")) and not (run_dir / CHECKPOINT).exists():
+        return
+    own = load_checkpoint(run_dir)
+    if own is None:
+        raise GnnrunError(
+            f"{run_dir} holds a run that stopped before its first checkpoint: nothing of it "
+            "to continue. Start it again in a new directory (leave hydra.run.dir out), "
+            "without train.resume"
+        )
+    if state is None or (own["epoch"], own["history"]) != (state["epoch"], state["history"]):
+        found = "none" if state is None else f"one after epoch {state['epoch']}, another run's"
+        raise GnnrunError(
+            f"cannot continue the run in {run_dir} (its checkpoint is after epoch "
+            f"{own['epoch']}): train.checkpoint_dir {directory} holds {found}. Continue it "
+            "with the train.checkpoint_dir it was trained with, or start a new run in "
+            "another directory"
+        )
 
 
 def load_algorithm_state(directory: Path, rank: int, epoch: int) -> Any:

@@ -67,8 +67,16 @@ def train(
     if cfg.train.resume or attempt.restarted:
         # A restarted or requeued run continues from its own last checkpoint only.
         own_run = None if cfg.train.resume else attempt.run_id
+        # A run resumed by the user in a directory that holds a run continues that run.
         start_epoch, history = resume(
-            cfg, checkpoint_dir, model, optimizer, algorithm, comm.rank, own_run
+            cfg,
+            checkpoint_dir,
+            model,
+            optimizer,
+            algorithm,
+            comm.rank,
+            own_run,
+            run_dir=run_dir if cfg.train.resume else None,
         )
 
     memory = PeakMemory()
@@ -176,7 +184,8 @@ def train(
             tracker.finished(None)
         return None
     summary = summarize(history, cfg, comm.world_size) | {"restarts": attempt.number}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with atomic_file(run_dir / "summary.json") as f:  # read by report and sweeps
+        f.write(json.dumps(summary, indent=2) + "\n")
     if tracker is not None:
         tracker.finished(summary)
     return summary

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -74,6 +76,47 @@ def test_no_checkpoint_says_so_and_names_the_ones_there_are(stopped_run, capsys,
     assert code == 0, err
     assert f"no checkpoint in {other} (checkpoints of this dataset: ckpt" in err
     assert "training from epoch 1" in err
+
+
+def losses(run_dir) -> list[tuple[int, float]]:
+    lines = (run_dir / "metrics.rank0.jsonl").read_text().splitlines()
+    return [(r["epoch"], r["loss"]) for r in map(json.loads, lines)]
+
+
+def test_a_run_resumed_in_its_own_directory_continues_it(tmp_path, monkeypatch, capsys):
+    """The same command with train.resume=true, in the directory of a run that stopped:
+    its metrics go on from the checkpoint, as one uninterrupted run's."""
+    monkeypatch.chdir(tmp_path)
+    run = [*BASE, f"hydra.run.dir={tmp_path / 'run'}", f"train.checkpoint_dir={tmp_path / 'c'}"]
+    assert main([*run, "train.stop_after=2"]) == 0
+    assert main(run) != 0  # a second run there would mix with the first
+    assert "or add train.resume=true to continue that run there" in capsys.readouterr().err
+    assert main([*run, "train.resume=true"]) == 0
+    whole = [*BASE, f"hydra.run.dir={tmp_path / 'whole'}", f"train.checkpoint_dir={tmp_path}/w"]
+    assert main(whole) == 0
+    assert losses(tmp_path / "run") == losses(tmp_path / "whole")
+    assert [e for e, _ in losses(tmp_path / "run")] == [0, 1, 2, 3]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["epochs"] == 4 and summary["complete"]
+
+
+def test_a_run_is_not_continued_from_another_runs_checkpoint(tmp_path, monkeypatch, capsys):
+    """Runs sharing a checkpoint directory replace each other's file there: resuming the
+    first in its directory after the second wrote it is refused, naming both epochs; and
+    so is one that stopped before its first checkpoint."""
+    monkeypatch.chdir(tmp_path)
+    shared = f"train.checkpoint_dir={tmp_path / 'shared'}"
+    first = [*BASE, f"hydra.run.dir={tmp_path / 'first'}", shared]
+    assert main([*first, "train.stop_after=2"]) == 0
+    assert main([*BASE, f"hydra.run.dir={tmp_path / 'second'}", shared, "train.stop_after=3"]) == 0
+    capsys.readouterr()
+    assert main([*first, "train.resume=true"]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cannot continue the run in" in err and "after epoch 2" in err, err
+    assert "holds one after epoch 3, another run's" in err, err
+    (tmp_path / "first" / "checkpoint.pt").unlink()  # as if stopped before its first one
+    assert main([*first, "train.resume=true"]) != 0
+    assert "stopped before its first checkpoint" in capsys.readouterr().err
 
 
 def test_settings_recorded_under_old_names_compare_under_the_new_ones():
