@@ -67,7 +67,8 @@ def train(
     if cfg.train.resume or attempt.restarted:
         # A restarted or requeued run continues from its own last checkpoint only.
         own_run = None if cfg.train.resume else attempt.run_id
-        # A run resumed by the user in a directory that holds a run continues that run.
+        # A run the user resumes in a directory that holds a run continues that run (a
+        # restarted attempt's directory holds its own first attempts: own_run checks it).
         start_epoch, history = resume(
             cfg,
             checkpoint_dir,
@@ -76,7 +77,7 @@ def train(
             algorithm,
             comm.rank,
             own_run,
-            run_dir=run_dir if cfg.train.resume else None,
+            run_dir=run_dir if cfg.train.resume and not attempt.restarted else None,
         )
 
     memory = PeakMemory()
