@@ -270,9 +270,9 @@ def _own_output_dir(args: list[str]) -> list[str]:
     """The arguments with a run (or sweep) directory that belongs to this invocation alone.
 
     A directory left to the default is claimed new; one given explicitly is locked,
-    and a run directory that already holds a run is refused, unless the run is resumed
-    there (`train.resume=true`: it continues that run) (a sweep directory may: its finished
-    points are skipped). Inside a SLURM step every task shares the directory its
+    and a run directory that already holds a run is refused unless this run resumes
+    there (`train.resume=true` continues that run). A sweep directory may hold runs: its
+    finished points are skipped. Inside a SLURM step every task shares the directory its
     submitter chose.
     """
     from gnnrun import run_dir
