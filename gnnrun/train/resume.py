@@ -254,8 +254,8 @@ def check_continues_its_run(state: dict | None, directory: Path, run_dir: Path) 
         raise GnnrunError(
             f"cannot continue the run in {run_dir} (its checkpoint is after epoch "
             f"{own['epoch']}): train.checkpoint_dir {directory} holds {found}. Continue it "
-            "with the train.checkpoint_dir it was trained with, or start a new run in "
-            "another directory"
+            f"from its own copy with train.checkpoint_dir={run_dir}, or start a new run "
+            "in another directory"
         )
 
 

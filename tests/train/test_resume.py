@@ -114,6 +114,9 @@ def test_a_run_is_not_continued_from_another_runs_checkpoint(tmp_path, monkeypat
     err = " ".join(capsys.readouterr().err.split())
     assert "cannot continue the run in" in err and "after epoch 2" in err, err
     assert "holds one after epoch 3, another run's" in err, err
+    # The fix it names: the run's own copy, in its directory.
+    assert main([*first, "train.resume=true", f"train.checkpoint_dir={tmp_path / 'first'}"]) == 0
+    assert [e for e, _ in losses(tmp_path / "first")] == [0, 1, 2, 3]
     (tmp_path / "first" / "checkpoint.pt").unlink()  # as if stopped before its first one
     assert main([*first, "train.resume=true"]) != 0
     assert "stopped before its first checkpoint" in capsys.readouterr().err
