@@ -71,9 +71,7 @@ def test_documented_make_targets_exist(path):
 def test_the_docs_show_scripts_with_flags():
     """The checks above look at something: the docs show scripts with their flags."""
     shown = sum(
-        len(FLAG.findall(m.group(2)))
-        for path in FILES
-        for m in SCRIPT.finditer(path.read_text())
+        len(FLAG.findall(m.group(2))) for path in FILES for m in SCRIPT.finditer(path.read_text())
     )
     assert shown > 50, shown
 
