@@ -223,6 +223,14 @@ def _as_trained(run_dir: Path, run: list[str], given: list[str]) -> list[str]:
     if "train.checkpoint_dir" not in keys:
         kept = (run_dir / CHECKPOINT).is_file()
         shared = Path(OmegaConf.select(trained, "train.checkpoint_dir"))
+        if not kept and not (run_dir / "metrics.rank0.jsonl").is_file():
+            # Nothing ties the shared file to this run: it is another run's model.
+            raise GnnrunError(
+                f"{run_dir} holds no trained epoch (no checkpoint.pt, no metrics.rank0.jsonl): "
+                "the run stopped or was refused before its first epoch, and the checkpoint in "
+                f"{shared} is another run's. Predict from a run that trained, or give a "
+                "checkpoint with train.checkpoint_dir=DIR"
+            )
         directory = str((run_dir if kept else shared).absolute())
         extra.append(f"train.checkpoint_dir={_quoted(directory)}")
     name = OmegaConf.select(trained, "partitioner.name")

@@ -147,7 +147,7 @@ def stop_running(signum, frame) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", choices=sorted(RECIPES), nargs="*", default=sorted(RECIPES))
+    parser.add_argument("--recipe", choices=sorted(RECIPES), nargs="+", default=sorted(RECIPES))
     parser.add_argument("--runs", type=int, default=10, help="splits or seeds 0 .. runs - 1")
     parser.add_argument(
         "--start",
@@ -175,12 +175,15 @@ def main() -> None:
         "--parallel", type=int, default=1, help="runs at once, each its own gnnrun process"
     )
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs {args.runs}: give how many splits or seeds to run, 1 or more")
     if not 0 <= args.start < args.runs:
         parser.error(
             f"--start {args.start}: give a split or seed from 0 to --runs - 1 ({args.runs - 1})"
         )
     if args.parallel < 1:
         parser.error(f"--parallel {args.parallel}: give how many runs at once, 1 or more")
+    args.out = args.out.absolute()  # the runs start in the repository, not here
     args.out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, stop_running)
     # Run index first: a benchmark stopped part-way has as many runs of every recipe.

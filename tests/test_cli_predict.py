@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -324,6 +325,19 @@ def test_a_run_predicts_with_its_own_model_after_another_run_resumed_from_it(
     assert main(["predict", f"run={first}", "predict.output_dir=again"]) == 1
     assert "was written by another run than the one in" in _errors(capsys)
     assert not (tmp_path / "again").exists()
+
+    # A run stopped (or refused) before its first epoch: its directory holds its config
+    # only, and the shared checkpoint is another run's model.
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    shutil.copytree(first / ".hydra", stopped / ".hydra")
+    assert main(["predict", f"run={stopped}", "predict.output_dir=again"]) == 1
+    refused = _errors(capsys)
+    assert f"{stopped} holds no trained epoch" in refused and "another run's" in refused
+    assert not (tmp_path / "again").exists()
+    given = f"train.checkpoint_dir={resumed}"  # a checkpoint named on purpose is used
+    assert main(["predict", f"run={stopped}", given, "predict.output_dir=again"]) == 0
+    assert "(epoch 3)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "before-the-record"])

@@ -27,7 +27,7 @@ from gnnrun.config import check
 from gnnrun.data.custom_files import what_it_is
 from gnnrun.data.dataset import GraphDataset, task_for, too_many_classes
 from gnnrun.data.graph import csr_from_edges
-from gnnrun.data.registry import DatasetConfig, register_source
+from gnnrun.data.registry import RAW_ROOT_HINT, DatasetConfig, register_source
 from gnnrun.errors import GnnrunError
 
 
@@ -55,7 +55,8 @@ def load(cfg: HeterophilousDatasetConfig) -> GraphDataset:
     path = Path(cfg.file)
     if not path.is_file():
         raise GnnrunError(
-            f"{path} not found: place the dataset's .npz there or set dataset.file; {SOURCE_HINT}"
+            f"{path} not found: place the dataset's .npz there or set dataset.file "
+            f"({RAW_ROOT_HINT}); {SOURCE_HINT}"
         )
     if not zipfile.is_zipfile(path):  # numpy would call any other bytes "pickled (object) data"
         raise GnnrunError(

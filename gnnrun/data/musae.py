@@ -34,7 +34,7 @@ from omegaconf import MISSING
 from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset, task_for
 from gnnrun.data.graph import csr_from_edges, stratified_split
-from gnnrun.data.registry import DatasetConfig, SplitFractions, register_source
+from gnnrun.data.registry import RAW_ROOT_HINT, DatasetConfig, SplitFractions, register_source
 from gnnrun.errors import GnnrunError
 
 
@@ -79,7 +79,8 @@ def _files(cfg: MusaeDatasetConfig) -> dict[str, Path]:
     if missing:
         raise GnnrunError(
             f"MUSAE dataset {cfg.prefix}: missing {', '.join(missing)} in {raw_dir}; place "
-            f"{', '.join(p.name for p in files.values())} there or set dataset.raw_dir ({SOURCE_HINT})"
+            f"{', '.join(p.name for p in files.values())} there or set dataset.raw_dir "
+            f"({RAW_ROOT_HINT}; {SOURCE_HINT})"
         )
     return files
 

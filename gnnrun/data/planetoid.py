@@ -43,7 +43,7 @@ from omegaconf import MISSING
 from gnnrun.config import check
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.graph import csr_from_edges
-from gnnrun.data.registry import DatasetConfig, register_source
+from gnnrun.data.registry import RAW_ROOT_HINT, DatasetConfig, register_source
 from gnnrun.errors import GnnrunError
 
 
@@ -148,7 +148,7 @@ def _check_files(raw_dir: Path, name: str) -> None:
         raise GnnrunError(
             f"Planetoid {name}: missing {', '.join(missing)} in {raw_dir}; place all of "
             f"{', '.join(f'ind.{name}.{p}' for p in FILES)} there ({SOURCE_HINT}), "
-            "or point dataset.raw_dir at the folder that holds them"
+            f"or point dataset.raw_dir at the folder that holds them ({RAW_ROOT_HINT})"
         )
 
 

@@ -15,6 +15,11 @@ from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.reorder import VERTEX_ORDERS
 from gnnrun.registry import Registry
 
+# The tail of a missing raw file's message: where the default paths point.
+RAW_ROOT_HINT = (
+    "raw files are looked up under GNNRUN_RAW_ROOT or paths.raw_root=, data/raw/ by default"
+)
+
 
 @dataclass
 class DatasetConfig:

@@ -78,7 +78,7 @@ def test_multiclass_file_and_duplicates(tmp_path):
 
 
 def test_missing_file_and_keys(tmp_path):
-    with pytest.raises(GnnrunError, match="not found.*heterophilous-graphs"):
+    with pytest.raises(GnnrunError, match="not found.*GNNRUN_RAW_ROOT.*heterophilous-graphs"):
         build_dataset(_cfg(tmp_path / "nope.npz"))
     path = tmp_path / "bad.npz"
     np.savez(path, node_features=np.zeros((2, 2), np.float32))

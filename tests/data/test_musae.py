@@ -127,6 +127,7 @@ def test_errors(tmp_path):
     with pytest.raises(GnnrunError) as err:
         build_dataset(_cfg(tmp_path))
     assert "missing facebook_features.json" in str(err.value)
+    assert "GNNRUN_RAW_ROOT" in str(err.value)
     _write_tiny(tmp_path)
     with pytest.raises(GnnrunError, match="no column 'category'"):
         build_dataset(_cfg(tmp_path, label_column="category"))
