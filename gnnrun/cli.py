@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError
+from omegaconf.errors import ConfigKeyError, ValidationError
 
 from gnnrun import job
 from gnnrun.errors import GnnrunError, ReportedError, os_error_message
@@ -474,6 +474,9 @@ def check_overrides(overrides: list[str]) -> None:
                 if isinstance(exc.__cause__, ConfigKeyError) and unknown:
                     # A mapping given whole (key={a: 1}) with a key its schema lacks.
                     raise GnnrunError(f"{where}{_unknown_key_message(base, unknown)}") from None
+                wrong = getattr(exc.__cause__, "full_key", None)
+                if isinstance(exc.__cause__, ValidationError) and wrong:
+                    raise GnnrunError(f"{where}{_wrong_type_message(base, wrong, point)}") from None
                 cause = f": {exc.__cause__}" if exc.__cause__ else ""
                 raise GnnrunError(f"{where}{exc}{cause}".replace("\n", " ")) from None
             except GnnrunError as exc:
@@ -618,6 +621,31 @@ def _unknown_key_message(cfg: DictConfig, key: str) -> str:
     hint = f" Did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near else ""
     where = f"'{parent}'" if parent else "the top level"
     return f"unknown config key '{key}'.{hint} Keys of {where}: {', '.join(keys)}."
+
+
+# What a field of each type takes, for a value of another type.
+_TAKES = {
+    bool: "true or false",
+    int: "a whole number",
+    float: "a number",
+    str: "a string, not null or a list",
+    ListConfig: "a list, [a,b]",
+}
+
+
+def _wrong_type_message(cfg: DictConfig, key: str, point: list[str]) -> str:
+    """`key`'s value, given in `point`, is not of the field's type: what it takes, and its
+    default as an override."""
+    given = [o.split("=", 1)[1] for o in point if o.lstrip("+").split("=", 1)[0] == key]
+    value = f"={given[-1]}" if given else ""
+    default = OmegaConf.select(cfg, key, throw_on_missing=False)
+    if type(default) not in _TAKES:
+        return f"{key}{value}: not a value {key} takes; its default is {key}={default}"
+    if isinstance(default, ListConfig):
+        shown = "[" + ",".join(str(v) for v in default) + "]"
+    else:
+        shown = str(default).lower() if isinstance(default, bool) else str(default)
+    return f"{key}{value}: {key} takes {_TAKES[type(default)]}; its default is {key}={shown}"
 
 
 def _sampled_only(cfg: DictConfig, key: str) -> str:

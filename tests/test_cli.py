@@ -103,7 +103,7 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
         (["partition", "dataset.nmae=x"], "Keys of 'dataset': "),
         (["partition", "dataset=nope"], "Available options in 'dataset'"),
         (["partition", "partitioner=metsi"], "Available options in 'partitioner'"),
-        (["partition", "partitioner.num_parts=abc"], "could not be converted to Integer"),
+        (["partition", "partitioner.num_parts=abc"], "partitioner.num_parts takes a whole number"),
         (["partition", "partitioner.num_parts=0"], "partitioner.num_parts must be at least 1"),
         (
             ["partition", "dataset=synthetic-tiny", "partitioner.num_parts=5000"],
@@ -290,6 +290,26 @@ ENDPOINT = "cluster.rdzv_endpoint=127.0.0.1:29400"
             ["dataset=custom"],
             "error: invalid config: Structured config of type `CustomDatasetConfig` has "
             "missing mandatory value: path (full_key: dataset.path)\n",
+        ),
+        (
+            ["model.residual=maybe"],
+            "error: model.residual=maybe: model.residual takes true or false; its default is "
+            "model.residual=false\n",
+        ),
+        (
+            ["model.norm=null"],
+            "error: model.norm=null: model.norm takes a string, not null or a list; its "
+            "default is model.norm=none\n",
+        ),
+        (
+            ["algorithm=minibatch", "algorithm.fanouts=3"],
+            "error: algorithm.fanouts=3: algorithm.fanouts takes a list, [a,b]; its default "
+            "is algorithm.fanouts=[10,25]\n",
+        ),
+        (
+            ["model=gcn", "train.epochs=1.5"],
+            "error: train.epochs=1.5: train.epochs takes a whole number; its default is "
+            "train.epochs=10\n",
         ),
     ],
 )
