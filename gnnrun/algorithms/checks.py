@@ -38,6 +38,7 @@ def check_runnable(cfg) -> None:
             f"algorithm= one of {able}"
         )
     algorithm.check_config(cfg)
+    task_of(cfg).check_model(cfg.model)
     _check_link_loss(cfg)
     _check_batch_norm(cfg, algorithm.splits_batch)
     _check_device(cfg, algorithm)

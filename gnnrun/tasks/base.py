@@ -132,6 +132,16 @@ class Task:
         """The model's output width: one logit per class."""
         return dataset.num_classes
 
+    def check_model(self, model_cfg) -> None:
+        """Refuse model settings that this task would ignore: model.embedding sets the width
+        of a link task's vertex embeddings; here the last layer gives one logit per class."""
+        if model_cfg.embedding:
+            raise GnnrunError(
+                f"model.embedding={model_cfg.embedding} is the width of a link task's vertex "
+                f"embeddings, and task={self.cfg.name}'s model ends in one logit per class or label: "
+                "train task=link or task=gae, or leave it out (model.embedding=0)"
+            )
+
     def model_options(self) -> dict[str, Any]:
         """Keyword arguments of gnnrun.models.build_model beyond the widths."""
         return {}

@@ -164,6 +164,9 @@ class LinkTask(Task):
     def out_dim(self, model_cfg, dataset):
         return model_cfg.link_width  # embeddings (model.embedding, or model.hidden), paired
 
+    def check_model(self, model_cfg):
+        pass  # model.embedding is this task's width
+
     def model_options(self):
         return {"scorer": self.cfg.scorer}
 

@@ -142,3 +142,12 @@ def test_the_reconstruction_loss_is_refused_outside_one_full_batch_process():
     with pytest.raises(GnnrunError, match="use algorithm=single algorithm.mode=full"):
         check_runnable(make_config(*link, "algorithm=minibatch"))
     check_runnable(make_config(*link, "algorithm=single", "algorithm.mode=full"))
+
+
+@pytest.mark.parametrize("task", ["node", "multilabel"])
+def test_an_embedding_width_is_refused_where_the_model_ends_in_classes(task):
+    """model=gae (embedding 16) trains the link task; a node task would ignore the width."""
+    with pytest.raises(GnnrunError, match=f"model.embedding=16 .* task={task}'s model ends"):
+        check_runnable(make_config("dataset=synthetic-tiny", f"task={task}", "model=gae"))
+    whole = ("algorithm=single", "algorithm.mode=full")  # task=gae's reconstruction loss
+    check_runnable(make_config("dataset=synthetic-tiny", "task=gae", "model=gae", *whole))
