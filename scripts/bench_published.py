@@ -28,7 +28,9 @@ deviation over the runs:
 `--parallel N` runs N of the runs at once (their own processes: on one GPU, or on
 a machine with cores to spare); a run whose summary.json exists is not run again
 and one stopped part-way resumes from its last checkpoint (`train.resume=true`, every
-`train.checkpoint_every` steps), so a stopped benchmark continues where it stopped.
+`train.checkpoint_every` steps), so a stopped benchmark continues where it stopped
+(one stopped before its first checkpoint starts again, its files moved to
+`<index>.unfinished`).
 
 The published figures are the papers' own (mean ± std, in percent); nothing
 here is tuned on test: the presets are the papers' settings.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import statistics
 import subprocess
@@ -115,6 +118,12 @@ def run(recipe: str, index: int, out: Path, extra: list[str], layers: int | None
         # other's shared file), and one stopped part-way continues from there (exactly).
         own = [f"hydra.run.dir={run_dir}", f"train.checkpoint_dir={run_dir / 'checkpoints'}"]
         resumed = ["train.resume=true"] if (run_dir / "checkpoint.pt").exists() else []
+        if run_dir.exists() and not resumed:
+            # Stopped before its first checkpoint: nothing of it to continue. It starts
+            # afresh; the stopped one's files are kept beside it.
+            aside = run_dir.with_name(f"{index}.unfinished")
+            shutil.rmtree(aside, ignore_errors=True)
+            run_dir.rename(aside)
         arguments = ["train", *overrides, *each, *extra, *resumed, *own]
         command = [*GNNRUN, *arguments]
         log_path = out / f"{recipe}-{index}.log"
