@@ -239,8 +239,8 @@ def _labelled_runs(sets: list[RunSet]) -> list[tuple[int, int, Run, str]]:
 
 
 def accuracy_figure(sets: list[RunSet]) -> Figure | None:
-    """The task's best validation figure and its test figure (accuracy; MRR for link
-    prediction) against epoch, one line per run (rank 0's records)."""
+    """The task's best validation figure and its test figure (the runs' `best_metric`)
+    against epoch, one line per run (rank 0's records)."""
     runs = _labelled_runs(sets)
     metric, name = _headline([run for _, _, run, _ in runs])
     curves = [

@@ -367,8 +367,9 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
             lines.append(f"{tag}every point: {' '.join(common)}")
     lines.append(
         "times: median over epochs, s (rank 0); MB/epoch: bytes rank 0 sent per epoch (median), "
-        "1e6 bytes; best val: at the epoch of the task's best validation figure (accuracy; MRR "
-        "for link prediction); final test: last evaluation"
+        "1e6 bytes; best val: at the epoch of the task's best validation figure (the run's best_metric: accuracy, "
+        "ROC-AUC for two classes, MRR for link prediction, ROC-AUC against one negative); final "
+        "test: last evaluation"
     )
     if any(r.comm_hidden is not None for r in rows):
         lines.append(

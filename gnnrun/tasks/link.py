@@ -167,6 +167,14 @@ class LinkTask(Task):
     def check_model(self, model_cfg):
         pass  # model.embedding is this task's width
 
+    def best_metric(self, history):
+        # Against one negative an edge's reciprocal rank is 1 or 1/2, so MRR only counts
+        # the pairs ranked the wrong way and ties between epochs; ROC-AUC over every
+        # positive and negative (GAE's figure) tells them apart.
+        if self.cfg.eval_negatives == 1 and any("val_auc" in r for r in history):
+            return "val_auc"
+        return self.best
+
     def model_options(self):
         return {"scorer": self.cfg.scorer}
 
@@ -181,7 +189,9 @@ class LinkTask(Task):
         return LinkObjective(self.cfg, dataset, rank, owner)
 
     def metrics(self, outputs, comm):
-        return link_metrics(outputs, comm, self.cfg.hits_at)
+        # An edge ranks at most eval_negatives + 1: Hits@K beyond the negatives is always 1.
+        hits_at = [k for k in self.cfg.hits_at if k <= self.cfg.eval_negatives]
+        return link_metrics(outputs, comm, hits_at)
 
     def check_inference(self, kind, candidates, run_dir):
         if kind == "predict" and not candidates:

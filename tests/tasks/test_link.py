@@ -123,3 +123,18 @@ def test_a_heterogeneous_graph_refuses_pairing_every_vertex(settings, named):
     with pytest.raises(GnnrunError, match=f"{named} .* typed is heterogeneous: use task.loss=bce"):
         LinkTask(LinkTaskConfig(**settings)).check_targets(typed)
     LinkTask(LinkTaskConfig()).check_targets(typed)
+
+
+@pytest.mark.parametrize(
+    ("eval_negatives", "reported"), [(1, [1]), (3, [1, 3]), (1000, [1, 3, 10])]
+)
+def test_hits_at_k_only_up_to_the_negatives(eval_negatives, reported):
+    """An edge ranks at most eval_negatives + 1: Hits@K for a larger K is 1 whatever the model,
+    so it is not reported."""
+    from gnnrun.comm import Communicator
+
+    task = LinkTask(LinkTaskConfig(eval_negatives=eval_negatives, hits_at=[1, 3, 10]))
+    outputs = {"val": (torch.tensor([0.9, 0.1]), torch.tensor([[0.5], [0.7]]))}
+    figures = task.metrics(outputs, Communicator())
+    assert sorted(int(k.split("@")[1]) for k in figures if "hits@" in k) == reported
+    assert {"val_mrr", "val_auc", "val_ap"} <= figures.keys()

@@ -96,26 +96,46 @@ def test_scores_apart_still_rank_and_do_not_collapse():
     assert not collapsed(positives, negatives)
 
 
-def test_a_collapsed_evaluation_is_never_the_best_and_is_listed():
+def link_summary(records, eval_negatives=100):
     from types import SimpleNamespace
 
     from gnnrun.train.trainer import summarize
-
-    def record(epoch, mrr, collapsed=False):
-        r = {"epoch": epoch, "epoch_s": 1.0, "bytes": {}, "time": {}, "peak_rss_mb": 1.0}
-        r |= {"val_mrr": mrr, "test_mrr": mrr} | ({"val_collapsed": 1.0} if collapsed else {})
-        return r
 
     cfg = SimpleNamespace(
         dataset=SimpleNamespace(name="d"),
         model=SimpleNamespace(name="gcn"),
         algorithm=SimpleNamespace(name="single"),
-        task=SimpleNamespace(name="link"),
-        train=SimpleNamespace(epochs=3, target=None),
+        task=SimpleNamespace(name="link", eval_negatives=eval_negatives),
+        train=SimpleNamespace(epochs=len(records), target=None),
     )
-    summary = summarize([record(0, 0.1), record(1, 0.9, collapsed=True), record(2, 0.2)], cfg, 1)
+    return summarize(records, cfg, 1)
+
+
+def evaluation(epoch, mrr, auc=None, collapsed=False):
+    r = {"epoch": epoch, "epoch_s": 1.0, "bytes": {}, "time": {}, "peak_rss_mb": 1.0}
+    r |= {"val_mrr": mrr, "test_mrr": mrr} | ({"val_collapsed": 1.0} if collapsed else {})
+    return r | ({"val_auc": auc, "test_auc": auc} if auc is not None else {})
+
+
+def test_a_collapsed_evaluation_is_never_the_best_and_is_listed():
+    records = [evaluation(0, 0.1), evaluation(1, 0.9, collapsed=True), evaluation(2, 0.2)]
+    summary = link_summary(records)
     assert summary["best"]["epoch"] == 2
     assert summary["collapsed_epochs"] == [2]
+
+
+def test_against_one_negative_the_best_epoch_is_the_best_validation_auc():
+    """One negative per edge: MRR ties (epochs 0 and 1 alike) and misses what ROC-AUC
+    sees; against many negatives MRR picks, as before."""
+    records = [
+        evaluation(0, 0.9, auc=0.91),
+        evaluation(1, 0.9, auc=0.95),
+        evaluation(2, 0.85, auc=0.93),
+    ]
+    one = link_summary(records, eval_negatives=1)
+    assert (one["best_metric"], one["best"]["epoch"]) == ("val_auc", 1)
+    many = link_summary(records, eval_negatives=100)
+    assert (many["best_metric"], many["best"]["epoch"]) == ("val_mrr", 0)
 
 
 def test_average_precision_by_hand_and_with_ties():
