@@ -317,8 +317,10 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     if dataset.hetero is not None:
         raise GnnrunError(
             f"gnnrun {kind} does not run on heterogeneous graphs yet ({dataset.name}); "
-            "the training run's final evaluation gives its accuracy"
+            "the training run's final evaluation gives its figures"
         )
+    # The checkpoint, the settings and predict.candidates are checked before partitioning.
+    plan = plan_inference(config, kind, run_dir, dataset)
     if config.cluster.nprocs > 1:
         ensure_partition(dataset, config.partitioner)
         open_partition(
@@ -327,7 +329,6 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
             world_size=config.cluster.nprocs,
             kind="edge_cut",
         )
-    plan = plan_inference(config, kind, run_dir, dataset)
     with writer_lock(Path(plan.output_dir)):  # a second command on the same output waits
         refuse_occupied(Path(plan.output_dir))
         prepare_work_dir(config, plan, dataset)

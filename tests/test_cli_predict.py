@@ -292,6 +292,11 @@ def test_a_link_runs_predict_scores_the_given_pairs_as_its_model_does(
         assert message in _errors(capsys), name
     assert main([*predict, "predict.candidates=missing.npy"]) == 1
     assert "missing.npy does not exist" in _errors(capsys)
+    # Refused before any layer is computed: nothing half-written is left behind.
+    assert not list(tmp_path.glob("again*")), list(tmp_path.glob("again*"))
+    np.save(tmp_path / "square.npy", np.array([[0, 1], [5, 6]]))
+    assert main([*predict, "predict.candidates=square.npy"]) == 0, _errors(capsys)
+    assert "read as (2, P): pairs (0, 5) and (1, 6)" in capsys.readouterr().err
     node_run = tmp_path / "node"
     node = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=1"]
     assert main([*node, f"hydra.run.dir={node_run}"]) == 0

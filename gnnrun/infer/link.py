@@ -7,7 +7,7 @@ the shards' `embedding` column. The launching process then reads the pairs of
 shards and the source use), gathers both ends' embeddings from the shards and
 scores each pair with the run's scorer (gnnrun.models.link): `scores.npy` [P]
 holds the logits (sigmoid of them: the probability a BCE-trained model gives
-the edge) and `candidates.npy` the pairs as read, beside the shards.
+the edge) and `candidates.npy` the pairs, as [2, P], beside the shards.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from gnnrun.infer.output import shard_file
 SCORE_CHUNK = 1 << 16  # pairs scored at once
 
 
-def read_candidates(path: str | Path, num_nodes: int) -> np.ndarray:
+def read_candidates(path: str | Path, num_nodes: int, warn: bool = False) -> np.ndarray:
     """The [2, P] int64 pairs in `path`, every id checked to be a vertex; the error names
-    the file, what is wrong and the layout wanted."""
+    the file, what is wrong and the layout wanted. `warn`: say how a (2, 2) array, which
+    could be either layout, is read."""
     path = Path(path)
     wanted = "a .npy of vertex pairs, shape (2, P) or (P, 2), integer ids"
     if not path.is_file():
@@ -40,6 +41,14 @@ def read_candidates(path: str | Path, num_nodes: int) -> np.ndarray:
         raise GnnrunError(f"predict.candidates: {path} has shape {pairs.shape}; give {wanted}")
     if not np.issubdtype(pairs.dtype, np.integer):
         raise GnnrunError(f"predict.candidates: {path} holds {pairs.dtype}; give {wanted}")
+    if warn and pairs.shape == (2, 2):
+        from gnnrun.progress import print_warning
+
+        print_warning(
+            f"predict.candidates: {path} has shape (2, 2), read as (2, P): pairs "
+            f"{tuple(pairs[:, 0].tolist())} and {tuple(pairs[:, 1].tolist())}; if each row is a "
+            "pair, save its transpose"
+        )
     pairs = np.ascontiguousarray(pairs if pairs.shape[0] == 2 else pairs.T, dtype=np.int64)
     bad = (pairs < 0) | (pairs >= num_nodes)
     if bad.any():

@@ -107,6 +107,8 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
     _check_written_by(run_dir, state, directory)
     task = task_of(cfg)
     task.check_inference(kind, cfg.predict.candidates, run_dir)
+    if kind == "predict" and task.scores_pairs:  # read again at the end: refused before any layer
+        read_candidates(cfg.predict.candidates, dataset.num_nodes, warn=True)
     encoder = task.encoder_state(state["model"])
     try:
         in_dim, num_classes = GNN.dims_of(encoder, cfg.model.layers)

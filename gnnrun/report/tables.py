@@ -128,6 +128,11 @@ def summary_table(summary: dict) -> Table:
     table.add_column("value", justify="right")
     for key, value in summary["final"].items():
         table.add_row(f"final {key}", f"{value:.4f}")
+    if summary["best"].get("epoch") is not None and summary.get("best_metric"):
+        # The figure that chose it: accuracy, ROC-AUC or MRR, by task (gnnrun.tasks).
+        table.add_row(
+            f"best epoch (by {summary['best_metric']})", f"{summary['best']['epoch'] + 1}"
+        )
     for key, value in summary["best"].items():
         if key != "epoch":
             table.add_row(f"best {key} (epoch {summary['best']['epoch'] + 1})", f"{value:.4f}")

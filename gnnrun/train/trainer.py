@@ -134,8 +134,9 @@ def train(
                     print_warning(
                         f"the model's scores collapsed at epoch {epoch + 1}: every held-out pair "
                         "scores the same, so it ranks nothing (its MRR and AUC are those of "
-                        "ties) and this evaluation is never the best; lower optimizer.lr or "
-                        "raise model.dropout"
+                        "ties) and this evaluation is never the best. Its embeddings have "
+                        "likely shrunk to zero: lower optimizer.weight_decay, model.dropout "
+                        "and model.input_dropout, or widen model.hidden (docs/link-prediction.md)"
                     )
             record["time"] = timer.reset()
             record["peak_rss_mb"] = memory.run_peak_mb()
@@ -359,7 +360,7 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         },
         **(
             {"collapsed_epochs": collapsed}
-            if (collapsed := [r["epoch"] + 1 for r in history if COLLAPSED in r])
+            if (collapsed := [r["epoch"] for r in history if COLLAPSED in r])  # as best.epoch
             else {}
         ),
         # Splits without a figure: empty ones, or none evaluated yet.

@@ -82,3 +82,25 @@ def test_the_columns_are_the_figures_the_summaries_name(hec_sweep, tables):
     rows = {r["point"]: r for r in tables(render([load_run_set(hec_sweep)], 400))}
     assert rows["0"]["best val micro-F1"] == "0.7100" and rows["0"]["final test AUC"] == "0.7900"
     assert rows["1"]["best val micro-F1"] == "–" and rows["1"]["best val acc"] != "–"
+
+
+def test_the_end_of_run_table_names_the_figure_that_chose_the_best_epoch():
+    from gnnrun.report.tables import summary_table
+
+    summary = {
+        "algorithm": "single",
+        "model": "gcn",
+        "dataset": "cora",
+        "ranks": 1,
+        "best_metric": "val_auc",
+        "final": {"val_mrr": 0.95, "val_auc": 0.91},
+        "best": {"epoch": 156, "val_mrr": 0.94, "val_auc": 0.92},
+        "epochs": 200,
+        "epoch_s_median": 0.02,
+        "time_median": {},
+        "bytes_per_epoch_rank0": 0,
+    }
+    console = Console(width=120, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(summary_table(summary))
+    text = console.export_text()
+    assert re.search(r"best epoch \(by val_auc\)\s+│\s+157", text), text
