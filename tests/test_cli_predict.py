@@ -292,6 +292,9 @@ def test_a_link_runs_predict_scores_the_given_pairs_as_its_model_does(
         assert message in _errors(capsys), name
     assert main([*predict, "predict.candidates=missing.npy"]) == 1
     assert "missing.npy does not exist" in _errors(capsys)
+    (tmp_path / "pairs.csv").write_text("0,5\n1,6\n")
+    assert main([*predict, "predict.candidates=pairs.csv"]) == 1
+    assert "pairs.csv is not a .npy file (numpy.save writes one)" in _errors(capsys)
     # Refused before any layer is computed: nothing half-written is left behind.
     assert not list(tmp_path.glob("again*")), list(tmp_path.glob("again*"))
     np.save(tmp_path / "square.npy", np.array([[0, 1], [5, 6]]))

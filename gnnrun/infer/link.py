@@ -31,6 +31,12 @@ def read_candidates(path: str | Path, num_nodes: int, warn: bool = False) -> np.
     wanted = "a .npy of vertex pairs, shape (2, P) or (P, 2), integer ids"
     if not path.is_file():
         raise GnnrunError(f"predict.candidates: {path} does not exist; give {wanted}")
+    with open(path, "rb") as f:  # numpy's own message for a text file speaks of pickles
+        if f.read(6) != b"\x93NUMPY":
+            raise GnnrunError(
+                f"predict.candidates: {path} is not a .npy file (numpy.save writes one); "
+                f"give {wanted}"
+            )
     try:
         pairs = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as exc:
