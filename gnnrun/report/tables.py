@@ -128,14 +128,13 @@ def summary_table(summary: dict) -> Table:
     table.add_column("value", justify="right")
     for key, value in summary["final"].items():
         table.add_row(f"final {key}", f"{value:.4f}")
-    if summary["best"].get("epoch") is not None and summary.get("best_metric"):
-        # The figure that chose it: accuracy, ROC-AUC or MRR, by task (gnnrun.tasks).
-        table.add_row(
-            f"best epoch (by {summary['best_metric']})", f"{summary['best']['epoch'] + 1}"
-        )
+    if summary["best"].get("epoch") is not None:
+        # The figure that chose it (accuracy, ROC-AUC or MRR, by task), then its figures.
+        chosen = f" (by {summary['best_metric']})" if summary.get("best_metric") else ""
+        table.add_row(f"best epoch{chosen}", f"{summary['best']['epoch'] + 1}")
     for key, value in summary["best"].items():
         if key != "epoch":
-            table.add_row(f"best {key} (epoch {summary['best']['epoch'] + 1})", f"{value:.4f}")
+            table.add_row(f"best {key}", f"{value:.4f}")
     for split in summary.get("not_evaluated", []):  # runs before 2026-11-26 did not record it
         table.add_row({"val": "validation", "test": "test"}[split], "not evaluated")
     table.add_row("epochs", f"{summary['epochs']}")
@@ -372,9 +371,9 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
             lines.append(f"{tag}every point: {' '.join(common)}")
     lines.append(
         "times: median over epochs, s (rank 0); MB/epoch: bytes rank 0 sent per epoch (median), "
-        "1e6 bytes; best val: at the epoch of the task's best validation figure (the run's best_metric: accuracy, "
-        "ROC-AUC for two classes, MRR for link prediction, ROC-AUC against one negative); final "
-        "test: last evaluation"
+        "1e6 bytes; best val: at the epoch of the run's best validation figure (its "
+        "best_metric: accuracy, ROC-AUC for two classes, MRR for link prediction, ROC-AUC "
+        "against one negative); final test: last evaluation"
     )
     if any(r.comm_hidden is not None for r in rows):
         lines.append(

@@ -104,3 +104,4 @@ def test_the_end_of_run_table_names_the_figure_that_chose_the_best_epoch():
     console.print(summary_table(summary))
     text = console.export_text()
     assert re.search(r"best epoch \(by val_auc\)\s+│\s+157", text), text
+    assert re.search(r"best val_auc\s+│\s+0.9200", text), text
