@@ -139,7 +139,7 @@ def partition(cfg: DictConfig) -> None:
         )
     dataset = _prepared(config)
     book = partition_dataset(dataset, config.partitioner)
-    out.print(partition_table(book))
+    out.print(partition_table(book, vertex_splits=task_of(config).trains_vertices))
     out.print(f"written to {book.path}", markup=False, soft_wrap=True)
 
 

@@ -74,6 +74,17 @@ def test_partition_writes_and_prints_table(capsys, tmp_path):
     ).is_file()
 
 
+def test_partition_of_a_link_run_counts_no_labelled_vertices(capsys, tmp_path):
+    """Vertex classification's train/val/test counts mean nothing to a link run."""
+    code, out, _ = run(capsys, "partition", "dataset=synthetic-tiny", "task=link")
+    assert code == 0 and "cut edges" in out
+    header = next(line for line in out.splitlines() if "solid" in line)
+    assert "edges" in header and "train" not in header and "test" not in header
+    assert "train 1." not in out  # nor their balance in the caption
+    code, out, _ = run(capsys, "partition", "dataset=synthetic-tiny")
+    assert "train" in next(line for line in out.splitlines() if "solid" in line)
+
+
 def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, _ = run(

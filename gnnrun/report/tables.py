@@ -70,10 +70,18 @@ def dataset_table(dataset: GraphDataset) -> Table | Group:
     return Group(table, types, relations)
 
 
-def partition_table(book: PartitionBook) -> Table:
+_VERTEX_SPLITS = ("train", "val", "test")
+
+
+def partition_table(book: PartitionBook, vertex_splits: bool = True) -> Table:
+    """Each part's figures. `vertex_splits`: whether the task trains on the labelled
+    vertices; a link run's partition leaves their counts out, which mean nothing to it."""
     manifest = book.manifest
-    columns = _COLUMNS[book.kind]
+    columns = [c for c in _COLUMNS[book.kind] if vertex_splits or c not in _VERTEX_SPLITS]
     summary = manifest["summary"]
+    if not vertex_splits:
+        imbalance = {k: v for k, v in summary.get("imbalance", {}).items() if k != "train"}
+        summary = {**summary, "imbalance": imbalance}
     table = Table(
         title=f"{manifest['method']} partition of {manifest['dataset']['name']} into {book.num_parts} parts",
         caption=_caption(book.kind, summary),

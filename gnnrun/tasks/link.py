@@ -115,6 +115,10 @@ class LinkTaskConfig(TaskConfig):
             bool(self.hits_at) and all(k >= 1 for k in self.hits_at),
             f"task.hits_at {list(self.hits_at)}: give one or more K >= 1",
         )
+        check(
+            len(set(self.hits_at)) == len(self.hits_at),
+            f"task.hits_at {list(self.hits_at)} names a K twice: give each once",
+        )
         check(self.margin > 0, "task.margin must be positive")
         check(
             self.loss != "reconstruction" or self.scorer == "dot",

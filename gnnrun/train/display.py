@@ -29,18 +29,25 @@ class TrainingDisplay:
 
     def __enter__(self) -> TrainingDisplay:
         self.progress.start()
+        self.header_shown = False
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.progress.stop()
+
+    def _show_header(self) -> None:
+        """At the first epoch, after what set-up says (a resume's notes, or its refusal)."""
         phases = " ".join(f"{p:>6}" for p in PHASE_COLUMNS)
         self.progress.console.print(
             f"[bold]{'epoch':>7} {'loss':>8} {self.columns[0]:>7} {self.columns[1]:>7} "
             f"{'time s':>7}  {phases} {'MB sent':>8}[/]",
             soft_wrap=True,
         )
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.progress.stop()
+        self.header_shown = True
 
     def epoch_started(self, epoch: int) -> None:
+        if not self.header_shown:
+            self._show_header()
         self.progress.update(self.epoch_task, completed=epoch)
         self.progress.reset(self.step_task, total=None)
 

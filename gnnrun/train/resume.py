@@ -1,12 +1,15 @@
 """`train.resume=true`: what a checkpoint's settings mean for the run that continues it.
 
 A checkpoint records the settings it was trained with (`settings_of`). When a
-run resumes with other settings, each differing key falls in one of three kinds:
+run resumes with other settings, each differing key falls in one of four kinds:
 
-- the model's shape and the data it learnt from (`REFUSED`): the weights cannot
+- the model's shape and the data it learnt from, a link run's held-out edges included
+  (`REFUSED`): the weights cannot
   continue under another; the run is refused, naming the checkpoint's values;
 - the optimiser's (`APPLIED`): the new value takes effect from the first resumed
   epoch, and the run says so;
+- a link run's evaluation settings (`EVALUATION`): used, and the run warns that its
+  figures before and after the resume do not compare;
 - everything else that shapes training (fanouts, batch size, dropout, the
   algorithm's settings, the partition, the ranks, the seed): the new value is
   used, and the run warns that it no longer follows either config's trajectory.
@@ -48,8 +51,17 @@ REFUSED = (
     "dataset",
     "task.name",
     "task.scorer",
+    # A link run's held-out edges: under another split, the model has trained on edges
+    # this run would evaluate on.
+    "task.relation",
+    "task.val_fraction",
+    "task.test_fraction",
+    "task.split_seed",
 )
 APPLIED = ("optimizer.lr", "optimizer.weight_decay")
+# What a link run's evaluations rank against: training is unchanged, but its figures no
+# longer compare with the checkpoint's, among which the best epoch is chosen.
+EVALUATION = ("task.eval_negatives", "task.eval_sampler", "task.hits_at")
 # The options around a model's layers, off: what a checkpoint that does not record them had.
 _MODEL_OPTIONS_OFF = {
     "model.residual": False,
@@ -87,6 +99,7 @@ class SettingChanges:
 
     refused: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # key: (saved, now)
     applied: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    evaluation: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     diverging: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
@@ -123,6 +136,8 @@ def compare_settings(saved: dict[str, Any], now: dict[str, Any]) -> SettingChang
             if key in REFUSED
             else changes.applied
             if key in APPLIED
+            else changes.evaluation
+            if key in EVALUATION
             else changes.diverging
         )
         kind[key] = (saved.get(key), now.get(key))
@@ -151,6 +166,15 @@ def change_messages(changes: SettingChanges, epoch: int) -> list[str]:
         "applied from this epoch on"
         for key, (old, new) in changes.applied.items()
     ]
+    if changes.evaluation:
+        listed = ", ".join(
+            f"{k}={new} (checkpoint: {old})" for k, (old, new) in changes.evaluation.items()
+        )
+        lines.append(
+            f"resuming after epoch {epoch} with {listed}: training is unchanged, but the "
+            "evaluations from here on do not compare with the earlier ones, and the best "
+            "epoch is chosen among both"
+        )
     if changes.diverging:
         listed = ", ".join(
             f"{_show(k, new)} (checkpoint: {old})" for k, (old, new) in changes.diverging.items()

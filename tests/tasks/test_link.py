@@ -111,6 +111,12 @@ def test_reconstruction_needs_the_dot_scorer():
     LinkTaskConfig(loss="reconstruction").validate()
 
 
+def test_hits_at_names_each_k_once():
+    with pytest.raises(GnnrunError, match=r"task.hits_at \[10, 10\] names a K twice"):
+        LinkTaskConfig(hits_at=[10, 10]).validate()
+    LinkTaskConfig(hits_at=[10, 1]).validate()
+
+
 @pytest.mark.parametrize(
     ("settings", "named"),
     [

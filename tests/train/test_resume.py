@@ -54,6 +54,25 @@ def test_another_model_shape_is_refused_naming_the_checkpoints_values(
     assert torch.load(checkpoint_dir / "checkpoint.pt", weights_only=True)["epoch"] == 2
 
 
+@pytest.mark.parametrize("override", ["task.val_fraction=0.1", "task.split_seed=1"])
+def test_a_link_run_with_other_held_out_edges_is_refused(tmp_path, monkeypatch, capsys, override):
+    """Under another edge split, the model has trained on edges the run would evaluate on."""
+    monkeypatch.chdir(tmp_path)
+    base = [*BASE, "task=link", f"train.checkpoint_dir={tmp_path / 'ckpt'}"]
+    assert main([*base, "train.stop_after=1"]) == 0
+    capsys.readouterr()
+    code, err = resume(capsys, [*base, override])
+    assert code == 1
+    assert "cannot resume from" in err
+    assert override.split("=")[0] in err
+    assert "MB sent" not in err  # refused before the table of epochs starts
+    # Evaluating against other negatives trains on, saying the figures do not compare.
+    code, err = resume(capsys, [*base, "task.eval_negatives=50", "train.stop_after=1"])
+    assert code == 0, err
+    assert "task.eval_negatives=50 (checkpoint: 1000): training is unchanged" in err
+    assert err.index("training is unchanged") < err.index("MB sent")  # the notes, then epochs
+
+
 def test_other_training_settings_are_used_with_a_warning(stopped_run, capsys):
     base, _ = stopped_run
     code, err = resume(capsys, base, "algorithm.fanouts=[5,5]", "model.dropout=0.1")
