@@ -305,7 +305,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     from gnnrun.launch.elastic import run_rank_job
     from gnnrun.partition import ensure_partition
     from gnnrun.partition.book import open_partition
-    from gnnrun.tasks import prepare_for_task
+    from gnnrun.tasks import prepare_for_task, task_of
 
     if config.cluster.name != "local":
         raise GnnrunError(
@@ -314,10 +314,10 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
         )
     check_gpu_ranks(config.cluster)
     dataset = prepare_for_task(config.dataset, config.task)
-    if dataset.hetero is not None:
+    if dataset.hetero is not None and task_of(config).scores_pairs:
         raise GnnrunError(
-            f"gnnrun {kind} does not run on heterogeneous graphs yet ({dataset.name}); "
-            "the training run's final evaluation gives its figures"
+            f"gnnrun {kind} of a link run on a heterogeneous graph ({dataset.name}) does not "
+            "run yet; the training run's final evaluation gives its figures"
         )
     # The checkpoint, the settings and predict.candidates are checked before partitioning.
     plan = plan_inference(config, kind, run_dir, dataset)

@@ -67,6 +67,37 @@ def test_predicted_accuracy_equals_the_trainers_exact_evaluation(
     assert manifest["epoch"] == 4 and manifest["ranks"] == 2 and manifest["vertices"] == 2000
 
 
+def test_a_heterogeneous_run_predicts_its_labelled_type_as_it_evaluated(
+    tmp_path, monkeypatch, capsys
+):
+    """The labelled type's rows, by their id within the type; the trainer's figures."""
+    monkeypatch.chdir(tmp_path)
+    hetero = ("dataset=synthetic-hetero-tiny", "model=rgcn")
+    run_dir = _train(tmp_path, capsys, *hetero, "algorithm=single", "cluster.nprocs=1")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert main(["predict", f"run={run_dir}", "cluster.nprocs=2"]) == 0, _errors(capsys)
+    output = read_output(run_dir / "predict" / "synthetic-hetero-tiny")
+    data = load_prepared(make_config(*hetero).dataset)
+    assert np.array_equal(output["ids"], np.arange(data.hetero.type_counts[0]))  # papers
+    for split in ("val", "test"):
+        ids = np.asarray(getattr(data, f"{split}_idx"))  # papers come first: ids in the type
+        accuracy = np.mean(output["class"][ids] == np.asarray(data.label)[ids])
+        assert accuracy == pytest.approx(summary["final"][f"{split}_acc"])
+    assert main(["embed", f"run={run_dir}", "embed.layer=0"]) == 0, _errors(capsys)
+    embedded = read_output(run_dir / "embed" / "synthetic-hetero-tiny-layer0")
+    hidden = make_config(*hetero).model.hidden
+    assert embedded["embedding"].shape == (data.hetero.type_counts[0], hidden)
+
+
+def test_a_heterogeneous_link_run_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    link = ("dataset=synthetic-hetero-tiny", "model=rgcn", "task=link", "task.relation=writes")
+    run_dir = _train(tmp_path, capsys, *link, "algorithm=single", "train.epochs=1")
+    assert main(["predict", f"run={run_dir}", "predict.candidates=pairs.npy"]) == 1
+    assert "gnnrun predict of a link run on a heterogeneous graph" in _errors(capsys)
+    assert not (run_dir / "predict").exists()
+
+
 def test_ids_are_the_sources_and_another_graph_takes_the_same_model(tmp_path, monkeypatch, capsys):
     """A model trained on a renumbered graph predicts, by original id, what it predicts on
     the graph in its source order (a dataset given at prediction time)."""

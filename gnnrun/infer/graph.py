@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.hetero import HeteroSchema
 from gnnrun.ops.block import Block
 from gnnrun.partition.book import Part
 
@@ -28,6 +29,10 @@ class OwnedGraph:
     label: np.ndarray  # [num_own] (-1: unlabelled)
     splits: dict[str, np.ndarray]  # split -> local ids of own vertices in it
     halo_owner: np.ndarray  # [num_halo] the rank that owns each halo vertex
+    # A heterogeneous graph's: the relation of each edge (aligned with `indices`), and the
+    # vertex type of each local vertex.
+    edge_type: np.ndarray | None = None
+    node_type: np.ndarray | None = None
 
     @property
     def num_own(self) -> int:
@@ -43,18 +48,22 @@ class OwnedGraph:
 
     @classmethod
     def from_dataset(cls, dataset: GraphDataset) -> OwnedGraph:
+        nodes = np.arange(dataset.num_nodes, dtype=np.int64)
         return cls(
-            nodes=np.arange(dataset.num_nodes, dtype=np.int64),
+            nodes=nodes,
             indptr=dataset.indptr,
             indices=dataset.indices,
             feat=dataset.feat,
             label=dataset.label,
             splits={split: getattr(dataset, f"{split}_idx") for split in SPLITS},
             halo_owner=np.zeros(0, dtype=np.int64),
+            edge_type=dataset.edge_type,
+            node_type=None if dataset.hetero is None else _types(dataset.hetero, nodes),
         )
 
     @classmethod
-    def from_part(cls, part: Part) -> OwnedGraph:
+    def from_part(cls, part: Part, schema: HeteroSchema | None = None) -> OwnedGraph:
+        """`schema`: the dataset's types, when it is heterogeneous."""
         return cls(
             nodes=part["nodes"],
             indptr=part["indptr"],
@@ -63,7 +72,17 @@ class OwnedGraph:
             label=part["label"],
             splits={split: part[f"{split}_idx"] for split in SPLITS},
             halo_owner=part["halo_owner"],
+            edge_type=None if schema is None else part["edge_type"],
+            node_type=None if schema is None else _types(schema, part["nodes"]),
         )
+
+    def own_range_of_type(self, offsets: np.ndarray, node_type: int) -> tuple[int, int]:
+        """[start, stop) of the own vertices of type `node_type`: a type's vertices have
+        the homogenised ids [offsets[t], offsets[t + 1]), and own vertices come in
+        increasing id (gnnrun.partition.book), so they are one run of local ids."""
+        own = np.asarray(self.nodes[: self.num_own])
+        start, stop = np.searchsorted(own, offsets[node_type : node_type + 2])
+        return int(start), int(stop)
 
     _flags: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False, repr=False)
 
@@ -107,4 +126,12 @@ class OwnedGraph:
         indices = position[neighbours]
         src_ids = torch.cat([torch.arange(start, stop), others])
         degrees = (in_degrees[start:stop], out_degrees[src_ids])
-        return Block(indptr, indices, int(src_ids.numel()), src_ids, graph_degrees=degrees)
+        block = Block(indptr, indices, int(src_ids.numel()), src_ids, graph_degrees=degrees)
+        if self.edge_type is not None:  # a heterogeneous graph's relations and types
+            block.etypes = torch.from_numpy(np.asarray(self.edge_type[lo:hi], dtype=np.int64))
+            block.node_types = torch.from_numpy(self.node_type)[src_ids]
+        return block
+
+
+def _types(schema: HeteroSchema, nodes: np.ndarray) -> np.ndarray:
+    return schema.type_of(nodes).astype(np.int64)

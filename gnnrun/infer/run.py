@@ -35,6 +35,7 @@ import torch
 
 from gnnrun.comm import Communicator
 from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.hetero import HeteroSchema
 from gnnrun.errors import GnnrunError
 from gnnrun.infer.display import InferenceDisplay, ProgressBoard, create_board
 from gnnrun.infer.graph import SPLITS, OwnedGraph
@@ -50,8 +51,9 @@ from gnnrun.infer.output import (
 from gnnrun.io import atomic_rows, mapped_rows, read_json, write_json, write_json_atomic
 from gnnrun.memory import PeakMemory, anonymous_mb
 from gnnrun.models import GNN, build_model, layer_widths
-from gnnrun.ops.precision import autocast
-from gnnrun.ops.rows import read_only_tensor
+from gnnrun.models.hetero import typed_input
+from gnnrun.ops.precision import autocast, widened
+from gnnrun.ops.rows import read_only_tensor, take_rows
 from gnnrun.partition.book import open_partition
 from gnnrun.tasks import load_for_task, task_of
 from gnnrun.torch_support import compute_device
@@ -117,13 +119,16 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
             f"{directory / CHECKPOINT} holds no {cfg.model.layers}-layer model.name="
             f"{cfg.model.name} model: was it written by another run?"
         ) from None
-    if dataset.feat_dim != in_dim:
+    # A heterogeneous model's encoder takes each type's features (its weights' shapes are
+    # checked as they load); a homogeneous one takes the dataset's rows.
+    if dataset.hetero is None and dataset.feat_dim != in_dim:
         raise GnnrunError(
             f"the model in {directory / CHECKPOINT} takes {in_dim} input features, but dataset "
             f"{dataset.name!r} has {dataset.feat_dim}: run it on a dataset with the features "
             "it was trained on"
         )
-    load_trained_model(cfg, directory / CHECKPOINT, in_dim, num_classes)  # refuses a bad one
+    # Refuses a bad one.
+    load_trained_model(cfg, directory / CHECKPOINT, in_dim, num_classes, dataset.hetero)
     layers = cfg.model.layers
     if kind == "embed":
         chosen = cfg.embed.layer
@@ -212,12 +217,15 @@ def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> 
         )
 
 
-def load_trained_model(cfg, path: Path, in_dim: int, num_classes: int) -> torch.nn.Module:
-    """The checkpoint's model: a GNN, or for a task=link run the GNN and its scorer."""
+def load_trained_model(
+    cfg, path: Path, in_dim: int, num_classes: int, schema: HeteroSchema | None = None
+) -> torch.nn.Module:
+    """The checkpoint's model: a GNN, or for a task=link run the GNN and its scorer.
+    `schema`: a heterogeneous dataset's types, which its input encoder maps."""
     state = load_checkpoint(path.parent, path.name, PREDICT_FIX)
     if state is None:
         raise GnnrunError(f"{path} is missing: it was there when the inference started")
-    model = build_model(cfg.model, in_dim, num_classes, **task_of(cfg).model_options())
+    model = build_model(cfg.model, in_dim, num_classes, schema, **task_of(cfg).model_options())
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as exc:
@@ -308,7 +316,14 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     graph, work = rank.graph, Path(plan.work_dir)
     final = np.load(layer_file(work, plan.layers, comm.rank), mmap_mode="r")
     task = task_of(cfg)
-    ids = dataset.source_ids(np.asarray(graph.nodes[: graph.num_own]))
+    first, stop = rank.output_range()
+    written = np.asarray(graph.nodes[first:stop])
+    schema = dataset.hetero  # a heterogeneous graph's rows are named by their id in the type
+    ids = (
+        dataset.source_ids(written)
+        if schema is None
+        else written - schema.offsets[schema.target_type]
+    )
     # A prediction per vertex; else embeddings (a pair-scoring task's predict writes the
     # embeddings its pairs are scored from).
     predicts_vertices = plan.kind == "predict" and not task.scores_pairs
@@ -319,13 +334,13 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     )
     start = time.perf_counter()
     arrays, tables = write_shard(
-        work / SHARDS, comm.rank, ids, final, columns, plan.chunk_vertices, plan.parquet
+        work / SHARDS, comm.rank, ids, final[first:stop], columns, plan.chunk_vertices, plan.parquet
     )
     write_s = time.perf_counter() - start
     metrics = _metrics(graph, final, task, comm) if predicts_vertices else {}
     return {
         "rank": comm.rank,
-        "rows": graph.num_own,
+        "rows": stop - first,
         "halo": graph.num_halo,
         "files": arrays,
         "parquet": tables,
@@ -351,12 +366,16 @@ class RankLayers:
                 world_size=comm.world_size,
                 kind="edge_cut",
             )
-            self.graph = OwnedGraph.from_part(book.load_part(comm.rank))
+            self.graph = OwnedGraph.from_part(book.load_part(comm.rank), dataset.hetero)
             node_local = book.node_local()
         else:
             self.graph, node_local = OwnedGraph.from_dataset(dataset), None
         self.halo = HaloPlan(self.graph, node_local, comm, plan.chunk_vertices)
-        trained = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
+        trained = load_trained_model(
+            cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes, dataset.hetero
+        )
+        # A heterogeneous graph: its types, and each type's feature rows (the encoder's input).
+        self.schema, self.typed_feat = dataset.hetero, dataset.typed_feat
         # Rows stay in CPU memory (files); each chunk goes to the device and back.
         self.device = compute_device(cfg)
         self.model = task_of(cfg).encoder(trained).to(self.device)
@@ -371,12 +390,17 @@ class RankLayers:
     def compute(self, layer: int) -> None:
         """Layer `layer` for every own vertex, chunk by chunk, into its file (atomically)."""
         graph, model = self.graph, self.model
-        previous = (
-            graph.feat if layer == 0 else np.load(layer_file(self.work, layer, self.rank), "c")
-        )
-        own_in = _rows(previous)
         steps = graph.chunks(self.plan.chunk_vertices)
-        progress = _Progress(self.board, layer, len(steps) * (1 + model.transforms(layer)))
+        encodes = layer == 0 and self.schema is not None
+        progress = _Progress(
+            self.board, layer, len(steps) * (1 + model.transforms(layer) + encodes)
+        )
+        if encodes:
+            own_in = self._encoded(steps, progress)
+        elif layer == 0:
+            own_in = _rows(graph.feat)
+        else:
+            own_in = _rows(np.load(layer_file(self.work, layer, self.rank), "c"))
         if model.transforms(layer):
             own_rows = _transformed(
                 model, layer, own_in, steps, self._scratch("rows"), progress, self.device
@@ -406,8 +430,30 @@ class RankLayers:
                 self.anonymous_mb.append(anonymous_mb() or 0.0)
                 progress.step()
 
+    def _encoded(self, steps: list[tuple[int, int]], progress: _Progress) -> torch.Tensor:
+        """The own vertices' input rows of a heterogeneous graph: the model's encoder over
+        their typed features and embedding rows, chunk by chunk, into a file-backed array."""
+        encoder, nodes = self.model.encoder, torch.from_numpy(np.asarray(self.graph.nodes))
+        rows = _scratch_rows(self._scratch("input"), self.graph.num_own, self.widths[0])
+
+        def rows_of(node_type: int, typed_ids: torch.Tensor) -> torch.Tensor:
+            return torch.from_numpy(take_rows(self.typed_feat[node_type], typed_ids.numpy()))
+
+        for a, b in steps:
+            typed = typed_input(self.schema, nodes[a:b], rows_of)
+            rows[a:b] = widened(encoder(typed.to(self.device))).cpu()
+            progress.step()
+        return rows
+
+    def output_range(self) -> tuple[int, int]:
+        """[start, stop) of the own vertices whose rows are written: all of them, or on a
+        heterogeneous graph those of the labelled type (the model's classes are its)."""
+        if self.schema is None:
+            return 0, self.graph.num_own
+        return self.graph.own_range_of_type(self.schema.offsets, self.schema.target_type)
+
     def remove_scratch(self) -> None:
-        for name in ("rows", "halo"):
+        for name in ("input", "rows", "halo"):
             self._scratch(name).unlink(missing_ok=True)
 
 

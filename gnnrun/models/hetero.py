@@ -44,6 +44,19 @@ class TypedInput:
         )
 
 
+def typed_input(schema: HeteroSchema, nodes: torch.Tensor, rows_of) -> TypedInput:
+    """The TypedInput of global vertices `nodes`; `rows_of(t, typed_ids)` gives the feature
+    rows of type t's vertices (every featured type is asked, in type order, even for no
+    vertices: a distributed source exchanges per type)."""
+    types, typed_ids = schema.to_typed(nodes.numpy())
+    types, typed_ids = torch.from_numpy(types), torch.from_numpy(typed_ids)
+    feat = {}
+    for t, dim in enumerate(schema.feat_dims):
+        if dim:
+            feat[t] = rows_of(t, typed_ids[types == t])
+    return TypedInput(types, typed_ids, feat)
+
+
 class TypedInputEncoder(torch.nn.Module):
     """TypedInput -> [n, width]: per-type projections and embeddings (module docstring)."""
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from gnnrun.data import load_prepared
 from gnnrun.infer import read_output
 from gnnrun.job import run_inference
 
@@ -56,6 +57,36 @@ def test_predictions_equal_the_full_graph_forward_pass(trained, ranks, model, ch
     assert np.array_equal(written["class"][clear], logits.argmax(1).numpy()[clear])
     assert summary["ranks"] == ranks and summary["vertices"] == logits.shape[0]
     assert sum(r["rows"] for r in summary["per_rank"]) == logits.shape[0]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "model"),
+    [
+        (1, "rgcn"),
+        (2, "rgcn model.decomposition=basis"),  # halo rows and the partition's relations
+        (2, "hetero_sage model.input_mlp=true model.residual=true"),
+    ],
+)
+def test_heterogeneous_predictions_equal_the_full_graph_forward_pass(trained, ranks, model):
+    """The encoder's typed input, the relations of every chunk's edges, and rows of the
+    labelled type only, named by their id within it."""
+    cfg, run_dir = trained(
+        "dataset=synthetic-hetero-tiny",
+        *f"model={model}".split(),
+        f"cluster.nprocs={ranks}",
+        "predict.chunk_vertices=300",
+    )
+    summary = run_inference(cfg, "predict", run_dir)
+    schema = load_prepared(cfg.dataset).hetero
+    first = int(schema.offsets[schema.target_type])
+    count = schema.type_counts[schema.target_type]
+    logits = full_graph_layers(cfg)[-1][first : first + count]
+    written = read_output(summary["output_dir"])
+    assert np.array_equal(written["ids"], np.arange(count))
+    expected = torch.softmax(logits, 1).numpy()
+    np.testing.assert_allclose(written["prob"], expected, rtol=1e-5, atol=1e-6)
+    assert summary["vertices"] == count
+    assert 0 < summary["metrics"]["test_acc"] < 1
 
 
 def test_embeddings_equal_the_chosen_layer_of_the_forward_pass(trained):

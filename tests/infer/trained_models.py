@@ -13,6 +13,7 @@ from gnnrun.cli import CONFIG_DIR
 from gnnrun.config import to_objects
 from gnnrun.data import load_prepared, prepare_dataset
 from gnnrun.models import build_model
+from gnnrun.models.hetero import typed_input
 from gnnrun.ops.block import Block
 from gnnrun.schemas import register_schemas
 from gnnrun.train.checkpoint import save_checkpoint
@@ -31,7 +32,7 @@ def checkpointed(tmp_path: Path, *overrides: str, seed: int = 0):
     cfg = make_config(*overrides)
     dataset = prepare_dataset(cfg.dataset)
     torch.manual_seed(seed)
-    model = build_model(cfg.model, dataset.feat_dim, dataset.num_classes)
+    model = build_model(cfg.model, dataset.feat_dim, dataset.num_classes, dataset.hetero)
     with torch.no_grad():  # biases away from zero, so that a lost bias shows
         for name, parameter in model.named_parameters():
             if name.endswith("bias"):
@@ -53,12 +54,23 @@ def full_graph_layers(cfg) -> list[torch.Tensor]:
 
     dataset = load_prepared(cfg.dataset)
     checkpoint = Path(cfg.train.checkpoint_dir) / "checkpoint.pt"
-    model = load_trained_model(cfg, checkpoint, dataset.feat_dim, dataset.num_classes)
+    model = load_trained_model(
+        cfg, checkpoint, dataset.feat_dim, dataset.num_classes, dataset.hetero
+    )
     graph = Block.from_csr(dataset.indptr, dataset.indices, symmetric=not dataset.directed)
     x = torch.from_numpy(np.array(dataset.feat, dtype=np.float32))
+    if dataset.hetero is not None:  # the relations, the types, and every vertex's typed input
+        every = torch.arange(dataset.num_nodes)
+        graph.etypes = torch.from_numpy(dataset.edge_type.astype(np.int64))
+        graph.node_types = torch.from_numpy(dataset.hetero.type_of(every.numpy()))
+        x = typed_input(
+            dataset.hetero,
+            every,
+            lambda t, ids: torch.from_numpy(np.asarray(dataset.typed_feat[t])[ids.numpy()]),
+        )
     outputs = []
     with torch.no_grad():
-        h = x
+        h = x if dataset.hetero is None else model.encoder(x)
         for i, layer in enumerate(model.layers):
             if model.around_layers:  # residual, norm, jk, ...: layer-wise, in one process
                 earlier = outputs if i == len(model.layers) - 1 and model.jk != "none" else None

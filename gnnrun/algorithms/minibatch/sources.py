@@ -26,7 +26,7 @@ import torch
 from gnnrun.comm import Communicator, RequestService
 from gnnrun.data.dataset import GraphDataset, typed_feat_name
 from gnnrun.data.hetero import HeteroSchema, relation_indptr
-from gnnrun.models.hetero import TypedInput
+from gnnrun.models.hetero import TypedInput, typed_input
 from gnnrun.ops.block import Block
 from gnnrun.ops.native import to_tensor
 from gnnrun.ops.rows import take_rows
@@ -183,19 +183,6 @@ class LocalGraphSource(GraphSource):
 
     def _typed_rows(self, node_type: int, typed_ids: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(take_rows(self.typed_feat[node_type], typed_ids.numpy()))
-
-
-def typed_input(schema: HeteroSchema, nodes: torch.Tensor, rows_of) -> TypedInput:
-    """The TypedInput of global vertices `nodes`; `rows_of(t, typed_ids)` gives the feature
-    rows of type t's vertices (every featured type is asked, in type order, even for no
-    vertices: a distributed source exchanges per type)."""
-    types, typed_ids = schema.to_typed(nodes.numpy())
-    types, typed_ids = torch.from_numpy(types), torch.from_numpy(typed_ids)
-    feat = {}
-    for t, dim in enumerate(schema.feat_dims):
-        if dim:
-            feat[t] = rows_of(t, typed_ids[types == t])
-    return TypedInput(types, typed_ids, feat)
 
 
 class PartitionGraphSource(GraphSource):
