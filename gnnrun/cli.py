@@ -158,6 +158,7 @@ the same features), and
   predict.parquet          auto | true | false: Parquet shards beside the .npy ones
   predict.candidates       a task=link run: .npy of vertex pairs to score (scores.npy)
   embed.layer              the layer `gnnrun embed` writes (-2: the last hidden one)
+  embed.node_type          a heterogeneous graph's vertex type it writes (the labelled one)
 """
 
 

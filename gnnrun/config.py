@@ -303,6 +303,9 @@ class EmbedConfig:
     # The layer whose output `gnnrun embed` writes: 0 is the first, negative counts from
     # the end (-1: the output layer's logits, -2: the last hidden layer).
     layer: int = -2
+    # A heterogeneous graph's vertex type whose rows it writes (by name); None: the
+    # labelled type, the one `gnnrun predict` writes.
+    node_type: str | None = None
 
 
 @dataclass

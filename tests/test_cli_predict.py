@@ -87,6 +87,20 @@ def test_a_heterogeneous_run_predicts_its_labelled_type_as_it_evaluated(
     embedded = read_output(run_dir / "embed" / "synthetic-hetero-tiny-layer0")
     hidden = make_config(*hetero).model.hidden
     assert embedded["embedding"].shape == (data.hetero.type_counts[0], hidden)
+    refusals = [
+        (
+            ["embed", "embed.node_type=writer"],
+            "embed.node_type=writer is not a vertex type of "
+            "synthetic-hetero-tiny: choose one of paper, author, institution, field",
+        ),
+        (
+            ["predict", "embed.node_type=author"],
+            "`gnnrun predict` writes the labelled type's (paper): leave embed.node_type out",
+        ),
+    ]
+    for (command, *overrides), message in refusals:
+        assert main([command, f"run={run_dir}", *overrides]) == 1
+        assert message in _errors(capsys)
 
 
 def test_a_heterogeneous_link_run_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
@@ -190,6 +204,10 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
             "takes 32 input features, but dataset 'custom' has 7",
         ),
         (["predict", run, "-m"], "gnnrun predict takes one run"),
+        (
+            ["embed", run, "embed.node_type=paper"],
+            "embed.node_type=paper is set but synthetic-tiny is homogeneous",
+        ),
     ]
     for args, message in cases:
         assert main(args) != 0, args

@@ -84,6 +84,7 @@ class InferencePlan:
     num_classes: int
     chunk_vertices: int
     parquet: bool
+    node_type: int | None = None  # a heterogeneous graph's: the type whose rows are written
 
 
 def layer_file(work_dir: Path, layer: int, rank: int) -> Path:
@@ -138,6 +139,7 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
                 f"{-layers}..{layers - 1} (-1: the output layer, -2: the last hidden one)"
             )
         layers = chosen % layers + 1
+    node_type = written_type(cfg, kind, dataset)
     output = Path(cfg.predict.output_dir or default_output_dir(run_dir, kind, cfg, layers))
     refuse_occupied(output)
     parquet = str(cfg.predict.parquet).lower()
@@ -160,12 +162,42 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
         num_classes=num_classes,
         chunk_vertices=cfg.predict.chunk_vertices,
         parquet=parquet == "true" or (parquet == "auto" and parquet_available()),
+        node_type=None if node_type is None else dataset.hetero.type_index(node_type),
     )
 
 
+def written_type(cfg, kind: str, dataset: GraphDataset) -> str | None:
+    """The vertex type whose rows a heterogeneous graph's inference writes: the labelled
+    one, or `embed.node_type`'s; None for a homogeneous graph."""
+    chosen, schema = cfg.embed.node_type, dataset.hetero
+    if chosen is None:
+        return None if schema is None else schema.target
+    if schema is None:
+        raise GnnrunError(
+            f"embed.node_type={chosen} is set but {dataset.name} is homogeneous (one vertex "
+            "type): leave embed.node_type out"
+        )
+    if kind != "embed":
+        raise GnnrunError(
+            f"embed.node_type chooses the rows `gnnrun embed` writes; `gnnrun {kind}` writes "
+            f"the labelled type's ({schema.target}): leave embed.node_type out"
+        )
+    if chosen not in schema.node_types:
+        raise GnnrunError(
+            f"embed.node_type={chosen} is not a vertex type of {dataset.name}: choose one of "
+            f"{', '.join(schema.node_types)}"
+        )
+    return chosen
+
+
 def default_output_dir(run_dir: Path, kind: str, cfg, layers: int) -> Path:
-    name = cfg.dataset.name if kind == "predict" else f"{cfg.dataset.name}-layer{layers - 1}"
-    return Path(run_dir) / kind / name
+    """`<run>/predict/<dataset>`, `<run>/embed/<dataset>-layer<i>`, and with
+    `embed.node_type`: `<run>/embed/<dataset>-<type>-layer<i>`."""
+    if kind == "predict":
+        return Path(run_dir) / kind / cfg.dataset.name
+    chosen = cfg.embed.node_type
+    name = cfg.dataset.name if chosen is None else f"{cfg.dataset.name}-{chosen}"
+    return Path(run_dir) / kind / f"{name}-layer{layers - 1}"
 
 
 def _check_settings(cfg, state: dict[str, Any], directory: Path) -> None:
@@ -320,9 +352,7 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     written = np.asarray(graph.nodes[first:stop])
     schema = dataset.hetero  # a heterogeneous graph's rows are named by their id in the type
     ids = (
-        dataset.source_ids(written)
-        if schema is None
-        else written - schema.offsets[schema.target_type]
+        dataset.source_ids(written) if schema is None else written - schema.offsets[plan.node_type]
     )
     # A prediction per vertex; else embeddings (a pair-scoring task's predict writes the
     # embeddings its pairs are scored from).
@@ -447,10 +477,11 @@ class RankLayers:
 
     def output_range(self) -> tuple[int, int]:
         """[start, stop) of the own vertices whose rows are written: all of them, or on a
-        heterogeneous graph those of the labelled type (the model's classes are its)."""
+        heterogeneous graph those of one type (the labelled one, whose classes the model
+        predicts, or `embed.node_type`'s)."""
         if self.schema is None:
             return 0, self.graph.num_own
-        return self.graph.own_range_of_type(self.schema.offsets, self.schema.target_type)
+        return self.graph.own_range_of_type(self.schema.offsets, self.plan.node_type)
 
     def remove_scratch(self) -> None:
         for name in ("input", "rows", "halo"):

@@ -89,6 +89,27 @@ def test_heterogeneous_predictions_equal_the_full_graph_forward_pass(trained, ra
     assert 0 < summary["metrics"]["test_acc"] < 1
 
 
+def test_embeddings_of_another_vertex_type_equal_the_forward_pass(trained):
+    """embed.node_type: the rows of a featureless type (learned embeddings at the input)."""
+    cfg, run_dir = trained(
+        "dataset=synthetic-hetero-tiny",
+        "model=rgcn",
+        "cluster.nprocs=2",
+        "embed.layer=0",
+        "embed.node_type=author",
+        "predict.chunk_vertices=400",
+    )
+    summary = run_inference(cfg, "embed", run_dir)
+    schema = load_prepared(cfg.dataset).hetero
+    author = schema.type_index("author")
+    first, count = int(schema.offsets[author]), schema.type_counts[author]
+    expected = full_graph_layers(cfg)[0][first : first + count].numpy()
+    written = read_output(summary["output_dir"])
+    assert np.array_equal(written["ids"], np.arange(count))
+    np.testing.assert_allclose(written["embedding"], expected, rtol=1e-5, atol=1e-5)
+    assert summary["output_dir"].endswith("embed/synthetic-hetero-tiny-author-layer0")
+
+
 def test_embeddings_equal_the_chosen_layer_of_the_forward_pass(trained):
     cfg, run_dir = trained(*TINY, "cluster.nprocs=2", "embed.layer=0", "predict.chunk_vertices=300")
     summary = run_inference(cfg, "embed", run_dir)
