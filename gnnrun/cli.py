@@ -611,14 +611,16 @@ def _unknown_key_message(cfg: DictConfig, key: str) -> str:
         new = " or ".join(n + key[len(old) :] for n in names)
         why = _sampled_only(cfg, names[0]) or ", which this config does not have"
         return f"'{key}' is now '{new}' (CHANGELOG.md){why}"
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, throw_on_missing=False) if parent else cfg
+    keys = sorted(str(k) for k in node) if isinstance(node, DictConfig) else []
+    near = difflib.get_close_matches(leaf, keys, n=1)
+    if not near and isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
+        return f"unknown config key '{key}': '{parent}' is a mapping; add a key to it with +{key}=..."
     if hint := _sampled_only(cfg, key):
         return f"unknown config key '{key}'{hint}"
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
     if not isinstance(node, DictConfig):
         return f"unknown config key '{key}': '{parent}' has no sub-keys"
-    keys = sorted(str(k) for k in node)
-    near = difflib.get_close_matches(leaf, keys, n=1)
     hint = f" Did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near else ""
     where = f"'{parent}'" if parent else "the top level"
     return f"unknown config key '{key}'.{hint} Keys of {where}: {', '.join(keys)}."

@@ -150,6 +150,15 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
             "minibatch, pipeline, single)",
         ),
         (["train", "algorithm=sar", "algorithm.batch_size=64"], "sar trains full batch"),
+        (  # a sampled algorithm's mapping takes a new key with +
+            ["train", "algorithm=minibatch", "algorithm.relation_fanouts.cites=[5,5]"],
+            "'algorithm.relation_fanouts' is a mapping; add a key to it with "
+            "+algorithm.relation_fanouts.cites=...",
+        ),
+        (
+            ["train", "+algorithm.relation_fanouts.cites=[-2,5]"],
+            "each entry is 0 or more (0 samples none of the relation's edges), or -1",
+        ),
         (
             ["train", "model.fanouts=[3,3]", "algorithm.fanouts=[5,5]"],
             "'model.fanouts' and 'algorithm.fanouts' name one setting",

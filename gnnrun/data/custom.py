@@ -80,12 +80,14 @@ EXPECTED = (
 
 def _inputs(cfg: CustomDatasetConfig) -> list[Path]:
     """The files read: the .npz, or every .npy of the directory (a file added, removed or
-    changed there prepares the dataset again). A path that is gone (raw data deleted after
-    preparing) cannot tell which files it held: the prepared copy is then kept."""
+    changed there prepares the dataset again). A missing .npz is named all the same: the
+    prepared copy of a file of that name stands (raw data deleted after preparing), that
+    of another name does not (gnnrun.data.prepare). A directory that is gone cannot tell
+    which files it held: the prepared copy is then kept."""
     path = Path(cfg.path)
     if path.is_dir():
         return npy_files(path)
-    if not path.exists():
+    if not path.exists() and path.suffix != ".npz":
         raise GnnrunError(f"custom dataset {path} not found")
     return [path]
 

@@ -141,13 +141,18 @@ def _stale(
         return "it was prepared from other input files", {}
     touched = {}
     for i, (path, then) in enumerate(zip(inputs, recorded, strict=True)):
-        if not path.is_file():  # raw files deleted after preparing: the copy stands
-            continue
+        renamed = then.get("name") not in (None, path.name)
+        if not path.is_file():
+            if renamed:  # a file named by mistake, say: never the copy of another one
+                return f"it was prepared from {then['name']}, and {path} does not exist", {}
+            continue  # raw files deleted after preparing: the copy stands
         stat = path.stat()
         same_stamp = stat.st_size == then.get("size") and stat.st_mtime_ns == then.get("mtime_ns")
         if same_stamp and not (rehash and "sha256" in then):
             continue  # trusted without hashing
         if change := _input_change(path, stat.st_size, then):
+            if renamed:  # another file, not a change of the one prepared
+                return f"it was prepared from {then['name']}, not {path.name}", {}
             return f"{path} changed since it was prepared ({change})", {}
         if not same_stamp:
             touched[i] = path

@@ -239,6 +239,34 @@ def test_a_changed_file_is_prepared_again_a_moved_one_is_not(tmp_path, capsys):
     assert again.num_nodes == 3 and "preparing it again" not in capsys.readouterr().err
 
 
+def test_a_missing_or_other_file_never_takes_the_copy_of_the_one_prepared(tmp_path, capsys):
+    """The prepared copy stands when its own file was deleted, not for another name: a typo
+    in dataset.path must not train on the graph prepared before."""
+    from gnnrun.data import prepare_dataset
+
+    path = _save(tmp_path, _encodings()["edges"])
+    cfg = _prepared_cfg(tmp_path, path)
+    prepare_dataset(cfg)
+    typo = tmp_path / "grpah.npz"
+    with pytest.raises(GnnrunError, match=f"custom dataset file {typo} not found"):
+        prepare_dataset(CustomDatasetConfig(**{**cfg.__dict__, "path": str(typo)}))
+    assert f"it was prepared from {path.name}, and {typo} does not exist" in " ".join(
+        capsys.readouterr().err.split()
+    )
+    other = tmp_path / "other.npz"
+    np.savez(other, edges=np.array([[0, 1], [1, 2]]), feat=np.eye(3), label=np.array([0, 1, 0]))
+    assert (
+        prepare_dataset(CustomDatasetConfig(**{**cfg.__dict__, "path": str(other)})).num_nodes == 3
+    )
+    assert f"it was prepared from {path.name}, not other.npz" in " ".join(
+        capsys.readouterr().err.split()
+    )
+    other.unlink()  # the prepared copy of a deleted file stands under the file's own name
+    assert (
+        prepare_dataset(CustomDatasetConfig(**{**cfg.__dict__, "path": str(other)})).num_nodes == 3
+    )
+
+
 def test_labels_far_beyond_the_vertex_count_are_refused(tmp_path):
     path = _save(tmp_path, _encodings()["edges"], label=np.where(LABEL == 2, 10**9, LABEL))
     with pytest.raises(GnnrunError) as failure:

@@ -62,8 +62,8 @@ class SampledConfig(AlgorithmConfig):
         for relation, fanouts in self.relation_fanouts.items():
             check(
                 all(f >= 0 or f == -1 for f in fanouts),
-                f"algorithm.relation_fanouts.{relation}={list(fanouts)}: each entry is at least 0 "
-                "(0 samples none of the relation's edges, -1 all of them)",
+                f"algorithm.relation_fanouts.{relation}={list(fanouts)}: each entry is 0 or more "
+                "(0 samples none of the relation's edges), or -1 (all of them)",
             )
 
     def check_layers(self, layers: int) -> None:
