@@ -616,7 +616,9 @@ def _unknown_key_message(cfg: DictConfig, key: str) -> str:
     keys = sorted(str(k) for k in node) if isinstance(node, DictConfig) else []
     near = difflib.get_close_matches(leaf, keys, n=1)
     if not near and isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
-        return f"unknown config key '{key}': '{parent}' is a mapping; add a key to it with +{key}=..."
+        return (
+            f"unknown config key '{key}': '{parent}' is a mapping; add a key to it with +{key}=..."
+        )
     if hint := _sampled_only(cfg, key):
         return f"unknown config key '{key}'{hint}"
     if not isinstance(node, DictConfig):

@@ -17,6 +17,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from gnnrun.errors import GnnrunError
 
@@ -373,6 +374,8 @@ def _one_line(exc: Exception) -> str:
         cause = cause.__cause__ or cause.__context__
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     key = getattr(exc, "full_key", None)
+    if isinstance(exc, MissingMandatoryValue) and key:
+        return f"{key} is required and not given: add {key}=..."
     return f"{first} (full_key: {key})" if key and str(key) not in first else first
 
 

@@ -156,6 +156,15 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
             "+algorithm.relation_fanouts.cites=...",
         ),
         (
+            [
+                "train",
+                "algorithm=single",
+                "algorithm.mode=full",
+                "+algorithm.relation_fanouts.a=[5]",
+            ],
+            "algorithm.relation_fanouts samples minibatches, and algorithm.mode=full takes",
+        ),
+        (
             ["train", "+algorithm.relation_fanouts.cites=[-2,5]"],
             "each entry is 0 or more (0 samples none of the relation's edges), or -1",
         ),
@@ -308,8 +317,7 @@ ENDPOINT = "cluster.rdzv_endpoint=127.0.0.1:29400"
         ),
         (
             ["dataset=custom"],
-            "error: invalid config: Structured config of type `CustomDatasetConfig` has "
-            "missing mandatory value: path (full_key: dataset.path)\n",
+            "error: invalid config: dataset.path is required and not given: add dataset.path=...\n",
         ),
         (
             ["model.residual=maybe"],

@@ -188,6 +188,7 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
     cases = [
         (["predict"], "usage: gnnrun predict run=RUN_DIR"),
         (["predict", "run=nowhere"], "run=nowhere: no such directory"),
+        (["predict", f"run={wrong_features}"], "wide.npz: a file, not a directory"),
         (["predict", f"run={tmp_path}"], "is not the directory of a `gnnrun train` run"),
         (
             ["embed", run, "embed.layer=2"],

@@ -26,8 +26,9 @@ def read_arrays(path: Path, expected: str) -> dict[str, np.ndarray]:
         return _load_directory(path)
     if not path.is_file():
         raise GnnrunError(
-            f"custom dataset file {path} not found; set dataset.path to your .npz "
-            f"(it must hold {expected})"
+            f"custom dataset file {path} not found; set dataset.path to your .npz, or to a "
+            f"folder of .npy files, one per array (they must hold {expected}; a "
+            "heterogeneous graph's arrays: docs/datasets.md)"
         )
     if not zipfile.is_zipfile(path):  # numpy would call any other bytes "pickled (object) data"
         raise GnnrunError(

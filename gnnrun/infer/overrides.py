@@ -22,9 +22,8 @@ def run_overrides(run_dir: Path) -> list[str]:
     """The overrides the run in `run_dir` was composed with."""
     path = Path(run_dir) / OVERRIDES
     if not Path(run_dir).is_dir():
-        raise GnnrunError(
-            f"run={run_dir}: no such directory; give a run directory of `gnnrun train`"
-        )
+        what = "a file, not a directory" if Path(run_dir).exists() else "no such directory"
+        raise GnnrunError(f"run={run_dir}: {what}; give a run directory of `gnnrun train`")
     if not path.is_file():
         raise GnnrunError(
             f"run={run_dir} is not the directory of a `gnnrun train` run ({OVERRIDES} missing): "

@@ -121,6 +121,11 @@ def load_run_set(path: Path, label: str = "") -> RunSet:
     # A point's directory exists before its first file, so a sweep is recognised
     # by multirun.yaml or by at least one numbered point holding run files.
     if (path / "multirun.yaml").is_file() or any(is_run_dir(p) for p in points):
+        if not points:
+            raise GnnrunError(
+                f"{path} is a sweep with no points yet (multirun.yaml only): report it once "
+                "its runs have started"
+            )
         return RunSet(path, "sweep", [load_run(p, p.name) for p in points], label)
     raise GnnrunError(f"{path} is neither a run nor a sweep directory: {expected}")
 

@@ -380,8 +380,8 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
     lines.append(
         "times: median over epochs, s (rank 0); MB/epoch: bytes rank 0 sent per epoch (median), "
         "1e6 bytes; best val: at the epoch of the run's best validation figure (its "
-        "best_metric: accuracy, ROC-AUC for two classes, MRR for link prediction, ROC-AUC "
-        "against one negative); final test: last evaluation"
+        "best_metric: accuracy, micro-F1 for multi-label, ROC-AUC for two classes, MRR for "
+        "link prediction, ROC-AUC against one negative); final test: last evaluation"
     )
     if any(r.comm_hidden is not None for r in rows):
         lines.append(

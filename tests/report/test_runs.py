@@ -48,6 +48,13 @@ def test_a_sweep_whose_points_have_not_started(tmp_path):
     assert run.status == "no results yet" and run.ranks is None
 
 
+def test_a_sweep_without_points_is_refused(tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(GnnrunError, match="is a sweep with no points yet"):
+        load_run_set(tmp_path / "s")
+
+
 def test_a_directory_of_something_else(tmp_path):
     with pytest.raises(GnnrunError, match="neither a run nor a sweep directory"):
         load_run_set(tmp_path)

@@ -59,6 +59,11 @@ class SampledConfig(AlgorithmConfig):
             "vertex, at least 1 (or -1 for all of them; 0 would train without neighbours)",
         )
         check(self.batch_size >= 1, "algorithm.batch_size must be positive")
+        check(
+            self.mode != "full" or not self.relation_fanouts,
+            "algorithm.relation_fanouts samples minibatches, and algorithm.mode=full takes "
+            "every edge: drop it, or set algorithm.mode=minibatch",
+        )
         for relation, fanouts in self.relation_fanouts.items():
             check(
                 all(f >= 0 or f == -1 for f in fanouts),
