@@ -177,6 +177,12 @@ def _infer(kind: str, args: list[str]) -> int:
     given = [a for a in args if not a.startswith("run=")]
     if any(a in ("-m", "--multirun") for a in given):
         raise GnnrunError(f"gnnrun {kind} takes one run: call it once per run directory")
+    embed_keys = [a for a in given if a.lstrip("+~").startswith("embed.")]
+    if kind == "predict" and embed_keys:
+        raise GnnrunError(
+            f"{embed_keys[0]}: embed.* chooses what `gnnrun embed` writes, and `gnnrun predict` "
+            "writes the model's predictions: leave it out, or run `gnnrun embed`"
+        )
     overrides = inference_overrides(run_dir, given)
     return run_hydra(lambda cfg: job.infer(cfg, kind, run_dir), kind, overrides)
 

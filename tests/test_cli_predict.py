@@ -95,7 +95,7 @@ def test_a_heterogeneous_run_predicts_its_labelled_type_as_it_evaluated(
         ),
         (
             ["predict", "embed.node_type=author"],
-            "`gnnrun predict` writes the labelled type's (paper): leave embed.node_type out",
+            "embed.node_type=author: embed.* chooses what `gnnrun embed` writes",
         ),
     ]
     for (command, *overrides), message in refusals:
@@ -189,6 +189,7 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
         (["predict"], "usage: gnnrun predict run=RUN_DIR"),
         (["predict", "run=nowhere"], "run=nowhere: no such directory"),
         (["predict", f"run={wrong_features}"], "wide.npz: a file, not a directory"),
+        (["predict", run, "embed.layer=0"], "embed.layer=0: embed.* chooses what `gnnrun embed`"),
         (["predict", f"run={tmp_path}"], "is not the directory of a `gnnrun train` run"),
         (
             ["embed", run, "embed.layer=2"],

@@ -168,19 +168,14 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
 
 def written_type(cfg, kind: str, dataset: GraphDataset) -> str | None:
     """The vertex type whose rows a heterogeneous graph's inference writes: the labelled
-    one, or `embed.node_type`'s; None for a homogeneous graph."""
-    chosen, schema = cfg.embed.node_type, dataset.hetero
+    one (`predict`'s), or `embed.node_type`'s; None for a homogeneous graph."""
+    chosen, schema = cfg.embed.node_type if kind == "embed" else None, dataset.hetero
     if chosen is None:
         return None if schema is None else schema.target
     if schema is None:
         raise GnnrunError(
             f"embed.node_type={chosen} is set but {dataset.name} is homogeneous (one vertex "
             "type): leave embed.node_type out"
-        )
-    if kind != "embed":
-        raise GnnrunError(
-            f"embed.node_type chooses the rows `gnnrun embed` writes; `gnnrun {kind}` writes "
-            f"the labelled type's ({schema.target}): leave embed.node_type out"
         )
     if chosen not in schema.node_types:
         raise GnnrunError(
