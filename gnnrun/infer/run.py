@@ -128,8 +128,8 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
             f"{dataset.name!r} has {dataset.feat_dim}: run it on a dataset with the features "
             "it was trained on"
         )
-    # Refuses a bad one.
-    load_trained_model(cfg, directory / CHECKPOINT, in_dim, num_classes, dataset.hetero)
+    schema = dataset.hetero
+    load_trained_model(cfg, directory / CHECKPOINT, in_dim, num_classes, schema)  # or refuses
     layers = cfg.model.layers
     if kind == "embed":
         chosen = cfg.embed.layer
