@@ -169,9 +169,11 @@ def _infer(kind: str, args: list[str]) -> int:
         return 0
     runs = [a.split("=", 1)[1] for a in args if a.startswith("run=")]
     if not runs or not runs[-1]:
+        meant = _meant_run(args)
+        hint = f"; did you mean run={meant}?" if meant else ""
         raise GnnrunError(
             f"usage: gnnrun {kind} run=RUN_DIR [overrides] (RUN_DIR: a `gnnrun train` run's "
-            f"directory; `gnnrun {kind} --help` lists the settings)"
+            f"directory; `gnnrun {kind} --help` lists the settings){hint}"
         )
     run_dir = Path(runs[-1])
     given = [a for a in args if not a.startswith("run=")]
@@ -185,6 +187,18 @@ def _infer(kind: str, args: list[str]) -> int:
         )
     overrides = inference_overrides(run_dir, given)
     return run_hydra(lambda cfg: job.infer(cfg, kind, run_dir), kind, overrides)
+
+
+def _meant_run(args: list[str]) -> str | None:
+    """The run directory an inference's arguments seem to name without `run=`: a directory
+    given bare, or the value of a misspelt key (rnu=DIR)."""
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if not value and Path(arg).is_dir():
+            return arg
+        if value and difflib.get_close_matches(key, ["run"]):
+            return value
+    return None
 
 
 def inference_overrides(run_dir: Path, given: list[str]) -> list[str]:
@@ -455,6 +469,13 @@ def check_overrides(overrides: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(settings)
     except HydraException as exc:
         raise GnnrunError(f"cannot parse the overrides: {exc}") from None
+    multirun = any(f in ("-m", "--multirun") for f in flags)
+    if sweeping := next((o for o in parsed if o.is_sweep_override() and not multirun), None):
+        raise GnnrunError(
+            f"{sweeping.input_line}: values separated by commas are a sweep: add -m to run "
+            f"one job per value (gnnrun train, partition), or give a list as "
+            f"{sweeping.key_or_group}=[...]"
+        )
     choices = _group_choices(parsed)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
@@ -497,8 +518,10 @@ def _group_choices(parsed: list) -> list[str]:
     for o in parsed:
         # +sweep=NAME (configs/sweep/) may choose groups too, e.g. algorithm=cdr
         if o.key_or_group in GROUPS or o.key_or_group == "sweep":
-            value = next(iter(o.sweep_string_iterator())) if o.is_sweep_override() else o.value()
-            _check_options(o.key_or_group, value)
+            values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
+            for value in values:
+                _check_options(o.key_or_group, value)
+            value = values[0]
             choices.append(f"{'+' if o.is_add() else ''}{o.key_or_group}={value}")
     return choices
 
@@ -552,17 +575,19 @@ def with_renamed_keys(overrides: list[str]) -> list[str]:
 
 
 def _check_options(group: str, value: object) -> None:
-    """Several options of one group at once (logger=[tensorboard,mlflow]): each must exist
-    (Hydra's own message for a list names no options)."""
-    if not isinstance(value, list):
-        return
+    """Each option chosen of a group must exist: one line naming the nearest and the
+    options (Hydra's own message spans lines, and for a list names none). Several at
+    once: logger=[tensorboard,mlflow]."""
     options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
-    for option in value:
-        if str(option) not in options:
-            raise GnnrunError(
-                f"{group}={option} in {group}={value}: no such option; choose from "
-                f"{', '.join(options)}"
-            )
+    for option in value if isinstance(value, list) else [value]:
+        if option is None or "/" in str(option) or str(option) in options:
+            continue  # null, or a config in a subfolder: Hydra finds it or says why
+        near = difflib.get_close_matches(str(option), options, n=1)
+        hint = f" Did you mean {group}={near[0]}?" if near else ""
+        given = f" in {group}={value}" if isinstance(value, list) else ""
+        raise GnnrunError(
+            f"{group}={option}{given}: no such option.{hint} Choose from {', '.join(options)}"
+        )
 
 
 def _sweep_points(parsed: list) -> list[list[str]]:

@@ -112,8 +112,19 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
             "unknown config key 'partitioner.num_part'. Did you mean 'partitioner.num_parts'?",
         ),
         (["partition", "dataset.nmae=x"], "Keys of 'dataset': "),
-        (["partition", "dataset=nope"], "Available options in 'dataset'"),
-        (["partition", "partitioner=metsi"], "Available options in 'partitioner'"),
+        (["partition", "dataset=nope"], "dataset=nope: no such option. Choose from chunked,"),
+        (
+            ["partition", "partitioner=metsi"],
+            "partitioner=metsi: no such option. Did you mean partitioner=metis? Choose from",
+        ),
+        (
+            ["train", "-m", "model=sage,gatt"],  # every point of a sweep
+            "model=gatt: no such option. Did you mean model=gat?",
+        ),
+        (
+            ["train", "train.epochs=1,2"],
+            "train.epochs=1,2: values separated by commas are a sweep: add -m",
+        ),
         (["partition", "partitioner.num_parts=abc"], "partitioner.num_parts takes a whole number"),
         (["partition", "partitioner.num_parts=0"], "partitioner.num_parts must be at least 1"),
         (

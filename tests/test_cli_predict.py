@@ -187,6 +187,8 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
     )
     cases = [
         (["predict"], "usage: gnnrun predict run=RUN_DIR"),
+        (["predict", str(run_dir)], f"lists the settings); did you mean run={run_dir}?"),
+        (["predict", f"rnu={run_dir}"], f"lists the settings); did you mean run={run_dir}?"),
         (["predict", "run=nowhere"], "run=nowhere: no such directory"),
         (["predict", f"run={wrong_features}"], "wide.npz: a file, not a directory"),
         (["predict", run, "embed.layer=0"], "embed.layer=0: embed.* chooses what `gnnrun embed`"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gnnrun.errors import GnnrunError
 from gnnrun.progress import out
 
 DESCRIPTION = """\
@@ -47,6 +48,8 @@ def cmd_report(args: list[str]) -> int:
         options = parser().parse_args(args)
     except SystemExit as exc:  # --help, or a usage error argparse has printed
         return exc.code if isinstance(exc.code, int) else 2
+    if options.out is not None and options.out.exists() and not options.out.is_dir():
+        raise GnnrunError(f"--out {options.out} is a file: give a directory for the plots and CSV")
     if options.compare is None:
         sets = [load_run_set(options.run_dir)]
         out_dir = options.out or options.run_dir / "report"

@@ -166,23 +166,24 @@ def change_messages(changes: SettingChanges, epoch: int) -> list[str]:
         "applied from this epoch on"
         for key, (old, new) in changes.applied.items()
     ]
-    if changes.evaluation:
-        listed = ", ".join(
-            f"{k}={new} (checkpoint: {old})" for k, (old, new) in changes.evaluation.items()
-        )
-        lines.append(
-            f"resuming after epoch {epoch} with {listed}: training is unchanged, but the "
-            "evaluations from here on do not compare with the earlier ones, and the best "
-            "epoch is chosen among both"
-        )
-    if changes.diverging:
-        listed = ", ".join(
-            f"{_show(k, new)} (checkpoint: {old})" for k, (old, new) in changes.diverging.items()
-        )
-        lines.append(
-            f"resuming after epoch {epoch} with {listed}: training continues with the new "
-            "values, so it follows neither the checkpoint's run nor a fresh run of this config"
-        )
+    consequences = (
+        (
+            changes.evaluation,
+            "training is unchanged, but the evaluations from here on do not compare with the "
+            "earlier ones, and the best epoch is chosen among both",
+        ),
+        (
+            changes.diverging,
+            "training continues with the new values, so it follows neither the checkpoint's "
+            "run nor a fresh run of this config",
+        ),
+    )
+    for changed, consequence in consequences:
+        if changed:
+            listed = ", ".join(
+                f"{_show(k, new)} (checkpoint: {old})" for k, (old, new) in changed.items()
+            )
+            lines.append(f"resuming after epoch {epoch} with {listed}: {consequence}")
     return lines
 
 

@@ -132,13 +132,12 @@ def test_partitions_without_types_are_refused(tmp_path, monkeypatch, capsys, par
 
 
 def test_relation_fanouts_are_checked_against_the_relations(configure):
-    cfg = configure(
-        TINY, "algorithm=single", "model=rgcn", "+algorithm.relation_fanouts.cite=[2,2]"
-    )
+    sampled = ("algorithm=single", "algorithm.mode=minibatch")
+    cfg = configure(TINY, *sampled, "model=rgcn", "+algorithm.relation_fanouts.cite=[2,2]")
     with pytest.raises(GnnrunError, match="'cite'.*did you mean cites"):
         check_dataset(cfg, prepare_dataset(cfg.dataset))
     homogeneous = configure(
-        "dataset=synthetic-tiny", "algorithm=single", "+algorithm.relation_fanouts.x=[2,2]"
+        "dataset=synthetic-tiny", *sampled, "+algorithm.relation_fanouts.x=[2,2]"
     )
     with pytest.raises(GnnrunError, match="homogeneous"):
         check_dataset(homogeneous, prepare_dataset(homogeneous.dataset))

@@ -74,6 +74,8 @@ def test_one_run_with_csv_and_out(single, tmp_path, capsys, tables):
     assert sorted(p.name for p in out_dir.glob("*.png")) == ["accuracy.png", "epoch_time.png"]
     assert "not drawn: speedup.png (no algorithm was run at two or more rank counts)" in out
     assert not (single / "report").exists()  # --out moved everything
+    code, out, err = report(capsys, single, "--out", table_csv)
+    assert code == 1 and "table.csv is a file: give a directory" in err and not out
 
 
 def test_a_sweep_with_an_unfinished_point_still_reports(sweep, capsys, tables):

@@ -88,5 +88,5 @@ def test_an_unknown_tracker_in_a_list_is_named_with_the_choices():
     from gnnrun.cli import check_overrides
 
     check_overrides(["logger=[tensorboard,mlflow]"])
-    with pytest.raises(GnnrunError, match="logger=foo in .*choose from mlflow, none, tensorboard"):
+    with pytest.raises(GnnrunError, match="logger=foo in .*Choose from mlflow, none, tensorboard"):
         check_overrides(["logger=[tensorboard,foo]"])
