@@ -23,6 +23,7 @@ same run. The graph goes to DGL as an .npz (scripts/hetero_npz.py).
     .venv/bin/python scripts/bench_hetero.py --dgl-python .dgl-venv/bin/python   # about 15 minutes here
     .venv/bin/python scripts/bench_hetero.py --dataset synthetic-hetero --epochs 2   # a smoke test
     .venv/bin/python scripts/bench_hetero.py --json hetero.json
+    .venv/bin/python scripts/bench_hetero.py --ranks 1 --algorithms minibatch --precisions fp32,bf16
 """
 
 from __future__ import annotations
@@ -113,6 +114,12 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,2", help="comma-separated rank counts")
     parser.add_argument("--algorithms", default="minibatch,pipeline")
     parser.add_argument("--model", default="rgcn")
+    parser.add_argument(
+        "--precisions",
+        default="fp32",
+        help="comma-separated train.precision values; a run other than fp32 is labelled "
+        "with its precision and compared with the 1-rank fp32 minibatch",
+    )
     parser.add_argument("--dgl-python", help="the python of a venv with DGL 2.1")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     parser.add_argument("--json", help="write every figure to this file")
@@ -130,12 +137,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-hetero-") as tmp:
         for ranks in [int(r) for r in args.ranks.split(",")]:
             for algorithm in args.algorithms.split(","):
-                print(f"{algorithm} on {ranks} rank(s) ...", file=sys.stderr, flush=True)
-                run = variant_run(
-                    args, Path(tmp), "hetero", args.dataset, algorithm, ranks, args.epochs,
-                    [f"model={args.model}"], [f"algorithm={algorithm}"],
-                )  # fmt: skip
-                rows.append(summarize(run))
+                for precision in args.precisions.split(","):
+                    label = algorithm if precision == "fp32" else f"{algorithm} {precision}"
+                    print(f"{label} on {ranks} rank(s) ...", file=sys.stderr, flush=True)
+                    run = variant_run(
+                        args, Path(tmp), "hetero", args.dataset, label, ranks, args.epochs,
+                        [f"model={args.model}"],
+                        [f"algorithm={algorithm}", f"train.precision={precision}"],
+                    )  # fmt: skip
+                    rows.append(summarize(run))
         dgl = dgl_run(args, Path(tmp)) if args.dgl_python else None
     report(rows, dgl, args)
 

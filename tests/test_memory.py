@@ -36,9 +36,11 @@ def test_preload_is_added_once_and_keeps_the_users(monkeypatch, tmp_path):
     monkeypatch.setenv("LD_PRELOAD", "/opt/user.so")
     monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
     memory.apply_memory_settings()
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "8")
     memory.apply_memory_settings()
     assert os.environ["LD_PRELOAD"] == f"{library}:/opt/user.so"
     assert os.environ["THP_MEM_ALLOC_ENABLE"] == "1"
+    assert os.environ["LRU_CACHE_CAPACITY"] == "8"  # the user's own value wins
 
 
 @pytest.mark.skipif(
@@ -130,12 +132,15 @@ TORCH_IMPORTED = "import sys, types; sys.modules['torch'] = types.ModuleType('to
     ],
 )
 def test_importing_gnnrun_turns_on_huge_pages_before_torch(code, preset, expected):
-    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    env = {k: v for k, v in os.environ.items() if k not in memory.SETTINGS}
     if preset is not None:
         env["THP_MEM_ALLOC_ENABLE"] = preset
     show = f"{code}; import os; print(os.environ.get('THP_MEM_ALLOC_ENABLE'))"
+    show += "; print(os.environ.get('LRU_CACHE_CAPACITY'))"  # oneDNN's cache: bounded too
     result = subprocess.run(
         [sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(expected)
+    huge_pages, primitives = result.stdout.split()
+    assert huge_pages == str(expected)
+    assert primitives == ("None" if code.startswith(TORCH_IMPORTED) else "64")
