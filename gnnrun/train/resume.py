@@ -119,6 +119,8 @@ def under_current_names(saved: dict[str, Any], now: dict[str, Any]) -> dict[str,
         current["optimizer.name"] = "adam"
     if "train.precision" in now and "train.precision" not in saved:
         current["train.precision"] = "fp32"
+    if "task.name" in now and "task.name" not in saved:  # vertex classification records none
+        current["task.name"] = "node"
     for key, value in _MODEL_OPTIONS_OFF.items():  # a checkpoint from before they existed
         if key in now and key not in saved:
             current[key] = value
@@ -141,6 +143,10 @@ def compare_settings(saved: dict[str, Any], now: dict[str, Any]) -> SettingChang
             else changes.diverging
         )
         kind[key] = (saved.get(key), now.get(key))
+    if "task.name" in changes.refused:  # another task: its own settings are no news
+        for kind in (changes.refused, changes.evaluation, changes.diverging):
+            for key in [k for k in kind if k.startswith("task.") and k != "task.name"]:
+                del kind[key]
     return changes
 
 

@@ -84,6 +84,11 @@ def train(
     metrics_file = run_dir / f"metrics.rank{comm.rank}.jsonl"
     _forget_epochs_from(metrics_file, start_epoch)  # an attempt's epochs after its checkpoint
     end_epoch = cfg.train.epochs
+    if start_epoch >= end_epoch and comm.rank == 0:
+        print_warning(
+            f"the checkpoint is after epoch {start_epoch}, at or past train.epochs={end_epoch}: "
+            "nothing is left to train; raise train.epochs to train on"
+        )
     if cfg.train.stop_after:
         end_epoch = min(end_epoch, start_epoch + cfg.train.stop_after)
     algorithm.plan(start_epoch, end_epoch)

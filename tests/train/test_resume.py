@@ -73,6 +73,13 @@ def test_a_link_run_with_other_held_out_edges_is_refused(tmp_path, monkeypatch, 
     assert err.index("training is unchanged") < err.index("MB sent")  # the notes, then epochs
 
 
+def test_a_resume_with_nothing_left_to_train_says_so(stopped_run, capsys):
+    base, _ = stopped_run
+    code, err = resume(capsys, base, "train.epochs=2")
+    assert code == 0, err
+    assert "the checkpoint is after epoch 2, at or past train.epochs=2: nothing is left" in err
+
+
 def test_other_training_settings_are_used_with_a_warning(stopped_run, capsys):
     base, _ = stopped_run
     code, err = resume(capsys, base, "algorithm.fanouts=[5,5]", "model.dropout=0.1")
@@ -164,6 +171,14 @@ def test_sampling_settings_recorded_under_the_models_names_compare_under_the_alg
     # Full batch has no sampling settings: a checkpoint's are no change of this run's.
     full = {"algorithm.name": "minibatch"}
     assert compare_settings(saved, full) == SettingChanges()
+
+
+def test_another_task_is_refused_by_its_name_alone():
+    """A vertex classification checkpoint records no task settings: it was task=node."""
+    now = {"task.name": "link", "task.scorer": "dot", "task.split_seed": 0, "model.hidden": 16}
+    changes = compare_settings({"model.hidden": 16}, now)
+    assert changes.refused == {"task.name": ("node", "link")}
+    assert not changes.diverging and not changes.evaluation
 
 
 def test_setting_kinds():
