@@ -4,8 +4,8 @@ A checkpoint records the settings it was trained with (`settings_of`). When a
 run resumes with other settings, each differing key falls in one of four kinds:
 
 - the model's shape and the data it learnt from, a link run's held-out edges included
-  (`REFUSED`): the weights cannot
-  continue under another; the run is refused, naming the checkpoint's values;
+  (`REFUSED`): the weights cannot continue under another; the run is refused, naming
+  the checkpoint's values;
 - the optimiser's (`APPLIED`): the new value takes effect from the first resumed
   epoch, and the run says so;
 - a link run's evaluation settings (`EVALUATION`): used, and the run warns that its
