@@ -261,6 +261,19 @@ def write_error(path: Path, exc: OSError) -> GnnrunError:
     return GnnrunError(f"cannot write {path}: {reason}; {fix}")
 
 
+def check_folder_path(folder: Path, key: str) -> None:
+    """Refuse, before any work, a folder that could not be made because it, or a folder
+    above it, is a file: found otherwise at the first write, after the work."""
+    folder = Path(folder)
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise GnnrunError(
+                    f"{key}={folder}: {part} is a file, not a directory; give {key} a directory"
+                )
+            return
+
+
 def write_json_atomic(path: Path, payload: Any) -> None:
     with atomic_file(path) as f:
         json.dump(payload, f, indent=2, sort_keys=True)

@@ -172,6 +172,7 @@ def train(cfg: DictConfig) -> None:
     )
     from gnnrun.attempt import current_attempt
     from gnnrun.config import to_objects
+    from gnnrun.io import check_folder_path
     from gnnrun.launch import sweep
     from gnnrun.launch.elastic import run_ranks
     from gnnrun.launch.rank import own_process_threads
@@ -205,6 +206,7 @@ def train(cfg: DictConfig) -> None:
     hosts = config.cluster.name == "hosts"
     check_runnable(config)  # also before anything is submitted or started
     check_installed(config.logger)
+    check_folder_path(Path(config.train.checkpoint_dir), "train.checkpoint_dir")
 
     def prepare() -> None:
         """Dataset, partition, run directory: before any rank trains (rank 0's job under SLURM)."""

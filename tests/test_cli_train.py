@@ -46,6 +46,22 @@ def test_distgnn_refuses_what_it_cannot_run_before_any_rank_starts(
     assert not (tmp_path / "data").exists()  # nothing prepared, partitioned or saved first
 
 
+@pytest.mark.parametrize("given", ["afile", "afile/sub"])
+def test_a_checkpoint_dir_that_is_a_file_is_refused_before_training(
+    tmp_path, monkeypatch, capsys, given
+):
+    """The checkpoint is written after the first epochs: a file in its way is found first."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("kept")
+    args = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=1"]
+    code = main([*args, f"train.checkpoint_dir={given}"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1
+    assert f"train.checkpoint_dir={given}: afile is a file, not a directory" in err
+    assert not (tmp_path / "data").exists()  # refused before preparing
+    assert (tmp_path / "afile").read_text() == "kept"
+
+
 def test_full_batch_trains_any_depth_without_fanouts(tmp_path, monkeypatch, capsys):
     """Fanouts are the sampled algorithms' (algorithm.fanouts): full batch takes every
     neighbour, so a third layer needs no third fanout."""
