@@ -8,6 +8,7 @@ value fails at once with the key, the allowed choices and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import sys
@@ -241,6 +242,12 @@ def _as_trained(run_dir: Path, run: list[str], given: list[str]) -> list[str]:
                 f"the run's overrides no longer compose ({exc}); give the run's settings "
                 "that changed name as overrides"
             ) from None
+        # The partitioner this command would take: another algorithm= brings its own.
+        partitioner = OmegaConf.select(trained, "partitioner.name")
+        if "partitioner" not in keys:
+            with contextlib.suppress(HydraException):  # the command reports its own errors
+                given_config = compose("config", overrides=merge_overrides(run, given + extra))
+                partitioner = OmegaConf.select(given_config, "partitioner.name")
     if "train.checkpoint_dir" not in keys:
         kept = (run_dir / CHECKPOINT).is_file()
         shared = Path(OmegaConf.select(trained, "train.checkpoint_dir"))
@@ -254,8 +261,7 @@ def _as_trained(run_dir: Path, run: list[str], given: list[str]) -> list[str]:
             )
         directory = str((run_dir if kept else shared).absolute())
         extra.append(f"train.checkpoint_dir={_quoted(directory)}")
-    name = OmegaConf.select(trained, "partitioner.name")
-    if "partitioner" not in keys and PARTITIONERS.get(name).kind != "edge_cut":
+    if "partitioner" not in keys and PARTITIONERS.get(partitioner).kind != "edge_cut":
         extra.append("partitioner=metis")
     return extra
 

@@ -305,7 +305,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     )
     from gnnrun.io import writer_lock
     from gnnrun.launch.elastic import run_rank_job
-    from gnnrun.partition import ensure_partition
+    from gnnrun.partition import check_partition_kind, ensure_partition
     from gnnrun.partition.book import open_partition
     from gnnrun.tasks import prepare_for_task, task_of
 
@@ -324,6 +324,12 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     # The checkpoint, the settings and predict.candidates are checked before partitioning.
     plan = plan_inference(config, kind, run_dir, dataset)
     if config.cluster.nprocs > 1:
+        check_partition_kind(
+            config.partitioner,
+            "edge_cut",
+            f"gnnrun {kind} runs",
+            "the run's (METIS where that is not an edge cut)",
+        )
         ensure_partition(dataset, config.partitioner)
         open_partition(
             Path(config.partitioner.output_dir),

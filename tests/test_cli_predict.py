@@ -209,6 +209,10 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
         ),
         (["predict", run, "-m"], "gnnrun predict takes one run"),
         (
+            ["predict", run, "partitioner=libra"],
+            "partitioner=libra makes vertex_cut partitions but gnnrun predict runs on edge_cut",
+        ),
+        (
             ["embed", run, "embed.node_type=paper"],
             "embed.node_type=paper is set but synthetic-tiny is homogeneous",
         ),
@@ -221,6 +225,10 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
 
     assert main(["predict", run, "cluster.nprocs=1"]) == 0
     capsys.readouterr()
+    # Another algorithm's partitioner (cd0: Libra's vertex cut) is not inference's.
+    assert main(["predict", run, "algorithm=cd0", "predict.output_dir=cd0"]) == 0, _errors(capsys)
+    partitions = tmp_path / "data" / "partitions" / "synthetic-tiny"
+    assert sorted(p.name for p in partitions.glob("[!.]*")) == ["metis-2"]
     assert main(["predict", run, "cluster.nprocs=1"]) == 1
     assert "already holds a finished output: move it away" in _errors(capsys)
     (tmp_path / "taken").mkdir()

@@ -44,7 +44,9 @@ def check_runnable(cfg) -> None:
     _check_device(cfg, algorithm)
     _check_precision(cfg, algorithm.precisions)
     if algorithm.partition_kind is not None:
-        check_partition_kind(cfg.partitioner, algorithm.partition_kind, cfg.algorithm.name)
+        check_partition_kind(
+            cfg.partitioner, algorithm.partition_kind, f"algorithm={cfg.algorithm.name} trains"
+        )
         if cfg.partitioner.num_parts != cfg.cluster.nprocs:  # one part per rank
             raise GnnrunError(
                 f"partitioner.num_parts={cfg.partitioner.num_parts} but the run has "

@@ -72,13 +72,15 @@ def register_partitioner(name: str, kind: str, schema: type | None = None) -> Ca
     return add
 
 
-def check_partition_kind(cfg: PartitionerConfig, kind: str, algorithm: str) -> None:
-    """Refuse a partitioner that makes another kind of partition than `algorithm` trains on."""
+def check_partition_kind(
+    cfg: PartitionerConfig, kind: str, user: str, default: str = "the algorithm's own"
+) -> None:
+    """Refuse a partitioner that makes another kind of partition than `user` ("algorithm=cd0
+    trains", "gnnrun predict runs") runs on; leaving partitioner= out takes `default`."""
     made = PARTITIONERS.get(cfg.name).kind
     if made != kind:
         choices = ", ".join(n for n in PARTITIONERS.names() if PARTITIONERS.get(n).kind == kind)
         raise GnnrunError(
-            f"partitioner={cfg.name} makes {made} partitions but algorithm={algorithm} trains "
-            f"on {kind} partitions: choose partitioner= one of {choices}, or leave partitioner= "
-            "out to take the algorithm's own"
+            f"partitioner={cfg.name} makes {made} partitions but {user} on {kind} partitions: "
+            f"choose partitioner= one of {choices}, or leave partitioner= out to take {default}"
         )

@@ -157,4 +157,6 @@ def test_spmm1d_refuses_other_partitioners():
     with pytest.raises(
         GnnrunError, match="trains on block1d partitions: choose partitioner= one of block1d"
     ):
-        check_partition_kind(MetisPartitionerConfig(name="metis"), "block1d", "spmm1d")
+        check_partition_kind(
+            MetisPartitionerConfig(name="metis"), "block1d", "algorithm=spmm1d trains"
+        )
