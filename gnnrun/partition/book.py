@@ -195,8 +195,10 @@ def open_partition(
     world_size: int | None = None,
     kind: str | None = None,
     shared_parts: bool = False,
+    fix: str | None = None,
 ) -> PartitionBook:
-    """Open a partition directory, refusing one that does not fit the run.
+    """Open a partition directory, refusing one that does not fit the run (`fix`, when
+    given, replaces the advice to partition again of a damaged or stale one).
 
     Checks, each with a message that says how to fix it: the directory and its
     manifest exist (an interrupted write leaves neither), the format version,
@@ -205,7 +207,7 @@ def open_partition(
     the algorithm reads `shared_parts`), and it is of the kind the algorithm needs.
     """
     path = Path(path)
-    redo = _REDO.format(path=path)
+    redo = fix or _REDO.format(path=path)
     manifest = read_manifest(
         path,
         "manifest.json",
@@ -224,7 +226,7 @@ def open_partition(
         raise GnnrunError(
             f"{path} was made from dataset {manifest['dataset']['name']!r} with checksum "
             f"{book.dataset_checksum[:12]}, but the dataset now has checksum {dataset_checksum[:12]}: "
-            "partition this dataset again with `gnnrun partition dataset=...`"
+            f"{fix or 'partition this dataset again with `gnnrun partition dataset=...`'}"
         )
     if world_size is not None and book.trainers_per_part > 1 and not shared_parts:
         raise GnnrunError(

@@ -123,8 +123,11 @@ def ensure_partition(dataset: GraphDataset, cfg: PartitionerConfig) -> Partition
         if reason is not None:
             from gnnrun.progress import print_warning
 
-            print_warning(f"partitioning again: {reason}")
+            print_warning(reason)
         return _write_partition(dataset, cfg, Path(cfg.output_dir))
+
+
+_AGAIN = "partitioning again"
 
 
 def _reusable(
@@ -135,9 +138,9 @@ def _reusable(
     if not path.exists():
         return None, None
     try:
-        book = open_partition(path, dataset_checksum=dataset.checksum)
+        book = open_partition(path, dataset_checksum=dataset.checksum, fix=_AGAIN)
     except GnnrunError as exc:
         return None, str(exc)
     if book.manifest["config"] != partitioner_identity(cfg):
-        return None, f"{path} was made with other partitioner settings"
+        return None, f"{path} was made with other partitioner settings: {_AGAIN}"
     return book, None
