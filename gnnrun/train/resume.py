@@ -156,13 +156,17 @@ def _show(key: str, value: Any) -> str:
     return f"{key}={value}"
 
 
-def refusal_message(directory: Path, changes: SettingChanges) -> str:
+def refusal_message(
+    directory: Path,
+    changes: SettingChanges,
+    fix: str = "Resume with the checkpoint's settings, or start a new run without "
+    "train.resume (or with another train.checkpoint_dir)",
+) -> str:
     saved = ", ".join(_show(k, old) for k, (old, _) in changes.refused.items())
     now = ", ".join(_show(k, new) for k, (_, new) in changes.refused.items())
     return (
         f"cannot resume from {directory}: its model was trained with {saved}, this run asks "
-        f"for {now}. Resume with the checkpoint's settings, or start a new run without "
-        "train.resume (or with another train.checkpoint_dir)"
+        f"for {now}. {fix}"
     )
 
 
@@ -229,7 +233,7 @@ def resume(
 
     state = load_checkpoint(directory)
     if run_dir is not None:
-        check_continues_its_run(state, directory, Path(run_dir))
+        check_continues_its_run(state, directory, Path(run_dir), settings_of(cfg))
     if own_run is not None and (state is None or state.get("run_id") != own_run):
         if rank == 0:
             print_warning("restarted before this run's first checkpoint: training from epoch 1")
@@ -266,11 +270,14 @@ def resume(
     return epoch, state["history"]
 
 
-def check_continues_its_run(state: dict | None, directory: Path, run_dir: Path) -> None:
+def check_continues_its_run(
+    state: dict | None, directory: Path, run_dir: Path, now: dict[str, Any]
+) -> None:
     """Refuse to resume, in a directory that holds a run, from a checkpoint that is not
     that run's own copy (`run_dir/checkpoint.pt`): runs with the same
     train.checkpoint_dir replace each other's shared file, and the directory's metrics
-    would then mix two runs. A directory without a run's files passes."""
+    would then mix two runs. A directory without a run's files passes. `now`: this run's
+    settings; a run that cannot continue under them is refused for that first."""
     if not any(run_dir.glob("metrics.rank*.jsonl")) and not (run_dir / CHECKPOINT).exists():
         return
     own = load_checkpoint(run_dir)
@@ -281,6 +288,15 @@ def check_continues_its_run(state: dict | None, directory: Path, run_dir: Path) 
             "without train.resume"
         )
     if state is None or (own["epoch"], own["history"]) != (state["epoch"], state["history"]):
+        # Other model settings than the run's also name another checkpoint directory: the
+        # settings are the reason, and continuing from the run's own copy would not help.
+        changes = compare_settings(own.get("settings") or now, now)
+        if changes.refused:
+            fix = (
+                "Continue it with its settings (its .hydra/overrides.yaml), or start a new "
+                "run in another directory"
+            )
+            raise GnnrunError(refusal_message(run_dir, changes, fix))
         found = "none" if state is None else f"one after epoch {state['epoch']}, another run's"
         raise GnnrunError(
             f"cannot continue the run in {run_dir} (its checkpoint is after epoch "

@@ -140,6 +140,11 @@ def test_a_run_is_not_continued_from_another_runs_checkpoint(tmp_path, monkeypat
     err = " ".join(capsys.readouterr().err.split())
     assert "cannot continue the run in" in err and "after epoch 2" in err, err
     assert "holds one after epoch 3, another run's" in err, err
+    # Under another model the shared directory is another one too: the model is the reason.
+    assert main([*first, "train.resume=true", "model.hidden=8", "train.checkpoint_dir=x"]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"cannot resume from {tmp_path / 'first'}: its model was trained with" in err, err
+    assert "model.hidden=8" in err and "own copy" not in err, err
     # The fix it names: the run's own copy, in its directory.
     assert main([*first, "train.resume=true", f"train.checkpoint_dir={tmp_path / 'first'}"]) == 0
     assert [e for e, _ in losses(tmp_path / "first")] == [0, 1, 2, 3]
