@@ -308,12 +308,18 @@ def _check_label(
             if others
             else ""
         )
-        raise _hetero_fail(
-            path,
-            f"label has {label.shape[0]} entries but the target type {target!r} has {n} vertices "
-            f"(from {source}): label holds one class per {target} vertex, -1 for "
-            f"unlabelled{hint}",
-        )
+        if source.startswith(FEAT_PREFIX):  # either may be the wrong one
+            problem = (
+                f"label has {label.shape[0]} entries but {source} has {n} rows: both hold one "
+                f"row per {target} vertex (label its class, -1 for unlabelled){hint}"
+            )
+        else:
+            problem = (
+                f"label has {label.shape[0]} entries but the target type {target!r} has {n} "
+                f"vertices (from {source}): label holds one class per {target} vertex, -1 for "
+                f"unlabelled{hint}"
+            )
+        raise _hetero_fail(path, problem)
     if label.size and label.min() < -1:
         raise _hetero_fail(
             path, f"label has values below -1 (min {label.min()}); use -1 for unlabelled vertices"

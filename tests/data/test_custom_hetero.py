@@ -389,7 +389,7 @@ def test_feature_rows_not_the_type_count(tmp_path):
     )
     _error(
         tmp_path,
-        r"label has 5 entries but the target type 'paper' has 6 vertices \(from feat__paper\)",
+        r"label has 5 entries but feat__paper has 6 rows: both hold one row per paper vertex",
         feat__paper=FEAT_PAPER,
         label=LABEL[:5],
     )
