@@ -393,6 +393,13 @@ def test_feature_rows_not_the_type_count(tmp_path):
         feat__paper=FEAT_PAPER,
         label=LABEL[:5],
     )
+    _error(
+        tmp_path,
+        r"label has 5 entries but the target type 'paper' has 6 vertices \(from num_nodes__paper\)",
+        feat__paper=None,
+        num_nodes__paper=np.array(6),
+        label=LABEL[:5],
+    )
     _error(tmp_path, r"feat__paper has shape \(6,\), expected", feat__paper=np.ones(6))
     _error(tmp_path, r"feat__paper has no columns; leave it out", feat__paper=np.ones((6, 0)))
 
@@ -400,8 +407,8 @@ def test_feature_rows_not_the_type_count(tmp_path):
 def test_labels_on_a_non_target_count(tmp_path):
     message = _error(
         tmp_path,
-        r"label has 5 entries but the target type 'paper' has 6 vertices .*one class per "
-        r"paper vertex, -1 for unlabelled \(5 is the number of author vertices: is target right\?\)",
+        r"label has 5 entries but feat__paper has 6 rows: .* -1 for unlabelled\) "
+        r"\(5 is the number of author vertices: is target right\?\)",
         label=np.array([0, 1, 0, 1, 0]),
     )
     assert "a heterogeneous graph holds edge_index__<src>__<relation>__<dst>" in message
