@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 from datetime import datetime
 from pathlib import Path
@@ -90,3 +91,17 @@ def release_all() -> None:
     while _held:
         with contextlib.suppress(OSError):
             os.close(_held.popitem()[1])
+
+
+# In a sweep directory: the points that failed, by number (a local sweep goes on to the
+# next point; `gnnrun report` shows them, `--retry-failed` runs them again).
+FAILURES_FILE = "failed_points.json"
+
+
+def recorded_failures(sweep_dir: Path) -> dict[str, dict]:
+    """The sweep's points that failed, by number: {"overrides": [...], "error": "..."}."""
+    try:
+        failures = json.loads((Path(sweep_dir) / FAILURES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return failures if isinstance(failures, dict) else {}

@@ -40,9 +40,9 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from gnnrun.errors import GnnrunError, ReportedError
 from gnnrun.progress import console, print_error
+from gnnrun.run_dir import FAILURES_FILE, recorded_failures
 
 POINT_FILE = "point.json"
-FAILURES_FILE = "failed_points.json"  # in the sweep directory: point number -> overrides, error
 # An unfinished point's files, moved aside when it runs again; TensorBoard's event files
 # and the trackers' run ids too (gnnrun.tracking), so that its new run starts clean.
 PARTIAL_FILES = (
@@ -157,15 +157,6 @@ def _quote(value: str) -> str:
 
 # `gnnrun train --retry-failed` (cli.cmd_train): run points that failed before again.
 retry_failed = False
-
-
-def recorded_failures(sweep_dir: Path) -> dict[str, dict]:
-    """The sweep's points that failed, by number: {"overrides": [...], "error": "..."}."""
-    try:
-        failures = json.loads((Path(sweep_dir) / FAILURES_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return failures if isinstance(failures, dict) else {}
 
 
 def _record(sweep_dir: Path, index: int, overrides: list[str], error: str | None) -> None:

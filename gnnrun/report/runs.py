@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from gnnrun.errors import GnnrunError
 from gnnrun.io import shape_problem
+from gnnrun.run_dir import recorded_failures
 
 # Overrides that set the rank count: plots put them on the x axis rather than
 # in a series' name.
@@ -36,6 +37,7 @@ class Run:
     summary: dict[str, Any] | None
     problem: str | None = None  # why summary.json could not be read, if it could not
     rank_files: int = 0  # metrics.rank<R>.jsonl files written so far
+    failure: str | None = None  # the error a sweep recorded for this point, if it failed
 
     @property
     def finished(self) -> bool:
@@ -72,6 +74,8 @@ class Run:
         if self.summary is None:
             logged = len(self.history)
             target = f"/{self.target_epochs}" if self.target_epochs else ""
+            if self.failure is not None:
+                return f"failed ({logged}{target} epochs)" if logged else "failed"
             return f"unfinished ({logged}{target} epochs)" if logged else "no results yet"
         if not self.summary.get("complete", True):
             target = f"/{self.target_epochs}" if self.target_epochs else ""
@@ -100,6 +104,9 @@ class RunSet:
     kind: str  # "sweep" or "run"
     runs: list[Run] = field(default_factory=list)
     label: str = ""  # "A" / "B" when two are compared, else empty
+    # A sweep's point numbers without a directory, below its highest one or recorded as
+    # failed: why (the recorded error, or that it has none).
+    missing: dict[str, str] = field(default_factory=dict)
 
 
 def load_run_set(path: Path, label: str = "") -> RunSet:
@@ -126,8 +133,25 @@ def load_run_set(path: Path, label: str = "") -> RunSet:
                 f"{path} is a sweep with no points yet (multirun.yaml only): report it once "
                 "its runs have started"
             )
-        return RunSet(path, "sweep", [load_run(p, p.name) for p in points], label)
+        return _sweep(path, points, label)
     raise GnnrunError(f"{path} is neither a run nor a sweep directory: {expected}")
+
+
+def _sweep(path: Path, points: list[Path], label: str) -> RunSet:
+    failures = {
+        n: f.get("error", "?") if isinstance(f, dict) else "?"
+        for n, f in recorded_failures(path).items()
+    }
+    runs = [load_run(p, p.name) for p in points]
+    for run in runs:
+        run.failure = None if run.finished else failures.get(run.point)  # a retry finished it
+    have = {run.point for run in runs}
+    gaps = {str(n) for n in range(max(int(p) for p in have) + 1)} | set(failures)
+    missing = {
+        n: f"failed: {failures[n]}" if n in failures else "no directory (not started, or removed)"
+        for n in sorted(gaps - have, key=int)
+    }
+    return RunSet(path, "sweep", runs, label, missing)
 
 
 def is_run_dir(path: Path) -> bool:

@@ -397,6 +397,10 @@ def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:
         lines.append(
             "B/A: B's figure over A's, for the A point of the same algorithm, ranks, dataset, model"
         )
+    for run_set in sets:
+        tag = f"{run_set.label}: " if run_set.label else ""
+        lines += [f"{tag}point {r.point} failed: {r.failure}" for r in run_set.runs if r.failure]
+        lines += [f"{tag}point {n}: {why}" for n, why in run_set.missing.items()]
     statuses = {r.status.split(" ")[0] for r in rows}
     if "unfinished" in statuses:
         lines.append("unfinished: no summary.json yet (still running, or it stopped)")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from gnnrun.errors import GnnrunError
+from gnnrun.report.rows import report_rows
 from gnnrun.report.runs import distinguishing_overrides, load_run_set
+from gnnrun.report.tables import report_notes
 
 
 def test_a_sweep_and_a_run(sweep, single):
@@ -39,6 +42,31 @@ def test_a_damaged_summary_is_a_status_not_a_crash(sweep):
     (sweep / "0" / "summary.json").write_text('{"dataset": "synth')
     run = load_run_set(sweep).runs[0]
     assert run.summary is None and run.status == "unreadable summary.json (JSONDecodeError)"
+
+
+def test_failed_and_missing_points_are_named(sweep):
+    """A local sweep records the points that failed and goes on: the report says which
+    failed and why, and names the numbers it has no directory for."""
+    shutil.copytree(sweep / "1", sweep / "3")
+    (sweep / "3" / "summary.json").unlink()
+    failures = {"1": "retried since", "3": "boom three", "5": "boom five"}
+    record = {n: {"overrides": [], "error": e} for n, e in failures.items()}
+    (sweep / "failed_points.json").write_text(json.dumps(record))
+    found = load_run_set(sweep)
+    assert [(r.point, r.status) for r in found.runs] == [
+        ("0", "done"),
+        ("1", "done"),  # its failure was before a retry that finished
+        ("3", "failed (2/2 epochs)"),
+    ]
+    assert found.missing == {
+        "2": "no directory (not started, or removed)",
+        "5": "failed: boom five",
+    }
+    notes = report_notes(report_rows([found]), [found])
+    assert "point 3 failed: boom three" in notes
+    assert "point 2: no directory (not started, or removed)" in notes
+    assert "point 5: failed: boom five" in notes
+    assert not any("retried since" in line for line in notes)
 
 
 def test_a_sweep_whose_points_have_not_started(tmp_path):
