@@ -363,7 +363,11 @@ def _identity(cfg: ChunkedDatasetConfig) -> dict[str, Any]:
 
 
 def _inputs(cfg: ChunkedDatasetConfig) -> list[Path]:
-    return open_chunked(cfg.path).files()
+    meta = Path(cfg.path)
+    meta = meta / METADATA if meta.is_dir() else meta
+    if not meta.is_file():  # a path that names nothing: never the copy of another graph
+        return [meta]
+    return open_chunked(meta).files()
 
 
 @register_source("chunked", ChunkedDatasetConfig, inputs=_inputs)

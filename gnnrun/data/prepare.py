@@ -200,12 +200,20 @@ def load_prepared(cfg: DatasetConfig) -> GraphDataset:
     if dataset.info.get("config") != dataset_identity(cfg):
         raise GnnrunError(
             f"{cfg.prepared_dir} was prepared from a different config than dataset={cfg.name} now "
-            f"gives; run `gnnrun data prepare dataset={cfg.name}` again"
+            f"gives; run `{prepare_command(cfg)}` again"
         )
     reason, _ = _stale(dataset, cfg, rehash=False)
     if reason is not None:
         raise GnnrunError(
-            f"{cfg.prepared_dir} is out of date: {reason}; run "
-            f"`gnnrun data prepare dataset={cfg.name}` again"
+            f"{cfg.prepared_dir} is out of date: {reason}; run `{prepare_command(cfg)}` again"
         )
     return dataset
+
+
+def prepare_command(cfg: DatasetConfig) -> str:
+    """The command that prepares cfg's dataset: a graph read from the user's files is
+    chosen by its source (dataset=custom, dataset=chunked), its name and its path."""
+    path = getattr(cfg, "path", None)
+    if path is None:
+        return f"gnnrun data prepare dataset={cfg.name}"
+    return f"gnnrun data prepare dataset={cfg.source} dataset.name={cfg.name} dataset.path={path}"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnrun.data import build_dataset, prepare_dataset
+from gnnrun.data import build_dataset, load_prepared, prepare_dataset
 from gnnrun.data.chunked import ChunkedDatasetConfig, open_chunked, write_chunks
 from gnnrun.data.custom import CustomDatasetConfig
 from gnnrun.data.synthetic import SyntheticDatasetConfig
@@ -88,6 +88,22 @@ def test_the_prepared_checksum_is_the_files_and_follows_them(custom_npz, tmp_pat
     label[0] = (label[0] + 1) % 4
     np.save(tmp_path / "chunks" / "label" / "label-00000.npy", label)
     assert open_chunked(metadata).checksum(dataset_identity(chunked)) != prepared.checksum
+
+
+def test_a_path_to_nothing_never_opens_the_copy_another_path_prepared(custom_npz, tmp_path):
+    """The prepared copy is found by dataset.name: a dataset.path naming no graph is
+    refused, not answered with the copy of the graph prepared under that name; the
+    folder holding metadata.json names the same graph as the file."""
+    cfg = CustomDatasetConfig(name="g", path=str(custom_npz))
+    metadata = write_chunks(tmp_path / "chunks", cfg, build_dataset, edges_per_file=1000)
+    prepared = prepare_dataset(_chunked(metadata, tmp_path))
+    folder = prepare_dataset(_chunked(metadata.parent, tmp_path))
+    assert folder.checksum == prepared.checksum
+    with pytest.raises(GnnrunError, match="chunked graph .*nowhere/metadata.json not found"):
+        prepare_dataset(_chunked(tmp_path / "nowhere" / "metadata.json", tmp_path))
+    stale = _chunked(tmp_path / "nowhere" / "metadata.json", tmp_path)
+    with pytest.raises(GnnrunError, match="gnnrun data prepare dataset=chunked dataset.name=c "):
+        load_prepared(stale)
 
 
 def test_parquet_edge_files_read_as_npy_ones(custom_npz, tmp_path):

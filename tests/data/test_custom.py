@@ -308,7 +308,7 @@ def test_load_prepared_refuses_a_copy_whose_file_changed(tmp_path):
     with pytest.raises(
         GnnrunError,
         match=rf"out of date: {path} changed since it was prepared .*gnnrun data prepare "
-        r"dataset=mine` again",
+        rf"dataset=custom dataset.name=mine dataset.path={path}` again",
     ):
         load_prepared(cfg)  # a rank: refuses rather than train on the old graph
     assert prepare_dataset(cfg).num_nodes == 3 and load_prepared(cfg).num_nodes == 3
