@@ -12,6 +12,7 @@ them all with the ones here. `to_objects()` then runs every section's
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,7 +196,10 @@ class HostsClusterConfig(ClusterConfig):
         check(self.join_timeout_s > 0, "cluster.join_timeout_s must be positive")
         host, _, port = self.rdzv_endpoint.rpartition(":")
         check(
-            bool(host) and port.isdigit() and 1 <= int(port) <= 65535,
+            # A host name or an address (IPv6 in brackets), as torch's rendezvous parses it.
+            re.fullmatch(r"[\w.:-]+", host.removeprefix("[").removesuffix("]")) is not None
+            and port.isdigit()
+            and 1 <= int(port) <= 65535,
             f"cluster.rdzv_endpoint={self.rdzv_endpoint!r}: write HOST:PORT, an address of "
             "node 0 that every host reaches and a free port there (e.g. node0.example:29400)",
         )

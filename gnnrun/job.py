@@ -78,11 +78,18 @@ def _only_ranks_here(config, what: str, current: bool = False) -> None:
     )
 
 
+def _check_rendezvous(config) -> None:
+    from gnnrun.launch.elastic import check_rendezvous
+
+    check_rendezvous(config.cluster)
+
+
 def data_info(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
     from gnnrun.report.tables import dataset_table
 
     config = to_objects(cfg)
+    _check_rendezvous(config)
     dataset = _prepared(config, force=force, hosts_prepare=True)
     if dataset is None:  # another host's: its ranks did their share, and said so
         return
@@ -93,6 +100,7 @@ def data_prepare(cfg: DictConfig, force: bool) -> None:
     from gnnrun.config import to_objects
 
     config = to_objects(cfg)
+    _check_rendezvous(config)
     dataset = _prepared(config, force=force, hosts_prepare=True)
     if dataset is None:  # another host's: its ranks did their share, and said so
         return
@@ -125,6 +133,7 @@ def partition(cfg: DictConfig) -> None:
     from gnnrun.tasks import task_of
 
     config = to_objects(cfg)
+    _check_rendezvous(config)
     if config.dataset.source == "chunked" and task_of(config).trains_vertices:
         from gnnrun.partition import distributed
 
@@ -200,6 +209,7 @@ def train(cfg: DictConfig) -> None:
         )
         return
     record_paths(config, run_dir)
+    _check_rendezvous(config)
     algorithm = ALGORITHMS.get(config.algorithm.name)
     kind = algorithm.partition_kind
     slurm = config.cluster.name == "slurm"

@@ -97,6 +97,7 @@ def test_train_precision_is_fp32_or_bf16():
     [
         ({}, "give each its place and node 0's address"),
         ({"node_rank": 0, "rdzv_endpoint": "node0"}, "write HOST:PORT"),
+        ({"node_rank": 0, "rdzv_endpoint": "http://node0:29400"}, "write HOST:PORT"),
         ({"node_rank": 2, "rdzv_endpoint": "node0:29400"}, r"must lie in 0\.\.1"),
         ({"node_rank": 0, "rdzv_endpoint": "node0:29400", "max_restarts": -1}, "max_restarts"),
     ],
@@ -105,6 +106,7 @@ def test_cluster_hosts_names_what_is_missing_or_wrong(fields, message):
     with pytest.raises(GnnrunError, match=message):
         HostsClusterConfig(nprocs=2, **fields).validate()
     HostsClusterConfig(nprocs=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400").validate()
+    HostsClusterConfig(nprocs=2, node_rank=1, rdzv_endpoint="[::1]:29400").validate()
 
 
 def test_cluster_slurm_refuses_restarts_and_a_late_warning():

@@ -27,6 +27,7 @@ the hosts share; rank 0, on node 0, writes the summary and the checkpoints.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -55,6 +56,55 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def check_rendezvous(cluster) -> None:
+    """Under cluster=hosts, before anything is prepared (node 0 prepares for minutes, the
+    others would wait cluster.join_timeout_s): refuse an endpoint that does not resolve
+    here, and on node 0, which holds the rendezvous, one that is not an address of this
+    host or whose port is taken (the hosts would never meet, blaming each other)."""
+    if cluster.name != "hosts":
+        return
+    endpoint = cluster.rdzv_endpoint
+    host, port = endpoint.rsplit(":", 1)
+    host = host.strip("[]")
+    try:
+        found = socket.getaddrinfo(host, int(port), proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError):
+        raise GnnrunError(
+            f"cluster.rdzv_endpoint={endpoint}: {host} does not resolve on this host: give "
+            "node 0's host name or IP address, the same on every host"
+        ) from None
+    if cluster.node_rank != 0:
+        return
+    problem = _cannot_hold(found)
+    if problem is not None:
+        raise GnnrunError(f"cluster.rdzv_endpoint={endpoint}: {problem}")
+
+
+def _cannot_hold(addresses: list[tuple]) -> str | None:
+    """Why node 0 cannot listen at any of an endpoint's `addresses` (getaddrinfo's), None
+    when it can: an address another machine holds, or a port in use here."""
+    in_use = None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+                return None
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    in_use = address[1]
+    if in_use is not None:
+        return (
+            f"port {in_use} is in use on this host (another gnnrun, or another program): "
+            "choose a free port, the same on every host"
+        )
+    return (
+        "it is not an address of this host, and node 0 (cluster.node_rank=0) holds the "
+        "rendezvous there: give this host's name or one of its addresses that the other "
+        "hosts reach"
+    )
 
 
 # Signals torch's elastic agent takes over (TORCHELASTIC_SIGNALS_TO_HANDLE's default).
@@ -194,6 +244,15 @@ def _launch_once(
     handlers = {sig: signal.getsignal(sig) for sig in _AGENT_SIGNALS} if main_thread else {}
     os.environ[RANK_STARTING_ENV] = "1"  # inherited by the ranks only while they start
     _start_resource_tracker_quietly()
+    if group.nnodes > 1:  # else silent until every host has come, or the timeout
+        from gnnrun.progress import console
+
+        console.print(
+            f"node {group.node_rank}: waiting for all {group.nnodes} hosts at {endpoint} "
+            f"(up to cluster.join_timeout_s={group.join_timeout_s} s)",
+            markup=False,
+            style="dim",
+        )
     try:
         with _quiet_agent(), watcher:
             results = elastic_launch(launch, entrypoint)(*args)
@@ -231,6 +290,14 @@ def _rendezvous_failure(error: Exception, group: ElasticGroup, endpoint: str) ->
     if group.nnodes == 1:
         return f"the ranks could not meet at {endpoint}: {str(error).splitlines()[0]}"
     waited = f"within cluster.join_timeout_s={group.join_timeout_s} s"
+    detail = str(error)
+    if "EADDRINUSE" in detail or "address already in use" in detail.lower():
+        # A restart meets at port + attempt, which check_rendezvous did not try.
+        return (
+            f"cannot hold the rendezvous at {endpoint}: the port is in use on this host "
+            "(another gnnrun, or another program); choose a free port in "
+            "cluster.rdzv_endpoint, the same on every host"
+        )
     if group.node_rank == 0:
         return (
             f"not every host joined the rendezvous at {endpoint} {waited} "

@@ -121,9 +121,10 @@ def collective_timeout(cfg) -> timedelta:
 
 @contextlib.contextmanager
 def process_group(
-    cfg, backend: str, local_rank: int, cpus: list[int], threads: int, **init: Any
+    cfg, backend: str, local_rank: int, cpus: list[int], threads: int, job: str, **init: Any
 ) -> Iterator[None]:
-    """Pin this rank, pick its device, join the process group (`init`: how), leave at the end."""
+    """Pin this rank, pick its device, join the process group (`init`: how) of ranks that
+    all run `job` with the same settings, leave at the end."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
     torch.set_num_threads(threads)
@@ -133,7 +134,7 @@ def process_group(
         choose_gloo_interface()
     dist.init_process_group(backend, timeout=collective_timeout(cfg), **init)
     try:
-        check_same_config(cfg)
+        check_same_config(cfg, job)
         with watching(dist.get_rank(), dist.get_world_size()):
             yield
     finally:
@@ -189,14 +190,16 @@ def comparable_config(cfg) -> dict[str, str]:
     return flat
 
 
-def check_same_config(cfg) -> None:
+def check_same_config(cfg, job: str) -> None:
     """Refuse, on every rank, ranks started with different settings (say, one host given
-    optimizer.lr and the other not): they would train apart without a word. Each rank
+    optimizer.lr and the other not): they would train apart without a word; or by
+    different commands (`job`: one host's `gnnrun partition` meeting another's `gnnrun
+    train`), whose collectives would wait for each other until the timeout. Each rank
     gathers every rank's config hash, and the flattened configs where the hashes differ."""
     world = dist.get_world_size()
     if world == 1:
         return
-    flat = comparable_config(cfg)
+    flat = comparable_config(cfg) | {"command": job}
     digest = hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()
     digests: list[Any] = [None] * world
     dist.all_gather_object(digests, digest)

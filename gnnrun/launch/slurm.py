@@ -326,7 +326,7 @@ def run_slurm_job(cfg, job: str, *args: Any) -> list[Any]:
     backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
     cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
     init = {"init_method": "env://", "rank": rdzv.rank, "world_size": rdzv.world_size}
-    with process_group(cfg, backend, rdzv.local_rank, cpus, threads, **init):
+    with process_group(cfg, backend, rdzv.local_rank, cpus, threads, job, **init):
         return [RANK_JOBS[job](cfg, rdzv.rank, *args)]
 
 
@@ -346,7 +346,7 @@ def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str,
     backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
     cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
     init = {"init_method": "env://", "rank": rdzv.rank, "world_size": rdzv.world_size}
-    with process_group(cfg, backend, rdzv.local_rank, cpus, threads, **init):
+    with process_group(cfg, backend, rdzv.local_rank, cpus, threads, "train", **init):
         gate = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
         status: list[Any] = [READY]
         if rdzv.rank == 0:

@@ -39,7 +39,7 @@ def rank_main(cfg, backend: str, job: str, *args):
     signal.signal(signal.SIGINT, _interrupt_once)
     cpus, threads = rank_cpus(rank, world, cfg.cluster.threads_per_rank, cfg.cluster.comm_cores)
     try:
-        with process_group(cfg, backend, local_rank, cpus, threads):
+        with process_group(cfg, backend, local_rank, cpus, threads, job):
             return RANK_JOBS[job](cfg, rank, *args)
     except KeyboardInterrupt:
         _leave_interrupted()

@@ -27,8 +27,11 @@ def kill_on_rank(rank: int, world: int, bad: int) -> None:
     dist.barrier()
 
 
-def check_config(rank: int, world: int, overrides_by_rank: list[list[str]]) -> None:
-    """Compose the config the CLI would from this rank's overrides and compare it across ranks."""
+def check_config(
+    rank: int, world: int, overrides_by_rank: list[list[str]], jobs: list[str] | None = None
+) -> None:
+    """Compose the config the CLI would from this rank's overrides and compare it, and the
+    rank's job (`jobs`, else train), across ranks."""
     from hydra import compose, initialize_config_dir
 
     from gnnrun.cli import CONFIG_DIR
@@ -39,4 +42,4 @@ def check_config(rank: int, world: int, overrides_by_rank: list[list[str]]) -> N
     register_schemas()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = to_objects(compose("config", overrides=overrides_by_rank[rank]))
-    check_same_config(cfg)
+    check_same_config(cfg, jobs[rank] if jobs else "train")

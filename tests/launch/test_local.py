@@ -80,6 +80,31 @@ def test_cpu_sets_split_the_cores():
     assert rank_cpus(0, 1, 3, 0)[1] == 3
 
 
+def test_an_endpoint_node_0_cannot_hold_is_refused_before_any_work():
+    """Node 0 holds the rendezvous: an address of another machine, or a port in use, would
+    leave every host waiting cluster.join_timeout_s and then blaming the others."""
+    import socket
+
+    from gnnrun.config import HostsClusterConfig
+    from gnnrun.launch.elastic import check_rendezvous
+
+    def host(endpoint: str, node_rank: int = 0) -> HostsClusterConfig:
+        return HostsClusterConfig(nprocs=2, node_rank=node_rank, rdzv_endpoint=endpoint)
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(GnnrunError, match=f"port {port} is in use on this host"):
+            check_rendezvous(host(f"127.0.0.1:{port}"))
+        check_rendezvous(host(f"127.0.0.1:{port}", node_rank=1))  # node 1 only connects
+    check_rendezvous(host(f"127.0.0.1:{port}"))  # free again
+    with pytest.raises(GnnrunError, match="192.0.2.1:29400: it is not an address of this host"):
+        check_rendezvous(host("192.0.2.1:29400"))  # TEST-NET-1: nobody's
+    with pytest.raises(GnnrunError, match="nohost.invalid does not resolve on this host"):
+        check_rendezvous(host("nohost.invalid:29400", node_rank=1))
+
+
 @pytest.mark.parametrize(
     "node_rank, message",
     [
@@ -121,6 +146,10 @@ def test_ranks_started_with_different_settings_are_refused_on_every_rank(monkeyp
         [*HOST, "cluster.node_rank=1", "paths.data_root=/b", "cluster.threads_per_rank=3"],
     ]
     assert run_on_ranks(rank_fns.check_config, 2, own, timeout_s=60) == [None, None]
+    # The same settings given to another command on one host (its collectives would wait).
+    same = [[*HOST, "cluster.node_rank=0"], [*HOST, "cluster.node_rank=1"]]
+    with pytest.raises(GnnrunError, match=r"different settings: command \(rank 0: partition; "):
+        run_on_ranks(rank_fns.check_config, 2, same, ["partition", "train"], timeout_s=60)
 
 
 @pytest.mark.faults  # two gnnrun processes as hosts; 2 local ranks above cover the check
