@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from gnnrun import job
-from gnnrun.errors import GnnrunError, ReportedError, os_error_message
+from gnnrun.errors import GnnrunError, ReportedError, Stopped, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 from gnnrun.resources import shipped
@@ -436,7 +436,7 @@ def run_hydra(
             task(cfg)
         except GnnrunError as exc:
             print_error(exc)
-            raise ReportedError(str(exc)) from None
+            raise ReportedError(str(exc), stopped=isinstance(exc, Stopped)) from None
         except OSError as exc:  # the file system refused (permissions, space, ...)
             print_error(os_error_message(exc))
             raise ReportedError(os_error_message(exc)) from None

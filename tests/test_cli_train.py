@@ -215,6 +215,33 @@ def test_a_signal_stops_every_rank(tmp_path, whom, sig, code, message, algorithm
     assert still_running(ours) == []
 
 
+def test_a_signal_stops_a_local_sweep_without_failing_its_point(tmp_path):
+    """`kill` or `timeout` (SIGTERM) stops the sweep at its point, as Ctrl-C does: the point
+    is not recorded as failed (a later --resume-sweep runs it) and no other point starts."""
+    sweep = tmp_path / "s"
+    gnnrun = Path(sys.executable).with_name("gnnrun")
+    command = [str(gnnrun), "train", "-m", "dataset=synthetic-tiny", "cluster.nprocs=2"]
+    command += ["train.epochs=100000", "train.seed=0,1", f"hydra.sweep.dir={sweep}"]
+    with open(tmp_path / "err", "w") as err:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path)
+    try:
+        metrics = sweep / "0" / "metrics.rank0.jsonl"
+        assert wait_for(lambda: metrics.is_file() and metrics.stat().st_size > 0, 180, process)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    err = " ".join((tmp_path / "err").read_text().split())
+    assert process.returncode == 1, err
+    assert "error: stopped by SIGTERM" in err, err
+    assert "the sweep stopped at point 0 (" in err, err
+    assert f"train.seed=0); gnnrun train --resume-sweep {sweep} continues it" in err, err
+    assert "going on with the next point" not in err
+    assert not (sweep / "failed_points.json").exists() and not (sweep / "1").exists()
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
 def test_ctrl_c_while_ranks_start_prints_one_line(tmp_path):
     """Ranks spend seconds importing torch; Ctrl-C then must not print their tracebacks."""

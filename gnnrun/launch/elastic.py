@@ -46,7 +46,7 @@ from typing import Any
 
 from gnnrun import RANK_STARTING_ENV
 from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
-from gnnrun.errors import GnnrunError
+from gnnrun.errors import GnnrunError, Stopped
 from gnnrun.launch.rank import choose_backend
 from gnnrun.launch.watchdog import LOST_PREFIX, AbortWatcher
 from gnnrun.torch_support import dataclass_accepts
@@ -175,7 +175,7 @@ def launch_elastic(entrypoint: Callable[..., Any], args: tuple, group: ElasticGr
             os.environ[ATTEMPT_ENV] = str(attempt)
             try:
                 return _launch_once(entrypoint, args, group, attempt)
-            except NotRestartable:
+            except (NotRestartable, Stopped):
                 raise
             except GnnrunError as exc:
                 if attempt == group.max_restarts:
@@ -269,7 +269,7 @@ def _launch_once(
         if exc.sigval == signal.SIGINT:
             raise KeyboardInterrupt from None
         here = " of this host" if group.nnodes > 1 else ""
-        raise NotRestartable(
+        raise Stopped(
             f"stopped by {signal.Signals(exc.sigval).name}; all {group.nproc_per_node} "
             f"ranks{here} were stopped"
         ) from None
@@ -283,7 +283,7 @@ def _launch_once(
 
 
 class NotRestartable(GnnrunError):
-    """A failure no restart mends: the hosts never met, or a signal stopped the run."""
+    """A failure no restart mends: the hosts never met (a signal's stop is `Stopped`)."""
 
 
 def _rendezvous_failure(error: Exception, group: ElasticGroup, endpoint: str) -> str:

@@ -219,7 +219,7 @@ class LocalSweepLauncher(BasicLauncher):
                     soft_wrap=True,
                     markup=False,
                 )
-            error = self._run(cfg)
+            error = self._run(cfg, index, label, sweep_dir)
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
             _record(sweep_dir, index, overrides, error)
             if error is not None:
@@ -275,8 +275,9 @@ class LocalSweepLauncher(BasicLauncher):
             raise SystemExit(1)
         return points
 
-    def _run(self, cfg) -> str | None:
-        """Run one point; its error, or None when it finished."""
+    def _run(self, cfg, index: int, label: str, sweep_dir: Path) -> str | None:
+        """Run one point; its error, or None when it finished. A point stopped by a
+        signal stops the sweep, not recorded as failed."""
         import traceback
 
         try:
@@ -288,6 +289,12 @@ class LocalSweepLauncher(BasicLauncher):
                 job_subdir_key="hydra.sweep.subdir",
             )
         except ReportedError as exc:  # printed already
+            if exc.stopped:
+                print_error(
+                    f"the sweep stopped at point {index} ({label}); gnnrun train "
+                    f"--resume-sweep {sweep_dir} continues it from there"
+                )
+                raise SystemExit(1) from None
             return exc.message
         except SystemExit as exc:
             return None if exc.code in (0, None) else f"exited with status {exc.code}"
