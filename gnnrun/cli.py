@@ -23,7 +23,7 @@ from gnnrun import job
 from gnnrun.errors import GnnrunError, ReportedError, Stopped, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
-from gnnrun.resources import shipped
+from gnnrun.resources import install_command, shipped
 
 CONFIG_DIR = shipped("configs")
 GROUPS = (
@@ -343,7 +343,7 @@ def _install_slurm_launcher(needed: bool) -> None:
         if needed:
             raise GnnrunError(
                 f"cluster=slurm needs gnnrun's slurm extra ({exc.name} is not installed): "
-                "pip install 'gnnrun[slurm]'"
+                f"{install_command('slurm')}"
             ) from None
         return
     install()

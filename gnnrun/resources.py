@@ -23,3 +23,21 @@ def shipped(name: str) -> Path:
     raise FileNotFoundError(
         f"gnnrun's {name}/ is neither in {PACKAGE} nor in {PACKAGE.parent}: reinstall gnnrun"
     )
+
+
+def install_command(extra: str) -> str:
+    """The pip command that installs an optional extra's packages (`pip install
+    'gnnrun[extra]'` needs gnnrun on an index; from a clone it is not), read from the
+    installed metadata: `pip install 'mlflow>=2.10'`."""
+    import importlib.metadata
+    import re
+
+    try:
+        requires = importlib.metadata.requires("gnnrun") or []
+    except importlib.metadata.PackageNotFoundError:  # imported from a checkout, not installed
+        requires = []
+    marker = re.compile(rf"""^(.*?);\s*extra\s*==\s*["']{re.escape(extra)}["']\s*$""")
+    packages = [m[1].strip() for r in requires if (m := marker.match(r))]
+    if not packages:
+        return f"pip install -e '.[{extra}]' in gnnrun's clone"
+    return "pip install " + " ".join(f"'{p}'" for p in packages)

@@ -307,7 +307,7 @@ def test_cluster_slurm_without_the_slurm_extra_names_it(capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "gnnrun.launch.slurm_launcher", raising=False)
     monkeypatch.setitem(sys.modules, "hydra_plugins.hydra_submitit_launcher.config", None)
     code, _, err = run(capsys, "train", "cluster=slurm")
-    assert code == 1 and "pip install 'gnnrun[slurm]'" in err
+    assert code == 1 and "pip install 'submitit>=1.5' 'hydra-submitit-launcher>=1.2'" in err
     code, _, err = run(capsys, "train", "--cfg", "job")  # other runs do not need it
     assert code == 0, err
 

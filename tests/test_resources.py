@@ -29,3 +29,13 @@ def test_a_missing_folder_names_both_places(tmp_path, monkeypatch):
     monkeypatch.setattr(resources, "PACKAGE", tmp_path / "gnnrun")
     with pytest.raises(FileNotFoundError, match=r"kernels/ is neither in .*gnnrun nor in"):
         resources.shipped("kernels")
+
+
+def test_an_extras_install_command_names_its_packages():
+    """gnnrun is installed from a clone, not an index: `pip install 'gnnrun[mlflow]'` would
+    fail, so the command names the extra's own packages, as pyproject.toml lists them."""
+    from gnnrun.resources import install_command
+
+    assert install_command("mlflow") == "pip install 'mlflow>=2.10'"
+    assert install_command("slurm") == "pip install 'submitit>=1.5' 'hydra-submitit-launcher>=1.2'"
+    assert install_command("no-such-extra") == "pip install -e '.[no-such-extra]' in gnnrun's clone"

@@ -53,6 +53,7 @@ from gnnrun.data.graph import csr_from_edges
 from gnnrun.data.registry import DatasetConfig, register_source
 from gnnrun.errors import GnnrunError
 from gnnrun.io import atomic_directory, sha256_file, write_json
+from gnnrun.resources import install_command
 
 FORMAT = "gnnrun-chunked"
 FORMAT_VERSION = 1
@@ -324,7 +325,7 @@ def _edge_files(meta: Path, entries: Any) -> list[EdgeFile]:
                 import pyarrow.parquet as pq
             except ImportError:
                 raise _fail(
-                    meta, f"{path} is Parquet, which needs pyarrow: pip install gnnrun[parquet]"
+                    meta, f"{path} is Parquet, which needs pyarrow: {install_command('parquet')}"
                 ) from None
             schema = pq.read_schema(path)
             if not {"src", "dst"} <= set(schema.names):

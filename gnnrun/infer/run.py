@@ -55,6 +55,7 @@ from gnnrun.models.hetero import typed_input
 from gnnrun.ops.precision import autocast, widened
 from gnnrun.ops.rows import read_only_tensor, take_rows
 from gnnrun.partition.book import open_partition
+from gnnrun.resources import install_command
 from gnnrun.tasks import load_for_task, task_of
 from gnnrun.torch_support import compute_device
 from gnnrun.train.checkpoint import CHECKPOINT, PREDICT_FIX, load_checkpoint
@@ -145,8 +146,8 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
     parquet = str(cfg.predict.parquet).lower()
     if parquet == "true" and not parquet_available():
         raise GnnrunError(
-            "predict.parquet=true needs pyarrow, which is not installed: pip install "
-            "'gnnrun[parquet]' (or set predict.parquet=auto to write .npy shards only)"
+            f"predict.parquet=true needs pyarrow, which is not installed: "
+            f"{install_command('parquet')} (or set predict.parquet=auto to write .npy shards only)"
         )
     return InferencePlan(
         kind=kind,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnrun.errors import GnnrunError
+from gnnrun.resources import install_command
 from gnnrun.tracking.backends import BACKENDS
 from gnnrun.tracking.config import LoggerConfig
 
@@ -22,7 +23,7 @@ def check_installed(logger: LoggerConfig | None) -> None:
         if importlib.util.find_spec(backend.module) is None:
             raise GnnrunError(
                 f"logger={name} needs the {backend.module} package, which is not installed: "
-                f"pip install 'gnnrun[{backend.extra}]' (or leave {name} out of logger=...)"
+                f"{install_command(backend.extra)} (or leave {name} out of logger=...)"
             )
 
 
