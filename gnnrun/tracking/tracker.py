@@ -190,6 +190,7 @@ class Tracker:
             return
         files: list[Path] = []
         self._put(lambda: files.extend(self._artifacts()))
+        summary = on_step_axis(summary)
         checkpoint = self.run_dir / "checkpoint.pt"
         self._each(
             "finish",
@@ -342,3 +343,12 @@ class Tracker:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state) + "\n")
         tmp.replace(path)
+
+
+def on_step_axis(summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` with its best epoch counted from 1, as the trackers' steps are (and the
+    terminal's epochs; summary.json counts from 0, as the metrics files)."""
+    best = summary.get("best")
+    if not isinstance(best, dict) or not isinstance(best.get("epoch"), int):
+        return summary
+    return summary | {"best": best | {"epoch": best["epoch"] + 1}}

@@ -45,3 +45,14 @@ def test_epochs_queued_while_the_thread_waits_are_sent_in_one_call(tmp_path):
     tracker.drain()
     assert recording.calls == [[1, 2, 3], [4]]
     tracker.close()
+
+
+def test_the_summary_a_tracker_gets_counts_the_best_epoch_as_its_steps():
+    """Steps count epochs from 1, summary.json from 0: the trackers' summary/best/epoch is
+    the step of the best evaluation, and summary.json is left as it is."""
+    from gnnrun.tracking.tracker import on_step_axis
+
+    summary = {"epochs": 10, "best": {"epoch": 9, "val_acc": 0.97}}
+    assert on_step_axis(summary) == {"epochs": 10, "best": {"epoch": 10, "val_acc": 0.97}}
+    assert summary["best"]["epoch"] == 9
+    assert on_step_axis({"best": {"epoch": None}}) == {"best": {"epoch": None}}  # no validation
