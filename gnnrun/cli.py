@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from gnnrun import job
-from gnnrun.errors import GnnrunError, ReportedError, Stopped, os_error_message
+from gnnrun.errors import GnnrunError, ReportedError, Stopped, did_you_mean, os_error_message
 from gnnrun.progress import console, out, print_error
 from gnnrun.report.command import cmd_report
 from gnnrun.resources import install_command, shipped
@@ -127,6 +127,11 @@ def cmd_train(args: list[str]) -> int:
     _install_slurm_launcher(needed=any("slurm" in a for a in args))
     sweep.retry_failed = "--retry-failed" in args
     args = [a for a in args if a != "--retry-failed"]
+    if sweep.retry_failed and not {"--resume-sweep", "-m", "--multirun"} & set(args):
+        raise GnnrunError(
+            "--retry-failed runs a sweep's failed points again: give it with --resume-sweep "
+            "SWEEP_DIR (or with the sweep's own -m command)"
+        )
     if "--resume-sweep" in args:
         args = _resume_sweep_args(args)
     elif not any(a.startswith("-") for a in args) and _asks_for_slurm(args):
@@ -425,6 +430,7 @@ def run_hydra(
     from gnnrun.schemas import register_schemas
 
     register_schemas()
+    check_flags(overrides, job_name)
     overrides = with_renamed_keys(overrides)
     check_overrides(overrides)
     if keep_run_dir:
@@ -622,6 +628,33 @@ def _known_key(cfg: DictConfig, key: str, adding: bool) -> bool:
 
 # Hydra's flags that take a value: `--cfg job`, `--info config`, `--package _global_`.
 _FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p")
+# Hydra's own flags (what its parser takes; gnnrun passes them on), and gnnrun's, which
+# its commands take out before Hydra sees the rest: a misspelt one is named with these.
+HYDRA_FLAGS = (
+    *("--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package"),
+    *("-p", "--run", "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path"),
+    *("-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun", "--info"),
+    "-i",
+)
+GNNRUN_FLAGS = ("--resume-sweep", "--retry-failed", "--force", *CHUNK_FLAGS)
+
+
+def check_flags(arguments: list[str], job_name: str) -> None:
+    """Refuse, in one line, a flag neither Hydra nor gnnrun has (argparse's usage spans
+    ten lines and suggests nothing; a misspelt flag with a value fails as an override)."""
+    for argument in arguments:
+        flag = argument.split("=", 1)[0]
+        if argument.startswith("-") and flag not in HYDRA_FLAGS:
+            command = job_name.replace("-", " ")
+            hint = (
+                DATA_USAGE
+                if command.startswith("data")
+                else f"`gnnrun {command} --help` lists the settings"
+            )
+            raise GnnrunError(
+                f"gnnrun {command} has no option {flag}"
+                f"{did_you_mean(flag, [*HYDRA_FLAGS, *GNNRUN_FLAGS])}; {hint}"
+            )
 
 
 def _split_flags(arguments: list[str]) -> tuple[list[str], list[str]]:

@@ -295,6 +295,33 @@ def test_hydra_flags_may_follow_the_overrides(capsys):
     assert "constraint: icelake" in out
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["train", "--resume-swep", "s"],
+            "gnnrun train has no option --resume-swep (did you mean --resume-sweep?)",
+        ),
+        (
+            ["train", "--mutlirun", "dataset=cora"],
+            "has no option --mutlirun (did you mean --multirun?)",
+        ),
+        (
+            ["data", "chunk", "dataset=synthetic-tiny", "--output", "o", "--edge-per-file", "9"],
+            "gnnrun data chunk has no option --edge-per-file (did you mean --edges-per-file?); usage:",
+        ),
+        (["data", "prepare", "--forc", "dataset=cora"], "(did you mean --force?)"),
+        (
+            ["train", "dataset=synthetic-tiny", "--retry-failed"],
+            "--retry-failed runs a sweep's failed points again: give it with --resume-sweep",
+        ),
+    ],
+)
+def test_an_unknown_flag_is_one_line_with_the_nearest(capsys, args, message):
+    code, _, err = run(capsys, *args)
+    assert code == 1 and message in " ".join(err.split()) and "usage: gnnrun train [" not in err
+
+
 def test_version(capsys):
     from gnnrun import __version__
 
