@@ -488,6 +488,12 @@ def check_overrides(overrides: list[str]) -> None:
             f"one job per value (gnnrun train, partition), or give a list as "
             f"{sweeping.key_or_group}=[...]"
         )
+    if added := next((o for o in parsed if o.is_add() and o.key_or_group in GROUPS), None):
+        plain = added.input_line.lstrip("+")
+        raise GnnrunError(
+            f"{added.input_line}: {added.key_or_group} has a default option already; choose "
+            f"another with {plain}, without + (+ adds a key or group the config lacks)"
+        )
     choices = _group_choices(parsed)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
@@ -642,6 +648,10 @@ GNNRUN_FLAGS = ("--resume-sweep", "--retry-failed", "--force", *CHUNK_FLAGS)
 def check_flags(arguments: list[str], job_name: str) -> None:
     """Refuse, in one line, a flag neither Hydra nor gnnrun has (argparse's usage spans
     ten lines and suggests nothing; a misspelt flag with a value fails as an override)."""
+    modes = {"-m": "--multirun", "-c": "--cfg", "-i": "--info", "-r": "--run"}
+    given = sorted({modes.get(f, f) for f in (a.split("=", 1)[0] for a in arguments)})
+    if len(chosen := [f for f in given if f in modes.values()]) > 1:
+        raise GnnrunError(f"{' and '.join(chosen)}: give one of them (Hydra runs one mode)")
     for argument in arguments:
         flag = argument.split("=", 1)[0]
         if argument.startswith("-") and flag not in HYDRA_FLAGS:

@@ -311,13 +311,15 @@ def test_hydra_flags_may_follow_the_overrides(capsys):
             "gnnrun data chunk has no option --edge-per-file (did you mean --edges-per-file?); usage:",
         ),
         (["data", "prepare", "--forc", "dataset=cora"], "(did you mean --force?)"),
+        (["train", "+logger=mlflow"], "+logger=mlflow: logger has a default option already"),
+        (["train", "-m", "--cfg", "job"], "--cfg and --multirun: give one of them"),
         (
             ["train", "dataset=synthetic-tiny", "--retry-failed"],
             "--retry-failed runs a sweep's failed points again: give it with --resume-sweep",
         ),
     ],
 )
-def test_an_unknown_flag_is_one_line_with_the_nearest(capsys, args, message):
+def test_wrong_flags_and_group_additions_are_one_line(capsys, args, message):
     code, _, err = run(capsys, *args)
     assert code == 1 and message in " ".join(err.split()) and "usage: gnnrun train [" not in err
 
