@@ -17,14 +17,22 @@ from gnnrun.tracking.config import LoggerConfig
 
 
 def check_installed(logger: LoggerConfig | None) -> None:
-    """Refuse a run whose chosen tracker's package is missing, with the line that installs it."""
-    for name in logger.chosen if logger is not None else []:
-        backend = BACKENDS.get(name)
-        if importlib.util.find_spec(backend.module) is None:
-            raise GnnrunError(
-                f"logger={name} needs the {backend.module} package, which is not installed: "
-                f"{install_command(backend.extra)} (or leave {name} out of logger=...)"
-            )
+    """Refuse a run whose chosen trackers' packages are missing, with the line that
+    installs them (every missing one at once)."""
+    missing = [
+        (name, BACKENDS.get(name))
+        for name in (logger.chosen if logger is not None else [])
+        if importlib.util.find_spec(BACKENDS.get(name).module) is None
+    ]
+    if not missing:
+        return
+    names = ", ".join(name for name, _ in missing)
+    packages = " and ".join(f"the {backend.module} package" for _, backend in missing)
+    install = "; ".join(install_command(backend.extra) for _, backend in missing)
+    raise GnnrunError(
+        f"logger={names} needs {packages}, which {'is' if len(missing) == 1 else 'are'} not "
+        f"installed: {install} (or leave {names} out of logger=...)"
+    )
 
 
 def make_tracker(cfg: Any, run_dir: Path, rank: int, world_size: int):

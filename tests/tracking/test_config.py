@@ -46,6 +46,14 @@ def test_a_missing_tracker_is_refused_with_its_install_line(monkeypatch):
     with pytest.raises(GnnrunError, match=r"logger=mlflow needs .* pip install 'mlflow>=2\.10'"):
         check_installed(logger)
     check_installed(compose().logger)  # none chosen: nothing to check
+    monkeypatch.setattr(BACKENDS.get("tensorboard"), "module", "gnnrun_no_such_package")
+    with pytest.raises(GnnrunError) as both:  # every missing one at once
+        check_installed(logger)
+    assert str(both.value).startswith(
+        "logger=tensorboard, mlflow needs the gnnrun_no_such_package package and the "
+        "gnnrun_no_such_package package, which are not installed: pip install 'tensorboard>=2.14'; "
+        "pip install 'mlflow>=2.10'"
+    )
 
 
 def test_choosing_no_tracker_imports_none_of_them():
