@@ -264,13 +264,14 @@ def _check_files(cfg: OgbDatasetConfig, meta: pd.Series, directory: Path) -> Non
     missing = [rel for rel in needed if not (directory / rel).is_file()]
     if not missing:
         return
-    where = "\n".join(f"  {directory / rel}" for rel in missing)
+    # One line, as every error: a SLURM task's is quoted from its log by its first line.
+    where = ", ".join(str(directory / rel) for rel in missing)
     unpacked = Path(cfg.root) / str(meta["download_name"])
     if unpacked.is_dir() and unpacked != directory:
-        where += f"\n({unpacked} exists: rename it to {directory})"
+        where += f" ({unpacked} exists: rename it to {directory})"
     layout = ", ".join(needed)
     raise GnnrunError(
-        f"{cfg.ogb_name}: {len(missing)} of the dataset's files are missing:\n{where}\n"
+        f"{cfg.ogb_name}: {len(missing)} of the dataset's files are missing: {where}. "
         f"{directory} must hold {layout}. Download the official archive {meta['url']} and "
         f"unzip it into {cfg.root} (it unpacks to {meta['download_name']}/; rename that folder "
         f"to {directory.name}), or set dataset.root to the folder that holds {directory.name}/. "

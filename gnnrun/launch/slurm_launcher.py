@@ -80,6 +80,14 @@ copyreg.pickle(Console, _reduce_console)
 SRUN_ARGS = ["--kill-on-bad-exit=1"]
 FINISHED_GRACE_S = 10  # an ended job's result file may take a moment to appear (shared FS)
 _QUEUE_DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+# squeue's reasons for a pending job that the cluster, as configured, will never start
+# (the job waits in the queue until cancelled); what to change.
+_NEVER_STARTS = {
+    "PartitionConfig": "the partition cannot hold it as asked (nodes, tasks per node)",
+    "PartitionNodeLimit": "it asks for more nodes than its partition has or allows",
+    "PartitionTimeLimit": "its time limit is above the partition's",
+    "BadConstraints": "no node has the features and resources it asks for",
+}
 
 
 @dataclass
@@ -231,7 +239,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
                     self, *zip(*[(*a, state) for a in arguments], strict=True)
                 )
             except Exception as exc:  # sbatch refused: bad partition, account, limits ...
-                raise GnnrunError(f"sbatch refused the job: {_last_line(str(exc))}") from None
+                said = _last_line(str(exc))
+                raise GnnrunError(f"sbatch refused the job: {said}{_sbatch_fix(said)}") from None
             tasks = params.get("nodes", 1) * params.get("tasks_per_node", 1)
             for point, job in zip(members, jobs, strict=True):
                 point.job, point.tasks = job, tasks
@@ -250,6 +259,12 @@ class SlurmLauncher(SubmititSlurmLauncher):
             queue = _queue_states([p.job.job_id for p in pending])
             now = time.monotonic()
             for point in list(pending):
+                if (reason := _never_starts(point, queue)) is not None:
+                    pending.remove(point)
+                    self._cancel([point])
+                    point.error = reason
+                    print_error(reason, where=f"point {point.index} ({point.label}): ")
+                    continue
                 finished = _result_files_present(point)
                 if not finished and queue is not None:
                     state = queue.get(point.job.job_id)
@@ -328,12 +343,48 @@ def install() -> None:
 # --------------------------------------------------------------------- helpers
 
 
+# sbatch's words for what the user can change, and the change.
+_SBATCH_FIXES = (
+    (
+        ("configuration source", "configuration file", "unable to contact slurm controller"),
+        "the SLURM controller cannot be reached from here: submit from a login node of "
+        "the cluster (SLURM_CONF names the configuration sbatch reads)",
+    ),
+    (("invalid partition",), "choose one with cluster.partition (`sinfo -s` lists them)"),
+    (("invalid account",), "give yours with cluster.account (`sacctmgr show assoc user=$USER`)"),
+    (("time limit",), "lower cluster.time_limit_min to the partition's limit (`sinfo -s`)"),
+)
+
+
+def _sbatch_fix(said: str) -> str:
+    """ "; <what to change>" for a refusal whose cause is known, else nothing."""
+    for words, fix in _SBATCH_FIXES:
+        if any(word in said.lower() for word in words):
+            return f"; {fix}"
+    return ""
+
+
+def _never_starts(point: _Point, queue: dict[str, str] | None) -> str | None:
+    """Why `point`'s pending job will never start (None: it may), with what to change."""
+    state = (queue or {}).get(point.job.job_id, "")
+    reason = state.partition(" ")[2].strip("()")
+    if not state.startswith("PENDING") or reason not in _NEVER_STARTS:
+        return None
+    return (
+        f"SLURM will not start job {point.job.job_id} ({reason}: {_NEVER_STARTS[reason]}), "
+        "so it was cancelled: ask for what the partition has (cluster.nodes, "
+        "cluster.tasks_per_node, cluster.time_limit_min, cluster.partition; `sinfo -s` "
+        "lists the partitions)"
+    )
+
+
 def _queue_states(job_ids: list[str]) -> dict[str, str] | None:
-    """job id (with its array index) -> squeue state; None when squeue did not answer."""
+    """job id (with its array index) -> squeue state, a pending job's as "PENDING (reason)";
+    None when squeue did not answer."""
     arrays = sorted({j.split("_")[0] for j in job_ids})
     try:
         done = subprocess.run(
-            ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(arrays)],
+            ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%r", "-j", ",".join(arrays)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -345,8 +396,10 @@ def _queue_states(job_ids: list[str]) -> dict[str, str] | None:
         return {} if "Invalid job id" in done.stderr else None
     states = {}
     for line in done.stdout.splitlines():
-        job_id, _, state = line.strip().partition("|")
-        states[job_id] = state.split()[0] if state else ""
+        job_id, _, rest = line.strip().partition("|")
+        state, _, reason = rest.partition("|")
+        state = state.split()[0] if state.strip() else ""
+        states[job_id] = f"{state} ({reason.strip()})" if state == "PENDING" else state
     return states
 
 

@@ -330,3 +330,18 @@ def test_partition_on_the_ranks_outside_a_job_step_says_how_to_start_it(
     assert "srun -N NODES -n 1 gnnrun partition cluster=slurm" in err
     left = [p.name for p in (tmp_path / "data").rglob("*") if p.is_dir() or "tmp" in p.name]
     assert "random-1" not in left and not [n for n in left if "tmp" in n]  # nothing half-made
+
+
+@pytest.mark.parametrize(
+    "said, fix",
+    [
+        ("sbatch: fatal: Could not establish a configuration source", "cannot be reached"),
+        ("sbatch: error: invalid partition specified: cpu", "cluster.partition (`sinfo -s`"),
+        ("sbatch: error: Batch job submission failed: Invalid account", "cluster.account"),
+        ("sbatch: error: something new", None),
+    ],
+)
+def test_an_sbatch_refusal_says_what_to_change(said, fix):
+    from gnnrun.launch.slurm_launcher import _sbatch_fix
+
+    assert (fix in _sbatch_fix(said)) if fix else _sbatch_fix(said) == ""

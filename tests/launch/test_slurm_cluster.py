@@ -159,6 +159,25 @@ def test_a_run_without_m_submits_one_job_and_waits(slurm_env, tmp_path):
     assert f"run directory: {tmp_path / 'run'}" in " ".join(done.stdout.split())
 
 
+def test_a_job_the_cluster_will_never_start_is_cancelled_and_named(slurm_env, tmp_path):
+    """Two nodes on this one-node cluster: SLURM queues the job for ever (PartitionConfig
+    or PartitionNodeLimit); gnnrun cancels it and says what to change."""
+    args = ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=1", "cluster=slurm"]
+    done = gnnrun([*args, "cluster.nodes=2", "hydra.run.dir=run"], tmp_path, slurm_env, 120)
+    err = " ".join(done.stderr.split())
+    assert done.returncode == 1, err[-3000:]
+    assert "SLURM will not start job" in err and "so it was cancelled" in err, err[-3000:]
+    assert "cluster.nodes" in err and "cancelled SLURM job(s)" in err
+    (job_id,) = [j for _, _, j, _ in JOB_LINE.findall(err)]
+    queued = subprocess.run(
+        ["squeue", "-h", "-t", "PD,R,CG", "-j", job_id],
+        env=slurm_env,
+        capture_output=True,
+        text=True,
+    )
+    assert queued.stdout.strip() == ""
+
+
 def test_a_rank_that_fails_fails_its_point_with_the_message(slurm_env, tmp_path):
     start = time.monotonic()
     args = ["dataset=cora", "paths.raw_root=/nonexistent", "algorithm=minibatch", "train.epochs=1"]
