@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gnnrun.config import check
+from gnnrun.errors import GnnrunError
 
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -61,6 +62,16 @@ class LoggerConfig:
             self.wandb.mode in WANDB_MODES,
             f"logger.wandb.mode {self.wandb.mode!r}: choose one of {', '.join(WANDB_MODES)}",
         )
+        for name in ("tensorboard", "mlflow", "wandb"):
+            settings = getattr(self, name)
+            if not settings.enabled and settings != type(settings)():
+                changed = next(
+                    k for k, v in vars(settings).items() if v != getattr(type(settings)(), k)
+                )
+                raise GnnrunError(
+                    f"logger.{name}.{changed} is set but {name} is not chosen: add "
+                    f"logger={name} (or logger=[...,{name}]), or leave logger.{name}.* out"
+                )
         check(bool(self.mlflow.experiment), "logger.mlflow.experiment must not be empty")
         check(bool(self.wandb.project), "logger.wandb.project must not be empty")
 

@@ -98,3 +98,10 @@ def test_an_unknown_tracker_in_a_list_is_named_with_the_choices():
     check_overrides(["logger=[tensorboard,mlflow]"])
     with pytest.raises(GnnrunError, match="logger=foo in .*Choose from mlflow, none, tensorboard"):
         check_overrides(["logger=[tensorboard,foo]"])
+
+
+def test_a_trackers_setting_without_the_tracker_is_refused():
+    """It would be ignored: the run would log nowhere the user looks."""
+    with pytest.raises(GnnrunError, match="logger.mlflow.experiment is set but mlflow is not"):
+        compose("logger.mlflow.experiment=x")
+    assert compose("logger=mlflow", "logger.mlflow.experiment=x").logger.mlflow.experiment == "x"
