@@ -70,6 +70,9 @@ DATA_USAGE = (
 
 def cmd_data(args: list[str]) -> int:
     actions = {"info": job.data_info, "prepare": job.data_prepare}
+    if args and args[0] == "chunk" and {"-h", "--help"} & set(args):
+        out.print(DATA_USAGE, markup=False, highlight=False, soft_wrap=True)
+        return 0
     if args and args[0] == "chunk":
         options, rest = chunk_options(args[1:])
         return run_hydra(lambda cfg: job.data_chunk(cfg, **options), "data-chunk", rest)

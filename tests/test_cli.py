@@ -324,6 +324,11 @@ def test_wrong_flags_and_group_additions_are_one_line(capsys, args, message):
     assert code == 1 and message in " ".join(err.split()) and "usage: gnnrun train [" not in err
 
 
+def test_data_chunk_help_prints_its_usage(capsys):
+    code, out, _ = run(capsys, "data", "chunk", "--help")
+    assert code == 0 and "--edges-per-file K" in out
+
+
 def test_version(capsys):
     from gnnrun import __version__
 
