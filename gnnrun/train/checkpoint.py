@@ -25,13 +25,13 @@ def save_checkpoint(
 ) -> Path:
     """Write to a temporary file, fsync, rename: a crash leaves the previous checkpoint intact.
 
-    With `run_dir`, the run keeps its own copy, `run_dir/checkpoint.pt` (what `gnnrun
-    predict run=...` reads), written first; the shared `directory/name` is then made
-    from that file (a hard link where it can be). Runs with the same train.checkpoint_dir
-    (a sweep's points, splits trained side by side) replace each other's shared file, and
-    made the other way round, a run's copy could be the file another run had just put
-    there. Returns the file written first."""
-    first = Path(run_dir) / CHECKPOINT if run_dir is not None else Path(directory) / name
+    With `run_dir`, the run keeps its own copy, `run_dir/name` (`checkpoint.pt`: what
+    `gnnrun predict run=...` reads, and a restarted attempt resumes from), written first;
+    the shared `directory/name` is then made from that file (a hard link where it can
+    be). Runs with the same train.checkpoint_dir (a sweep's points, splits trained side
+    by side) replace each other's shared file, and made the other way round, a run's copy
+    could be the file another run had just put there. Returns the file written first."""
+    first = Path(run_dir or directory) / name
     _make_folder(first.parent)
     try:
         with atomic_file(first, "wb") as f:

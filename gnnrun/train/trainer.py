@@ -24,7 +24,7 @@ from gnnrun.ops.precision import autocast
 from gnnrun.progress import print_warning
 from gnnrun.tasks import TASKS, task_of
 from gnnrun.timers import DeviceBusy, PhaseTimer
-from gnnrun.train.checkpoint import algorithm_checkpoint, save_checkpoint
+from gnnrun.train.checkpoint import CHECKPOINT, algorithm_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.optimizer import build_optimizer, sparse_tables
 from gnnrun.train.resume import resume, settings_of
@@ -71,7 +71,7 @@ def train(
         # restarted attempt's directory holds its own first attempts: own_run checks it).
         start_epoch, history = resume(
             cfg,
-            checkpoint_dir,
+            restart_source(cfg, checkpoint_dir, run_dir, attempt),
             model,
             optimizer,
             algorithm,
@@ -158,7 +158,9 @@ def train(
                 (epoch + 1) % cfg.train.checkpoint_every == 0 or epoch + 1 == end_epoch or stop
             )
             if checkpoint and (algorithm_state := algorithm.state_dict()) is not None:
-                _save_algorithm_state(checkpoint_dir, comm.rank, epoch + 1, algorithm_state)
+                _save_algorithm_state(
+                    checkpoint_dir, run_dir, comm.rank, epoch + 1, algorithm_state
+                )
             if checkpoint and tracker is not None:
                 tracker.checkpointed(epoch + 1)
             if comm.rank == 0:
@@ -308,16 +310,32 @@ def combine_sparse(comm: Communicator, table: torch.nn.Parameter, reduction: str
     return total / comm.world_size if reduction == "mean" else total
 
 
-def _save_algorithm_state(directory: Path, rank: int, epoch: int, state: Any) -> None:
-    """Each rank's own state, per checkpoint; the previous one is kept until the next is
+def restart_source(cfg, checkpoint_dir: Path, run_dir: Path, attempt) -> Path:
+    """Where a run resumes from: a restarted or requeued attempt from its run directory's
+    own copy when it has one (the shared train.checkpoint_dir may hold another run's file
+    by then: a sweep's points share it), else train.checkpoint_dir. Not across hosts,
+    whose run directories are their own: every rank must load the same checkpoint."""
+    own = Path(run_dir) / CHECKPOINT
+    if attempt.restarted and cfg.cluster.name != "hosts" and own.is_file():
+        return Path(run_dir)
+    return checkpoint_dir
+
+
+def _save_algorithm_state(
+    directory: Path, run_dir: Path, rank: int, epoch: int, state: Any
+) -> None:
+    """Each rank's own state, per checkpoint, beside the run's own copy of the model and
+    in the shared directory (as the model's); the previous one is kept until the next is
     written, so that one still matches rank 0's checkpoint if the run dies in between."""
-    save_checkpoint(directory, {"epoch": epoch, "state": state}, algorithm_checkpoint(rank, epoch))
-    saved = sorted(
-        int(path.name.split(".epoch")[1].removesuffix(".pt"))
-        for path in directory.glob(algorithm_checkpoint(rank, 0).replace("epoch0", "epoch*"))
-    )
-    for old in saved[:-2]:
-        (directory / algorithm_checkpoint(rank, old)).unlink(missing_ok=True)
+    name = algorithm_checkpoint(rank, epoch)
+    save_checkpoint(directory, {"epoch": epoch, "state": state}, name, run_dir=run_dir)
+    for folder in {Path(directory), Path(run_dir)}:
+        saved = sorted(
+            int(path.name.split(".epoch")[1].removesuffix(".pt"))
+            for path in folder.glob(algorithm_checkpoint(rank, 0).replace("epoch0", "epoch*"))
+        )
+        for old in saved[:-2]:
+            (folder / algorithm_checkpoint(rank, old)).unlink(missing_ok=True)
 
 
 def is_metric(key: str) -> bool:

@@ -15,20 +15,26 @@ pytestmark = pytest.mark.faults  # make test-faults
 
 RUN = [
     "dataset=synthetic-tiny",
-    "algorithm=minibatch",
     "cluster.nprocs=2",
     "train.epochs=6",
     "train.checkpoint_every=2",
 ]
 
 
-def train(tmp_path: Path, name: str, *overrides: str, fault: str | None = None):
+def train(
+    tmp_path: Path,
+    name: str,
+    *overrides: str,
+    fault: str | None = None,
+    algorithm: str = "minibatch",
+):
     gnnrun = Path(sys.executable).with_name("gnnrun")
     env = {k: v for k, v in os.environ.items() if k != "GNNRUN_FAULT"}
     if fault:
         env["GNNRUN_FAULT"] = fault
     run_dir = tmp_path / name
-    command = [str(gnnrun), "train", *RUN, *overrides, f"hydra.run.dir={run_dir}"]
+    command = [str(gnnrun), "train", *RUN, f"algorithm={algorithm}", *overrides]
+    command.append(f"hydra.run.dir={run_dir}")
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     return done, run_dir
 
@@ -38,9 +44,12 @@ def losses(run_dir: Path, rank: int) -> list[float]:
     return [json.loads(line)["loss"] for line in lines]
 
 
-@pytest.mark.parametrize("kind", ["kill", "raise"])
-def test_a_restarted_run_ends_as_the_uninterrupted_one(tmp_path, kind):
-    plain, plain_dir = train(tmp_path, "plain")
+@pytest.mark.parametrize(
+    "kind, algorithm",
+    [("kill", "minibatch"), ("raise", "minibatch"), ("kill", "hec")],  # hec: with its caches
+)
+def test_a_restarted_run_ends_as_the_uninterrupted_one(tmp_path, kind, algorithm):
+    plain, plain_dir = train(tmp_path, "plain", algorithm=algorithm)
     assert plain.returncode == 0, plain.stderr
     fault = f"{kind}:rank=1:epoch=3"
     hit, hit_dir = train(
@@ -49,6 +58,7 @@ def test_a_restarted_run_ends_as_the_uninterrupted_one(tmp_path, kind):
         "cluster.max_restarts=1",
         f"train.checkpoint_dir={tmp_path}/ck",
         fault=fault,
+        algorithm=algorithm,
     )
     assert hit.returncode == 0, hit.stderr
     assert "restarting every rank from the last checkpoint (restart 1 of 1)" in hit.stderr

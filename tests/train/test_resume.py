@@ -153,6 +153,35 @@ def test_a_run_is_not_continued_from_another_runs_checkpoint(tmp_path, monkeypat
     assert "stopped before its first checkpoint" in capsys.readouterr().err
 
 
+def test_a_restarted_attempt_resumes_its_own_copy_not_the_shared_file(
+    tmp_path, monkeypatch, capsys
+):
+    """A requeued SLURM job or a restarted group resumes from its run directory's copy:
+    meanwhile another run sharing train.checkpoint_dir (a sweep's next point) has
+    replaced the shared file, and resuming that would train on another run's model."""
+    from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
+
+    monkeypatch.chdir(tmp_path)
+    shared = f"train.checkpoint_dir={tmp_path / 'shared'}"
+    first = [*BASE, f"hydra.run.dir={tmp_path / 'first'}", shared, "train.resume=true"]
+    monkeypatch.setenv(RUN_ID_ENV, "first")
+    monkeypatch.setenv(ATTEMPT_ENV, "0")
+    assert main([*first, "train.stop_after=2"]) == 0  # then it is preempted
+    monkeypatch.setenv(RUN_ID_ENV, "second")
+    second = [*BASE, f"hydra.run.dir={tmp_path / 'second'}", shared, "optimizer.lr=0.05"]
+    assert main([*second, "train.stop_after=3"]) == 0  # the shared file is now its epoch 3
+    monkeypatch.setenv(RUN_ID_ENV, "first")
+    monkeypatch.setenv(ATTEMPT_ENV, "1")  # requeued
+    capsys.readouterr()
+    assert main(first) == 0
+    assert "optimizer.lr" not in capsys.readouterr().err  # not the second run's checkpoint
+    monkeypatch.delenv(RUN_ID_ENV)
+    monkeypatch.delenv(ATTEMPT_ENV)
+    whole = [*BASE, f"hydra.run.dir={tmp_path / 'whole'}", f"train.checkpoint_dir={tmp_path}/w"]
+    assert main(whole) == 0
+    assert losses(tmp_path / "first") == losses(tmp_path / "whole")
+
+
 def test_settings_recorded_under_old_names_compare_under_the_new_ones():
     saved = {"algorithm.name": "hec", "model.lr": 0.003, "algorithm.delay": 1}
     now = {
