@@ -483,7 +483,11 @@ def check_overrides(overrides: list[str]) -> None:
     try:
         parsed = OverridesParser.create().parse_overrides(settings)
     except HydraException as exc:
-        raise GnnrunError(f"cannot parse the overrides: {exc}") from None
+        said = " ".join(line for line in str(exc).splitlines() if not line.startswith("See "))
+        raise GnnrunError(
+            f"cannot parse the overrides: {said}; quote a value that holds spaces, brackets "
+            "or commas, as key='my [1].npz' (Hydra's override grammar)"
+        ) from None
     multirun = any(f in ("-m", "--multirun") for f in flags)
     if sweeping := next((o for o in parsed if o.is_sweep_override() and not multirun), None):
         raise GnnrunError(

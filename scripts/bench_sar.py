@@ -297,7 +297,7 @@ def main() -> None:
         (args.dataset, ()),
         (args.memory_dataset, tuple(args.memory_dataset_overrides)),
     }:
-        command = [GNNRUN, "data", "prepare", f"dataset={dataset}", *overrides]
+        command = [*GNNRUN, "data", "prepare", f"dataset={dataset}", *overrides]
         prepared = subprocess.run(
             [*command, f"paths.data_root={args.data_root}"], cwd=REPO, stdout=subprocess.DEVNULL
         )

@@ -407,7 +407,7 @@ def main() -> None:
     print(f"load average before (1/5/15 min): {results['load_before']}")
     for dataset in {args.dataset, args.memory_dataset}:
         subprocess.run(
-            [GNNRUN, "data", "prepare", f"dataset={dataset}", f"paths.data_root={args.data_root}"],
+            [*GNNRUN, "data", "prepare", f"dataset={dataset}", f"paths.data_root={args.data_root}"],
             cwd=REPO,
             check=True,
             stdout=subprocess.DEVNULL,

@@ -21,12 +21,16 @@ training keeps every core busy: the epochs queued meanwhile go out together).
 
     .venv/bin/python scripts/bench_tracking.py              # about 10 minutes here
     .venv/bin/python scripts/bench_tracking.py --rounds 1 --epochs 4   # a smoke test
+
+It needs every tracker: `.venv/bin/pip install -e '.[tracking]'` (`make bench-tracking`
+installs them).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import statistics
@@ -36,6 +40,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from gnnrun.tracking.backends import BACKENDS
 
 LOGGERS = ("none", "tensorboard", "mlflow", "wandb")
 
@@ -142,6 +148,12 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    missing = [n for n in LOGGERS[1:] if importlib.util.find_spec(BACKENDS.get(n).module) is None]
+    if missing:  # before minutes of runs: every tracker is measured
+        sys.exit(
+            f"{', '.join(missing)} not installed: the script measures every tracker; "
+            "install them with .venv/bin/pip install -e '.[tracking]'"
+        )
     epochs: dict[str, list[float]] = {name: [] for name in LOGGERS}
     walls: dict[str, list[float]] = {name: [] for name in LOGGERS}
     costs: dict[str, tuple[float, float, float, float]] = {}

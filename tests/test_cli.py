@@ -312,6 +312,10 @@ def test_hydra_flags_may_follow_the_overrides(capsys):
         ),
         (["data", "prepare", "--forc", "dataset=cora"], "(did you mean --force?)"),
         (["train", "+logger=mlflow"], "+logger=mlflow: logger has a default option already"),
+        (
+            ["train", "dataset=custom", "dataset.path=my [1].npz"],
+            "cannot parse the overrides: mismatched input '[' expecting <EOF>; quote a value",
+        ),
         (["train", "-m", "--cfg", "job"], "--cfg and --multirun: give one of them"),
         (
             ["train", "dataset=synthetic-tiny", "--retry-failed"],

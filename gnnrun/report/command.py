@@ -15,8 +15,16 @@ Tables and plots of training runs. RUN_DIR is a run directory of `gnnrun train`
 run, writes report.csv and the PNG plots into --out."""
 
 
+USAGE = "gnnrun report RUN_DIR [--compare OTHER_RUN_DIR] [--csv FILE] [--out DIR]"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, as every gnnrun error (argparse prints three)
+        raise GnnrunError(f"{message}; usage: {USAGE} (`gnnrun report --help` says more)")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gnnrun report", description=DESCRIPTION)
+    p = _Parser(prog="gnnrun report", description=DESCRIPTION)
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run or sweep directory")
     p.add_argument(
         "--compare",

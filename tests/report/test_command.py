@@ -147,8 +147,9 @@ def test_neither_a_run_nor_a_sweep_is_one_clear_error(tmp_path, capsys, make):
     assert out == ""
 
 
-def test_usage_errors_exit_2(capsys):
+def test_a_usage_error_is_one_line_and_help_prints_the_options(capsys):
     code, _, err = report(capsys)
-    assert code == 2 and "usage: gnnrun report" in err
+    assert code == 1 and err.count("\n") == 1
+    assert "the following arguments are required: RUN_DIR; usage: gnnrun report RUN_DIR" in err
     code, out, _ = report(capsys, "--help")
     assert code == 0 and "--compare" in out
