@@ -495,6 +495,11 @@ def check_overrides(overrides: list[str]) -> None:
             f"one job per value (gnnrun train, partition), or give a list as "
             f"{sweeping.key_or_group}=[...]"
         )
+    if not multirun and (named := next((o for o in parsed if o.key_or_group == "sweep"), None)):
+        raise GnnrunError(
+            f"{named.input_line} is a sweep: add -m to run each of its points (without -m only "
+            "its first point would run)"
+        )
     if added := next((o for o in parsed if o.is_add() and o.key_or_group in GROUPS), None):
         plain = added.input_line.lstrip("+")
         raise GnnrunError(

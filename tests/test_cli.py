@@ -312,6 +312,7 @@ def test_hydra_flags_may_follow_the_overrides(capsys):
         ),
         (["data", "prepare", "--forc", "dataset=cora"], "(did you mean --force?)"),
         (["train", "+logger=mlflow"], "+logger=mlflow: logger has a default option already"),
+        (["train", "+sweep=cdr_delay"], "+sweep=cdr_delay is a sweep: add -m"),
         (
             ["train", "dataset=custom", "dataset.path=my [1].npz"],
             "cannot parse the overrides: mismatched input '[' expecting <EOF>; quote a value",

@@ -33,6 +33,11 @@ from gnnrun.memory import allocator_library
         ),
         (["algorithm=cdr", "algorithm.delay_epochs=-1"], "algorithm.delay_epochs must be >= 0"),
         (["algorithm=cdr", "algorithm.backward=stale"], "algorithm.backward must be one of"),
+        (
+            ["algorithm=hec", "partitioner=two_level"],
+            "partitioner=two_level makes one part per machine, shared by its trainers, which "
+            "algorithm=hec does not share",
+        ),
     ],
 )
 def test_distgnn_refuses_what_it_cannot_run_before_any_rank_starts(

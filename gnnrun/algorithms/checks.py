@@ -47,6 +47,12 @@ def check_runnable(cfg) -> None:
         check_partition_kind(
             cfg.partitioner, algorithm.partition_kind, f"algorithm={cfg.algorithm.name} trains"
         )
+        if getattr(cfg.partitioner, "layout", None) == "machines" and not algorithm.shares_parts:
+            raise GnnrunError(
+                f"partitioner={cfg.partitioner.name} makes one part per machine, shared by its "
+                f"trainers, which algorithm={cfg.algorithm.name} does not share: add "
+                "partitioner.layout=trainers (a part per rank), or choose partitioner=metis"
+            )
         if cfg.partitioner.num_parts != cfg.cluster.nprocs:  # one part per rank
             raise GnnrunError(
                 f"partitioner.num_parts={cfg.partitioner.num_parts} but the run has "
