@@ -530,7 +530,13 @@ def check_overrides(overrides: list[str]) -> None:
             except HydraException as exc:
                 unknown = getattr(exc.__cause__, "full_key", None)
                 if isinstance(exc.__cause__, ConfigKeyError) and unknown:
-                    # A mapping given whole (key={a: 1}) with a key its schema lacks.
+                    # A mapping given whole (key={a: 1}) with a key it lacks: Hydra adds no
+                    # key that way. The section's own check says what the mapping takes
+                    # where it takes only some keys; otherwise name the way to add one.
+                    try:
+                        _check_mapping_given_whole(point, unknown.rpartition(".")[0])
+                    except GnnrunError as refused:
+                        raise GnnrunError(f"{where}{refused}") from None
                     raise GnnrunError(f"{where}{_unknown_key_message(base, unknown)}") from None
                 wrong = getattr(exc.__cause__, "full_key", None)
                 if isinstance(exc.__cause__, ValidationError) and wrong:
@@ -539,6 +545,24 @@ def check_overrides(overrides: list[str]) -> None:
                 raise GnnrunError(f"{where}{exc}{cause}".replace("\n", " ")) from None
             except GnnrunError as exc:
                 raise GnnrunError(f"{where}{exc}") from None
+
+
+def _check_mapping_given_whole(point: list[str], mapping: str) -> None:
+    """Validate the config of `point` with the mapping override `mapping={...}` merged in,
+    keys it lacks added: raises GnnrunError where the section refuses one of them."""
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import open_dict
+
+    from gnnrun.config import to_objects
+
+    parsed = OverridesParser.create().parse_overrides(point)
+    given = next(o for o in parsed if o.key_or_group == mapping)
+    cfg = compose("config", overrides=[o.input_line for o in parsed if o is not given])
+    node = OmegaConf.select(cfg, mapping)
+    with open_dict(node):
+        node.merge_with(given.value())
+    to_objects(cfg)
 
 
 def _group_choices(parsed: list) -> list[str]:

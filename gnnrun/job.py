@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from gnnrun.errors import GnnrunError
-from gnnrun.progress import console, out
+from gnnrun.progress import console, out, print_table
 
 
 def _prepared(config, force: bool = False, hosts_prepare: bool = False):
@@ -43,7 +43,7 @@ def _prepared(config, force: bool = False, hosts_prepare: bool = False):
         dataset, distributed = prepare_chunked(config, _every_rank(config, "prepare"), force=force)
         if distributed is not None:  # made now
             title = f"ranks preparing {dataset.name}"
-            out.print(rank_table(distributed, title=title, written="files"))
+            print_table(rank_table(distributed, title=title, written="files"))
         elif config.cluster.name != "local":  # current already: the other hosts' ranks leave
             run_rank_job(config, "prepare", None)
         return dataset
@@ -93,7 +93,7 @@ def data_info(cfg: DictConfig, force: bool) -> None:
     dataset = _prepared(config, force=force, hosts_prepare=True)
     if dataset is None:  # another host's: its ranks did their share, and said so
         return
-    out.print(dataset_table(dataset))
+    print_table(dataset_table(dataset))
 
 
 def data_prepare(cfg: DictConfig, force: bool) -> None:
@@ -148,7 +148,7 @@ def partition(cfg: DictConfig) -> None:
         )
     dataset = _prepared(config)
     book = partition_dataset(dataset, config.partitioner)
-    out.print(partition_table(book, vertex_splits=task_of(config).trains_vertices))
+    print_table(partition_table(book, vertex_splits=task_of(config).trains_vertices))
     out.print(f"written to {book.path}", markup=False, soft_wrap=True)
 
 
@@ -164,8 +164,8 @@ def _partition_on_ranks(config) -> None:
         run_rank_job(config, "partition", None)
         return _only_ranks_here(config, "the partition")
     book = partition_chunked(config, _every_rank(config, "partition"))
-    out.print(partition_table(book))
-    out.print(rank_table(book.manifest["distributed"]))
+    print_table(partition_table(book))
+    print_table(rank_table(book.manifest["distributed"]))
     out.print(f"written to {book.path}", markup=False, soft_wrap=True)
 
 
@@ -267,7 +267,7 @@ def train(cfg: DictConfig) -> None:
     else:
         prepare()
         summary = run_ranks(config, run_dir)
-    out.print(summary_table(summary))
+    print_table(summary_table(summary))
     out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
 
 

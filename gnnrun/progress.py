@@ -7,8 +7,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -39,6 +40,18 @@ def print_error(message: object, where: str = "") -> None:
 def print_warning(message: object) -> None:
     """`warning: MESSAGE` on stderr, the message printed literally (as `print_error`)."""
     console.print(f"[bold yellow]warning:[/] [yellow]{escape(str(message))}[/]", soft_wrap=True)
+
+
+def print_table(table: RenderableType) -> None:
+    """A result table on stdout. To a file or a pipe (a SLURM log, `| less`) at the width
+    it needs: rich would squeeze it into 80 columns there, cutting figures short."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    unbounded = out.options.update(max_width=1 << 16)
+    width = max(out.width, Measurement.get(out, unbounded, table).maximum)
+    # A console of that width: print(width=...) would not widen past the console's own.
+    Console(file=out.file, width=width).print(table)
 
 
 @contextlib.contextmanager

@@ -183,9 +183,14 @@ def test_partition_multirun_sweeps(capsys, tmp_path, monkeypatch):
             ["train", "model.fanouts=[3,3]", "algorithm.fanouts=[5,5]"],
             "'model.fanouts' and 'algorithm.fanouts' name one setting",
         ),
-        (
-            ["train", "algorithm=pipeline", "algorithm.capacity={sampel: 2}"],
-            "unknown config key 'algorithm.capacity.sampel'. Did you mean 'algorithm.capacity.sample'?",
+        (  # a mapping given whole: the section's check names the keys it takes
+            ["train", "algorithm=pipeline", "algorithm.capacity={sampel: 2, fetch: 1}"],
+            "algorithm.capacity has no stage 'sampel' (did you mean sample?); its stages are "
+            "sample, fetch, device",
+        ),
+        (  # ... and a free-form mapping the way to add a key
+            ["train", "cluster=slurm", "cluster.sbatch={constraint: a100}"],
+            "'cluster.sbatch' is a mapping; add a key to it with +cluster.sbatch.constraint=...",
         ),
         (["train", "algorithm=pipeline", "algorithm.capacity.fetch=-1"], "capacity.fetch is -1"),
         (["train", "algorithm=pipeline", "algorithm.mode=full"], "pipeline trains minibatches"),

@@ -246,13 +246,9 @@ def resume(
     if own_run is not None and rank == 0:
         print_warning(f"restarted: resuming from this run's checkpoint after epoch {epoch}")
     saved = state.get("settings")
-    if saved is not None:
-        changes = compare_settings(saved, settings_of(cfg))
-        if changes.refused:
-            raise GnnrunError(refusal_message(directory, changes))
-        if rank == 0:
-            for line in change_messages(changes, epoch):
-                print_warning(line)
+    changes = compare_settings(saved, settings_of(cfg)) if saved is not None else None
+    if changes is not None and changes.refused:
+        raise GnnrunError(refusal_message(directory, changes))
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as exc:  # a checkpoint written before settings were recorded
@@ -267,6 +263,11 @@ def resume(
         group["lr"], group["weight_decay"] = cfg.optimizer.lr, cfg.optimizer.weight_decay
     if algorithm.state_dict() is not None:
         algorithm.load_state_dict(load_algorithm_state(directory, rank, epoch))
+    # Only now, once nothing more can refuse (an algorithm's state refuses the settings
+    # it was made under): a warning that training goes on, then a refusal, would mislead.
+    if changes is not None and rank == 0:
+        for line in change_messages(changes, epoch):
+            print_warning(line)
     return epoch, state["history"]
 
 

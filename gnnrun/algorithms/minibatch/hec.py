@@ -88,7 +88,11 @@ class HistoricalEmbeddingCacheConfig(SampledConfig):
         check(self.mode == "minibatch", "algorithm.mode: hec trains on minibatches")
         check(self.cache_size >= 0, "algorithm.cache_size must be >= 0 (0: local-only training)")
         check(self.lifespan >= 0, "algorithm.lifespan must be >= 0")
-        check(self.push_limit >= 0, "algorithm.push_limit must be >= 0")
+        check(
+            self.push_limit >= 0,
+            "algorithm.push_limit must be >= 0 (0: no pushes, the caches stay empty: "
+            "local-only training)",
+        )
         check(
             self.push_budget in PUSH_BUDGETS,
             f"algorithm.push_budget {self.push_budget!r}: choose usable or limit",
