@@ -215,6 +215,15 @@ def train(cfg: DictConfig) -> None:
     slurm = config.cluster.name == "slurm"
     hosts = config.cluster.name == "hosts"
     check_runnable(config)  # also before anything is submitted or started
+    if kind is None and config.cluster.nprocs > 1 and any(
+        o.startswith("cluster.nprocs=") for o in overrides
+    ):
+        from gnnrun.progress import print_warning
+
+        print_warning(
+            f"algorithm={config.algorithm.name} trains in one process: cluster.nprocs="
+            f"{config.cluster.nprocs} is not used (algorithm=minibatch or cd0 train on ranks)"
+        )
     check_installed(config.logger)
     check_folder_path(Path(config.train.checkpoint_dir), "train.checkpoint_dir")
 

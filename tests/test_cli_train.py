@@ -80,13 +80,17 @@ def test_full_batch_trains_any_depth_without_fanouts(tmp_path, monkeypatch, caps
 def test_one_process_training_takes_the_threads_a_rank_would(tmp_path, monkeypatch, capsys):
     """algorithm=single trains in gnnrun's own process: cluster.threads_per_rank sets its
     threads as it does a rank's (several such runs side by side would otherwise each take
-    every core), the summary says how many, and the caller's count comes back."""
+    every core), the summary says how many, and the caller's count comes back. A
+    cluster.nprocs given for it is not used, and the run says so."""
     monkeypatch.chdir(tmp_path)
     before = torch.get_num_threads()
     args = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=1"]
-    code = main([*args, "cluster.threads_per_rank=1", "hydra.run.dir=run"])
-    assert code == 0, capsys.readouterr().err
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["threads_rank0"] == 1
+    code = main([*args, "cluster.threads_per_rank=1", "cluster.nprocs=2", "hydra.run.dir=run"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "algorithm=single trains in one process: cluster.nprocs=2 is not used" in err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["threads_rank0"] == 1 and summary["ranks"] == 1
     assert torch.get_num_threads() == before
 
 
