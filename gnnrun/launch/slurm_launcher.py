@@ -101,10 +101,16 @@ class _Point:
     gone_since: float | None = None
     result: JobReturn | None = None
     error: str | None = None
+    alone: bool = False  # `gnnrun train cluster=slurm` without -m: a run, not a sweep
 
     @property
     def label(self) -> str:
         return " ".join(filter_overrides(self.overrides)) or "(defaults)"
+
+    @property
+    def where(self) -> str:
+        """What a line about this point starts with: nothing for a run of its own."""
+        return "" if self.alone else f"point {self.index} ({self.label}): "
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
@@ -148,15 +154,13 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 raise SystemExit(1) from None
             failed += [p for p in todo if p.error is not None]
         if failed:
-            print_error(
-                f"{len(failed)} of {len(points)} point(s) failed: "
-                + ", ".join(f"{p.index} ({p.label})" for p in failed)
-                + (
-                    f". Resume with: gnnrun train --resume-sweep {sweep_dir}"
-                    if any(p.job is not None for p in failed)
-                    else ""
-                )
-            )
+            submitted = any(p.job is not None for p in failed)
+            resume = f". Resume with: gnnrun train --resume-sweep {sweep_dir}" if submitted else ""
+            if not all(p.alone for p in points):
+                listed = ", ".join(f"{p.index} ({p.label})" for p in failed)
+                print_error(f"{len(failed)} of {len(points)} point(s) failed: {listed}{resume}")
+            elif submitted:  # a run refused before submission said why, in one line
+                print_error(f"the run failed{resume}")
             raise SystemExit(1)
         return [
             p.result or JobReturn(overrides=p.overrides, status=JobStatus.COMPLETED) for p in points
@@ -180,7 +184,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
                 assert isinstance(params, dict)
                 params.pop("_target_", None)
-                point = _Point(index, overrides, run_dir, params)
+                alone = str(cfg.hydra.sweep.subdir) == "."  # as gnnrun.cli makes a run
+                point = _Point(index, overrides, run_dir, params, alone=alone)
                 points.append(point)
                 task_cfg = copy.deepcopy(cfg)
                 with read_write(task_cfg), open_dict(task_cfg):
@@ -190,7 +195,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                     done = sweep.finished_point(run_dir, overrides)
                 except GnnrunError as exc:
                     point.error = str(exc)
-                    print_error(exc, where=f"point {index} ({point.label}): ")
+                    print_error(exc, where=point.where)
                     continue
                 if done:
                     console.print(
@@ -246,7 +251,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 point.job, point.tasks = job, tasks
                 logs = job.paths.folder / f"{job.job_id}_*_log.{{out,err}}"
                 console.print(
-                    f"point {point.index} ({point.label}): SLURM job {job.job_id}, "
+                    f"{point.where}SLURM job {job.job_id}, "
                     f"{tasks} task(s); logs {logs}; run directory {point.run_dir}",
                     soft_wrap=True,
                     markup=False,
@@ -263,7 +268,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                     pending.remove(point)
                     self._cancel([point])
                     point.error = reason
-                    print_error(reason, where=f"point {point.index} ({point.label}): ")
+                    print_error(reason, where=point.where)
                     continue
                 finished = _result_files_present(point)
                 if not finished and queue is not None:
@@ -303,13 +308,13 @@ class SlurmLauncher(SubmititSlurmLauncher):
             point.error = errors[0] + others
             point.result = None
             console.print(
-                f"point {point.index} ({escape(point.label)}): [bold red]failed[/] in job "
+                f"{escape(point.where)}[bold red]failed[/] in job "
                 f"{job.job_id}: {escape(point.error)}; logs {escape(str(job.paths.folder))}",
                 soft_wrap=True,
             )
             return
         console.print(
-            f"point {point.index} ({point.label}): done in job {job.job_id}",
+            f"{point.where}done in job {job.job_id}",
             soft_wrap=True,
             markup=False,
         )
