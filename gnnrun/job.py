@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from gnnrun.errors import GnnrunError
-from gnnrun.progress import console, out, print_table
+from gnnrun.progress import console, out, print_table, print_warning
 
 
 def _prepared(config, force: bool = False, hosts_prepare: bool = False):
@@ -139,8 +139,6 @@ def partition(cfg: DictConfig) -> None:
 
         if distributed.supports(config.partitioner.name):
             return _partition_on_ranks(config)
-        from gnnrun.progress import print_warning
-
         print_warning(
             f"partitioner={config.partitioner.name} runs in one process on the whole graph; "
             f"partitioner={' or '.join(distributed.DISTRIBUTED_PARTITIONERS)} runs on the "
@@ -215,11 +213,11 @@ def train(cfg: DictConfig) -> None:
     slurm = config.cluster.name == "slurm"
     hosts = config.cluster.name == "hosts"
     check_runnable(config)  # also before anything is submitted or started
-    if kind is None and config.cluster.nprocs > 1 and any(
-        o.startswith("cluster.nprocs=") for o in overrides
+    if (
+        kind is None
+        and config.cluster.nprocs > 1
+        and any(o.startswith("cluster.nprocs=") for o in overrides)
     ):
-        from gnnrun.progress import print_warning
-
         print_warning(
             f"algorithm={config.algorithm.name} trains in one process: cluster.nprocs="
             f"{config.cluster.nprocs} is not used (algorithm=minibatch or cd0 train on ranks)"
