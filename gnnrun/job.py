@@ -305,7 +305,7 @@ def infer(cfg: DictConfig, kind: str, run_dir: Path) -> None:
     from gnnrun.report.tables import inference_table
 
     summary = run_inference(to_objects(cfg), kind, run_dir)
-    out.print(inference_table(summary))
+    print_table(inference_table(summary))
     out.print(f"written to {summary['output_dir']}", markup=False, soft_wrap=True)
 
 

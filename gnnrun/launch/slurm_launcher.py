@@ -320,10 +320,10 @@ class SlurmLauncher(SubmititSlurmLauncher):
         )
         summary_file = point.run_dir / "summary.json"
         if summary_file.is_file():
-            from gnnrun.progress import out
+            from gnnrun.progress import out, print_table
             from gnnrun.report.tables import summary_table
 
-            out.print(summary_table(json.loads(summary_file.read_text())))
+            print_table(summary_table(json.loads(summary_file.read_text())))
             out.print(f"run directory: {point.run_dir}")
 
     def _cancel(self, points: list[_Point]) -> None:
