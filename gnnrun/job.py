@@ -316,6 +316,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     from gnnrun.infer.output import refuse_occupied
     from gnnrun.infer.run import (
         finish_inference,
+        fit_dataset,
         infer_on_rank,
         plan_inference,
         prepare_work_dir,
@@ -332,14 +333,16 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
             "ranks), or run it inside an allocation (salloc) with cluster=local"
         )
     check_gpu_ranks(config.cluster)
+    # The checkpoint, the settings and the output directory are checked before the dataset
+    # is prepared, and the dataset and predict.candidates before partitioning.
+    plan = plan_inference(config, kind, run_dir)
     dataset = prepare_for_task(config.dataset, config.task)
     if dataset.hetero is not None and task_of(config).scores_pairs:
         raise GnnrunError(
             f"gnnrun {kind} of a link run on a heterogeneous graph ({dataset.name}) does not "
             "run yet; the training run's final evaluation gives its figures"
         )
-    # The checkpoint, the settings and predict.candidates are checked before partitioning.
-    plan = plan_inference(config, kind, run_dir, dataset)
+    fit_dataset(config, plan, dataset)
     if config.cluster.nprocs > 1:
         check_partition_kind(
             config.partitioner,

@@ -192,7 +192,7 @@ def profile(run: Path, dataset_name: str, chunk: int, workdir: Path) -> None:
     from gnnrun.cli import CONFIG_DIR, inference_overrides
     from gnnrun.config import to_objects
     from gnnrun.data import prepare_dataset
-    from gnnrun.infer.run import infer_on_rank, plan_inference, prepare_work_dir
+    from gnnrun.infer.run import fit_dataset, infer_on_rank, plan_inference, prepare_work_dir
     from gnnrun.schemas import register_schemas
 
     register_schemas()
@@ -201,8 +201,9 @@ def profile(run: Path, dataset_name: str, chunk: int, workdir: Path) -> None:
     overrides = inference_overrides(run, given)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = to_objects(compose("config", overrides=overrides))
+    plan = plan_inference(cfg, "predict", run)
     dataset = prepare_dataset(cfg.dataset)
-    plan = plan_inference(cfg, "predict", run, dataset)
+    fit_dataset(cfg, plan, dataset)
     prepare_work_dir(cfg, plan, dataset)
     profiler = cProfile.Profile()
     profiler.enable()

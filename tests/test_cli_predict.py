@@ -201,6 +201,7 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
             ["predict", run, "model.hidden=64"],
             "was trained with model.hidden=256, not model.hidden=64",
         ),
+        (["predict", run, "task=link"], "was trained with task=node, not task=link"),
         (["predict", run, "predict.chunk_vertices=0"], "predict.chunk_vertices must be at least 1"),
         (["predict", run, "predict.chunk_vertcies=5"], "Did you mean 'predict.chunk_vertices'?"),
         (
@@ -220,6 +221,11 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
     for args, message in cases:
         assert main(args) != 0, args
         assert message in _errors(capsys), args
+    # A setting the checkpoint refuses is refused before its dataset is prepared.
+    assert sorted(p.name for p in (tmp_path / "data" / "prepared").glob("[!.]*")) == [
+        "custom",
+        "synthetic-tiny",
+    ]
     assert main(["embed", "--help"]) == 0
     assert "embed.layer" in capsys.readouterr().out
 

@@ -1,7 +1,8 @@
 """One rank's layer-wise inference, and the launching process's work before and after it.
 
-Before, in the launching process: `plan_inference` loads the checkpoint and
-checks it against the dataset and chooses the output and work directories;
+Before, in the launching process: `plan_inference` loads the checkpoint, checks
+it against the config and chooses the output and work directories, before any
+dataset is prepared; `fit_dataset` checks the prepared dataset against the model;
 `prepare_work_dir` then finds the layers an interrupted run already computed.
 Each rank (`infer_on_rank`) computes the layers still missing and writes its
 shard. After (`finish_inference`): the manifest, the rename that makes the
@@ -96,9 +97,9 @@ def layer_file(work_dir: Path, layer: int, rank: int) -> Path:
 # ------------------------------------------------------------ before the ranks
 
 
-def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> InferencePlan:
-    """Check the checkpoint against the dataset and the config, choose the directories,
-    and find the layers an interrupted run of the same inference already computed."""
+def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
+    """Check the checkpoint against the config and choose the output and work directories:
+    what needs no dataset, so that a wrong setting is refused before one is prepared."""
     directory = Path(cfg.train.checkpoint_dir)
     state = load_checkpoint(directory, fix=PREDICT_FIX)
     if state is None:
@@ -111,8 +112,6 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
     _check_written_by(run_dir, state, directory)
     task = task_of(cfg)
     task.check_inference(kind, cfg.predict.candidates, run_dir)
-    if kind == "predict" and task.scores_pairs:  # read again at the end: refused before any layer
-        read_candidates(cfg.predict.candidates, dataset.num_nodes, warn=True)
     encoder = task.encoder_state(state["model"])
     try:
         in_dim, num_classes = GNN.dims_of(encoder, cfg.model.layers)
@@ -121,16 +120,6 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
             f"{directory / CHECKPOINT} holds no {cfg.model.layers}-layer model.name="
             f"{cfg.model.name} model: was it written by another run?"
         ) from None
-    # A heterogeneous model's encoder takes each type's features (its weights' shapes are
-    # checked as they load); a homogeneous one takes the dataset's rows.
-    if dataset.hetero is None and dataset.feat_dim != in_dim:
-        raise GnnrunError(
-            f"the model in {directory / CHECKPOINT} takes {in_dim} input features, but dataset "
-            f"{dataset.name!r} has {dataset.feat_dim}: run it on a dataset with the features "
-            "it was trained on"
-        )
-    schema = dataset.hetero
-    load_trained_model(cfg, directory / CHECKPOINT, in_dim, num_classes, schema)  # or refuses
     layers = cfg.model.layers
     if kind == "embed":
         chosen = cfg.embed.layer
@@ -140,7 +129,6 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
                 f"{-layers}..{layers - 1} (-1: the output layer, -2: the last hidden one)"
             )
         layers = chosen % layers + 1
-    node_type = written_type(cfg, kind, dataset)
     output = Path(cfg.predict.output_dir or default_output_dir(run_dir, kind, cfg, layers))
     refuse_occupied(output)
     parquet = str(cfg.predict.parquet).lower()
@@ -163,8 +151,27 @@ def plan_inference(cfg, kind: str, run_dir: Path, dataset: GraphDataset) -> Infe
         num_classes=num_classes,
         chunk_vertices=cfg.predict.chunk_vertices,
         parquet=parquet == "true" or (parquet == "auto" and parquet_available()),
-        node_type=None if node_type is None else dataset.hetero.type_index(node_type),
     )
+
+
+def fit_dataset(cfg, plan: InferencePlan, dataset: GraphDataset) -> None:
+    """Check the prepared dataset against the planned model (its features, its vertex
+    types, the candidate pairs' ids) and choose the vertex type whose rows are written."""
+    if plan.kind == "predict" and task_of(cfg).scores_pairs:  # read again at the end
+        read_candidates(cfg.predict.candidates, dataset.num_nodes, warn=True)
+    # A heterogeneous model's encoder takes each type's features (its weights' shapes are
+    # checked as they load); a homogeneous one takes the dataset's rows.
+    if dataset.hetero is None and dataset.feat_dim != plan.in_dim:
+        raise GnnrunError(
+            f"the model in {plan.checkpoint} takes {plan.in_dim} input features, but dataset "
+            f"{dataset.name!r} has {dataset.feat_dim}: run it on a dataset with the features "
+            "it was trained on"
+        )
+    load_trained_model(  # or refuses
+        cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes, dataset.hetero
+    )
+    node_type = written_type(cfg, plan.kind, dataset)
+    plan.node_type = None if node_type is None else dataset.hetero.type_index(node_type)
 
 
 def written_type(cfg, kind: str, dataset: GraphDataset) -> str | None:
