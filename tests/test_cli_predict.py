@@ -353,12 +353,16 @@ def test_a_link_runs_predict_scores_the_given_pairs_as_its_model_does(
         ("floats.npy", pairs.astype(np.float32), "holds float32"),
         ("flat.npy", pairs.reshape(-1), "has shape (80,)"),
         ("outside.npy", np.array([[0, 1], [5, 2000]]), "names a vertex outside [0, 2000)"),
+        ("negative.npy", np.array([[0, -3], [1, 2]]), "pair 1 of negative.npy, [-3, 2], names a "),
     ):
         np.save(tmp_path / name, array)
         assert main([*predict, f"predict.candidates={name}"]) == 1
         assert message in _errors(capsys), name
     assert main([*predict, "predict.candidates=missing.npy"]) == 1
     assert "missing.npy does not exist" in _errors(capsys)
+    # The file is named before the finished output that the default directory holds.
+    assert main(["predict", f"run={run_dir}", "predict.candidates=floats.npy"]) == 1
+    assert "holds float32" in _errors(capsys)
     (tmp_path / "pairs.csv").write_text("0,5\n1,6\n")
     assert main([*predict, "predict.candidates=pairs.csv"]) == 1
     assert "pairs.csv is not a .npy file (numpy.save writes one)" in _errors(capsys)

@@ -23,10 +23,11 @@ from gnnrun.infer.output import shard_file
 SCORE_CHUNK = 1 << 16  # pairs scored at once
 
 
-def read_candidates(path: str | Path, num_nodes: int, warn: bool = False) -> np.ndarray:
-    """The [2, P] int64 pairs in `path`, every id checked to be a vertex; the error names
-    the file, what is wrong and the layout wanted. `warn`: say how a (2, 2) array, which
-    could be either layout, is read."""
+def read_candidates(path: str | Path, num_nodes: int | None, warn: bool = False) -> np.ndarray:
+    """The [2, P] int64 pairs in `path`, every id checked to be a vertex (of `num_nodes`;
+    None, before the dataset is known: the file's layout only); the error names the file,
+    what is wrong and the layout wanted. `warn`: say how a (2, 2) array, which could be
+    either layout, is read."""
     path = Path(path)
     wanted = "a .npy of vertex pairs, shape (2, P) or (P, 2), integer ids"
     if not path.is_file():
@@ -56,12 +57,14 @@ def read_candidates(path: str | Path, num_nodes: int, warn: bool = False) -> np.
             "pair, save its transpose"
         )
     pairs = np.ascontiguousarray(pairs if pairs.shape[0] == 2 else pairs.T, dtype=np.int64)
-    bad = (pairs < 0) | (pairs >= num_nodes)
+    bad = pairs < 0 if num_nodes is None else (pairs < 0) | (pairs >= num_nodes)
     if bad.any():
         column = int(np.flatnonzero(bad.any(axis=0))[0])
+        where = "a negative id" if num_nodes is None else f"a vertex outside [0, {num_nodes})"
+        ids = "" if num_nodes is None else f", 0..{num_nodes - 1}"
         raise GnnrunError(
-            f"predict.candidates: pair {column} of {path}, {pairs[:, column].tolist()}, names a "
-            f"vertex outside [0, {num_nodes}): the ids are the dataset's, 0..{num_nodes - 1}"
+            f"predict.candidates: pair {column} of {path}, {pairs[:, column].tolist()}, names "
+            f"{where}: the ids are the dataset's{ids}"
         )
     return pairs
 

@@ -112,6 +112,8 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
     _check_written_by(run_dir, state, directory)
     task = task_of(cfg)
     task.check_inference(kind, cfg.predict.candidates, run_dir)
+    if kind == "predict" and task.scores_pairs:  # its layout; its ids once the dataset is known
+        read_candidates(cfg.predict.candidates, None)
     encoder = task.encoder_state(state["model"])
     try:
         in_dim, num_classes = GNN.dims_of(encoder, cfg.model.layers)
