@@ -325,7 +325,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     from gnnrun.launch.elastic import run_rank_job
     from gnnrun.partition import check_partition_kind, ensure_partition
     from gnnrun.partition.book import open_partition
-    from gnnrun.tasks import prepare_for_task, task_of
+    from gnnrun.tasks import prepare_for_task
 
     if config.cluster.name != "local":
         raise GnnrunError(
@@ -337,11 +337,6 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
     # is prepared, and the dataset and predict.candidates before partitioning.
     plan = plan_inference(config, kind, run_dir)
     dataset = prepare_for_task(config.dataset, config.task)
-    if dataset.hetero is not None and task_of(config).scores_pairs:
-        raise GnnrunError(
-            f"gnnrun {kind} of a link run on a heterogeneous graph ({dataset.name}) does not "
-            "run yet; the training run's final evaluation gives its figures"
-        )
     fit_dataset(config, plan, dataset)
     if config.cluster.nprocs > 1:
         check_partition_kind(

@@ -16,7 +16,7 @@ from gnnrun.infer import read_output
 from gnnrun.infer.run import KILL_AFTER_LAYER_ENV
 
 sys.path.insert(0, str(Path(__file__).parent / "infer"))
-from trained_models import make_config  # noqa: E402
+from trained_models import full_graph_layers, make_config  # noqa: E402
 
 
 def _train(tmp_path: Path, capsys, *overrides: str) -> Path:
@@ -103,13 +103,56 @@ def test_a_heterogeneous_run_predicts_its_labelled_type_as_it_evaluated(
         assert message in _errors(capsys)
 
 
-def test_a_heterogeneous_link_run_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+def test_a_heterogeneous_link_run_scores_pairs_of_its_relation_as_its_model_does(
+    tmp_path, monkeypatch, capsys
+):
+    """`task.relation=writes` (author -> paper) on 2 ranks: a pair is an author's id within
+    its type and a paper's within its type; its score is the scorer's of their embeddings
+    in the full-graph forward pass, and the shards hold the authors' embeddings."""
+    import torch
+
+    from gnnrun.infer.run import load_trained_model
+    from gnnrun.tasks import load_for_task
+
     monkeypatch.chdir(tmp_path)
     link = ("dataset=synthetic-hetero-tiny", "model=rgcn", "task=link", "task.relation=writes")
     run_dir = _train(tmp_path, capsys, *link, "algorithm=single", "train.epochs=1")
-    assert main(["predict", f"run={run_dir}", "predict.candidates=pairs.npy"]) == 1
-    assert "gnnrun predict of a link run on a heterogeneous graph" in _errors(capsys)
-    assert not (run_dir / "predict").exists()
+    cfg = make_config(*link, "algorithm=single")
+    dataset = load_for_task(cfg.dataset, cfg.task)
+    schema = dataset.hetero
+    author, paper = schema.type_index("author"), schema.type_index("paper")
+    counts = schema.type_counts
+    rng = np.random.default_rng(0)
+    pairs = np.stack([rng.integers(0, counts[author], 50), rng.integers(0, counts[paper], 50)])
+    pairs[:, 0] = counts[author] - 1, counts[paper] - 1  # the last id of each end's type
+    np.save(tmp_path / "pairs.npy", pairs)
+    predict = ["predict", f"run={run_dir}", "predict.candidates=pairs.npy", "cluster.nprocs=2"]
+    assert main(predict) == 0, _errors(capsys)
+    output = run_dir / "predict" / "synthetic-hetero-tiny"
+    np.testing.assert_array_equal(np.load(output / "candidates.npy"), pairs)
+
+    h = full_graph_layers(cfg)[-1]
+    checkpoint = Path(cfg.train.checkpoint_dir) / "checkpoint.pt"
+    scorer = load_trained_model(cfg, checkpoint, dataset.feat_dim, h.shape[1], schema).scorer
+    u = torch.from_numpy(pairs[0] + schema.offsets[author])
+    v = torch.from_numpy(pairs[1] + schema.offsets[paper])
+    with torch.no_grad():
+        expected = scorer(h[u], h[v]).numpy()
+    np.testing.assert_allclose(np.load(output / "scores.npy"), expected, rtol=1e-4, atol=1e-5)
+    written = read_output(output)
+    assert np.array_equal(written["ids"], np.arange(counts[author]))
+    first = int(schema.offsets[author])
+    np.testing.assert_allclose(
+        written["embedding"], h[first : first + counts[author]].numpy(), rtol=1e-5, atol=1e-5
+    )
+
+    np.save(tmp_path / "swapped.npy", pairs[::-1].copy())  # a paper id past the authors'
+    assert main([*predict[:2], "predict.candidates=swapped.npy", "predict.output_dir=x"]) == 1
+    assert (
+        f"names a destination outside [0, {counts[paper]}): a pair's ids are its source's "
+        "within type author and its destination's within type paper" in _errors(capsys)
+    )
+    assert main(["embed", f"run={run_dir}", "embed.node_type=paper"]) == 0, _errors(capsys)
 
 
 def test_ids_are_the_sources_and_another_graph_takes_the_same_model(tmp_path, monkeypatch, capsys):

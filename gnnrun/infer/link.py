@@ -2,30 +2,59 @@
 
 The ranks compute every vertex's embedding layer-wise over the message-passing
 graph (gnnrun.infer.run), exactly as for a node prediction, and write them as
-the shards' `embedding` column. The launching process then reads the pairs of
+the shards' `embedding` column (on a heterogeneous graph, those of the target
+relation's source type). The launching process then reads the pairs of
 `predict.candidates` (a `.npy` of [2, P] or [P, 2] vertex ids, in the ids the
-shards and the source use), gathers both ends' embeddings from the shards and
-scores each pair with the run's scorer (gnnrun.models.link): `scores.npy` [P]
-holds the logits (sigmoid of them: the probability a BCE-trained model gives
-the edge) and `candidates.npy` the pairs, as [2, P], beside the shards.
+shards and the source use: on a heterogeneous graph a source's id within the
+relation's source type and a destination's within its destination type),
+gathers both ends' embeddings from the ranks' last layer files and scores each
+pair with the run's scorer (gnnrun.models.link): `scores.npy` [P] holds the
+logits (sigmoid of them: the probability a BCE-trained model gives the edge)
+and `candidates.npy` the pairs, as [2, P], beside the shards.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from gnnrun.data.dataset import GraphDataset
+from gnnrun.data.edge_split import negative_range, target_relation
 from gnnrun.errors import GnnrunError
-from gnnrun.infer.output import shard_file
 
 SCORE_CHUNK = 1 << 16  # pairs scored at once
 
 
-def read_candidates(path: str | Path, num_nodes: int | None, warn: bool = False) -> np.ndarray:
-    """The [2, P] int64 pairs in `path`, every id checked to be a vertex (of `num_nodes`;
-    None, before the dataset is known: the file's layout only); the error names the file,
+class PairEnd(NamedTuple):
+    """The vertices one end of a candidate pair names: ids 0..count-1, which are the
+    graph's `first` .. `first + count - 1`; `node_type` on a heterogeneous graph."""
+
+    first: int
+    count: int
+    node_type: str | None
+
+
+def pair_ends(dataset: GraphDataset, relation_name: str | None) -> tuple[PairEnd, PairEnd]:
+    """A pair's source and destination ends: every vertex, or on a heterogeneous graph
+    the types of the relation the run trained on (`task.relation`)."""
+    relation = target_relation(dataset, relation_name)
+    if relation is None:
+        return PairEnd(0, dataset.num_nodes, None), PairEnd(0, dataset.num_nodes, None)
+    source, _, destination = dataset.hetero.relations[relation]
+    return (
+        PairEnd(*negative_range(dataset, relation, "source"), source),
+        PairEnd(*negative_range(dataset, relation, "destination"), destination),
+    )
+
+
+def read_candidates(
+    path: str | Path, ends: tuple[PairEnd, PairEnd] | None, warn: bool = False
+) -> np.ndarray:
+    """The [2, P] int64 pairs in `path`, each end's ids checked against `ends` (None, before
+    the dataset is known: the file's layout, and no negative id); the error names the file,
     what is wrong and the layout wanted. `warn`: say how a (2, 2) array, which could be
     either layout, is read."""
     path = Path(path)
@@ -57,40 +86,59 @@ def read_candidates(path: str | Path, num_nodes: int | None, warn: bool = False)
             "pair, save its transpose"
         )
     pairs = np.ascontiguousarray(pairs if pairs.shape[0] == 2 else pairs.T, dtype=np.int64)
-    bad = pairs < 0 if num_nodes is None else (pairs < 0) | (pairs >= num_nodes)
+    bad = pairs < 0
+    if ends is not None:
+        bad |= pairs >= np.array([[ends[0].count], [ends[1].count]])
     if bad.any():
         column = int(np.flatnonzero(bad.any(axis=0))[0])
-        where = "a negative id" if num_nodes is None else f"a vertex outside [0, {num_nodes})"
-        ids = "" if num_nodes is None else f", 0..{num_nodes - 1}"
+        end = int(bad[0, column] == 0)  # the first end out of range
         raise GnnrunError(
             f"predict.candidates: pair {column} of {path}, {pairs[:, column].tolist()}, names "
-            f"{where}: the ids are the dataset's{ids}"
+            + _outside(end, ends)
         )
     return pairs
 
 
+def _outside(end: int, ends: tuple[PairEnd, PairEnd] | None) -> str:
+    if ends is None:
+        return "a negative id: the ids are the dataset's"
+    count, node_type = ends[end].count, ends[end].node_type
+    if node_type is None:
+        return f"a vertex outside [0, {count}): the ids are the dataset's, 0..{count - 1}"
+    which = ("source", "destination")[end]
+    return (
+        f"a {which} outside [0, {count}): a pair's ids are its source's within type "
+        f"{ends[0].node_type} and its destination's within type {ends[1].node_type} "
+        "(the run's task.relation)"
+    )
+
+
 def score_candidates(
-    shards: Path, ranks: int, pairs: np.ndarray, num_nodes: int, scorer: torch.nn.Module
+    embeddings: list[tuple[Path, Path]],
+    pairs: np.ndarray,
+    ends: tuple[PairEnd, PairEnd],
+    num_nodes: int,
+    scorer: torch.nn.Module,
+    out: Path,
 ) -> dict[str, dict]:
-    """Score `pairs` from the embeddings in the shards of `ranks` ranks under `shards`, and
-    write `scores.npy` and `candidates.npy` there; return their file records."""
+    """Score `pairs` (ids of `ends`) from every rank's (vertex ids, embedding rows) files,
+    and write `scores.npy` and `candidates.npy` into `out`; return their file records."""
     table: np.ndarray | None = None
-    for rank in range(ranks):
-        ids = np.load(shards / shard_file("ids", rank))
-        rows = np.load(shards / shard_file("embedding", rank), mmap_mode="r")
+    for nodes_path, rows_path in embeddings:
+        rows = np.load(rows_path, mmap_mode="r")
         if table is None:
             table = np.zeros((num_nodes, rows.shape[1]), dtype=np.float32)
-        table[ids] = rows
+        table[np.load(nodes_path)] = rows
     assert table is not None
-    embeddings = torch.from_numpy(table)
+    vectors = torch.from_numpy(table)
     scores = np.empty(pairs.shape[1], dtype=np.float32)
     with torch.no_grad():
         for a in range(0, pairs.shape[1], SCORE_CHUNK):
-            u = torch.from_numpy(pairs[0, a : a + SCORE_CHUNK])
-            v = torch.from_numpy(pairs[1, a : a + SCORE_CHUNK])
-            scores[a : a + SCORE_CHUNK] = scorer(embeddings[u], embeddings[v]).numpy()
+            u = torch.from_numpy(pairs[0, a : a + SCORE_CHUNK] + ends[0].first)
+            v = torch.from_numpy(pairs[1, a : a + SCORE_CHUNK] + ends[1].first)
+            scores[a : a + SCORE_CHUNK] = scorer(vectors[u], vectors[v]).numpy()
     records = {}
     for name, array in (("scores", scores), ("candidates", pairs)):
-        np.save(shards / f"{name}.npy", array)
+        np.save(out / f"{name}.npy", array)
         records[f"{name}.npy"] = {"shape": list(array.shape), "dtype": str(array.dtype)}
     return records

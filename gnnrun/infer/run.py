@@ -12,6 +12,8 @@ The work directory `<output>.partial/` holds, per rank r:
 
     identity.json          what the layers were computed from (a run resumes only onto its own)
     h<i>.rank<r>.npy       layer i-1's output for r's own vertices, written atomically
+    ids.rank<r>.npy        a link run's predict: the source's ids of those rows, which its
+                           pairs name (a heterogeneous graph's: of every type)
     rows.rank<r>.npy       scratch: the own rows of the layer being computed, transformed
     halo.rank<r>.npy       scratch: the halo rows of the layer being computed
     progress.npy           the ranks' progress, for rank 0's bars
@@ -41,7 +43,7 @@ from gnnrun.errors import GnnrunError
 from gnnrun.infer.display import InferenceDisplay, ProgressBoard, create_board
 from gnnrun.infer.graph import SPLITS, OwnedGraph
 from gnnrun.infer.halo import HaloPlan
-from gnnrun.infer.link import read_candidates, score_candidates
+from gnnrun.infer.link import pair_ends, read_candidates, score_candidates
 from gnnrun.infer.output import (
     FORMAT_VERSION,
     MANIFEST,
@@ -49,7 +51,14 @@ from gnnrun.infer.output import (
     refuse_occupied,
     write_shard,
 )
-from gnnrun.io import atomic_rows, mapped_rows, read_json, write_json, write_json_atomic
+from gnnrun.io import (
+    atomic_file,
+    atomic_rows,
+    mapped_rows,
+    read_json,
+    write_json,
+    write_json_atomic,
+)
 from gnnrun.memory import PeakMemory, anonymous_mb
 from gnnrun.models import GNN, build_model, layer_widths
 from gnnrun.models.hetero import typed_input
@@ -94,6 +103,11 @@ def layer_file(work_dir: Path, layer: int, rank: int) -> Path:
     return Path(work_dir) / f"h{layer}.rank{rank}.npy"
 
 
+def ids_file(work_dir: Path, rank: int) -> Path:
+    """The source's ids of the rows of `rank`'s layer files (a link run's predict)."""
+    return Path(work_dir) / f"ids.rank{rank}.npy"
+
+
 # ------------------------------------------------------------ before the ranks
 
 
@@ -113,7 +127,7 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
     task = task_of(cfg)
     task.check_inference(kind, cfg.predict.candidates, run_dir)
     if kind == "predict" and task.scores_pairs:  # its layout; its ids once the dataset is known
-        read_candidates(cfg.predict.candidates, None)
+        read_candidates(cfg.predict.candidates, ends=None)
     encoder = task.encoder_state(state["model"])
     try:
         in_dim, num_classes = GNN.dims_of(encoder, cfg.model.layers)
@@ -160,7 +174,7 @@ def fit_dataset(cfg, plan: InferencePlan, dataset: GraphDataset) -> None:
     """Check the prepared dataset against the planned model (its features, its vertex
     types, the candidate pairs' ids) and choose the vertex type whose rows are written."""
     if plan.kind == "predict" and task_of(cfg).scores_pairs:  # read again at the end
-        read_candidates(cfg.predict.candidates, dataset.num_nodes, warn=True)
+        read_candidates(cfg.predict.candidates, pair_ends(dataset, cfg.task.relation), warn=True)
     # A heterogeneous model's encoder takes each type's features (its weights' shapes are
     # checked as they load); a homogeneous one takes the dataset's rows.
     if dataset.hetero is None and dataset.feat_dim != plan.in_dim:
@@ -178,8 +192,11 @@ def fit_dataset(cfg, plan: InferencePlan, dataset: GraphDataset) -> None:
 
 def written_type(cfg, kind: str, dataset: GraphDataset) -> str | None:
     """The vertex type whose rows a heterogeneous graph's inference writes: the labelled
-    one (`predict`'s), or `embed.node_type`'s; None for a homogeneous graph."""
+    one (`predict`'s; a link run's: its relation's source type), or `embed.node_type`'s;
+    None for a homogeneous graph."""
     chosen, schema = cfg.embed.node_type if kind == "embed" else None, dataset.hetero
+    if chosen is None and schema is not None and kind == "predict" and task_of(cfg).scores_pairs:
+        return pair_ends(dataset, cfg.task.relation)[0].node_type
     if chosen is None:
         return None if schema is None else schema.target
     if schema is None:
@@ -362,6 +379,9 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     # A prediction per vertex; else embeddings (a pair-scoring task's predict writes the
     # embeddings its pairs are scored from).
     predicts_vertices = plan.kind == "predict" and not task.scores_pairs
+    if plan.kind == "predict" and task.scores_pairs:  # every own vertex's: both ends' types
+        with atomic_file(ids_file(work, comm.rank), "wb") as f:
+            np.save(f, dataset.source_ids(np.asarray(graph.nodes[: graph.num_own])))
     columns = (
         task.prediction_columns
         if predicts_vertices
@@ -599,9 +619,17 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
     task = task_of(cfg)
     if plan.kind == "predict" and task.scores_pairs:
         dataset = load_for_task(cfg.dataset, cfg.task)
-        pairs = read_candidates(cfg.predict.candidates, dataset.num_nodes)
-        model = load_trained_model(cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes)
-        scored = score_candidates(work / SHARDS, len(ranks), pairs, dataset.num_nodes, model.scorer)
+        ends = pair_ends(dataset, cfg.task.relation)
+        pairs = read_candidates(cfg.predict.candidates, ends)
+        model = load_trained_model(
+            cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes, dataset.hetero
+        )
+        embeddings = [
+            (ids_file(work, r), layer_file(work, plan.layers, r)) for r in range(len(ranks))
+        ]
+        scored = score_candidates(
+            embeddings, pairs, ends, dataset.num_nodes, model.scorer, work / SHARDS
+        )
     # Every layer this invocation computed and the shards' writing, on the slowest rank.
     seconds = max(sum(r["layer_s"].values()) + r["write_s"] for r in ranks)
     summary = {

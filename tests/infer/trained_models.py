@@ -11,11 +11,12 @@ from hydra import compose, initialize_config_dir
 
 from gnnrun.cli import CONFIG_DIR
 from gnnrun.config import to_objects
-from gnnrun.data import load_prepared, prepare_dataset
+from gnnrun.data import prepare_dataset
 from gnnrun.models import build_model
 from gnnrun.models.hetero import typed_input
 from gnnrun.ops.block import Block
 from gnnrun.schemas import register_schemas
+from gnnrun.tasks import load_for_task, task_of
 from gnnrun.train.checkpoint import save_checkpoint
 from gnnrun.train.resume import settings_of
 
@@ -47,15 +48,17 @@ def checkpointed(tmp_path: Path, *overrides: str, seed: int = 0):
 
 
 def full_graph_layers(cfg) -> list[torch.Tensor]:
-    """Every layer's output of the checkpoint's model on the whole graph in one process
-    (the reference): each layer whole, with the model's activation after the hidden ones;
+    """Every layer's output of the checkpoint's model (a link run's: its encoder) on the
+    whole graph in one process (the reference): each layer whole, with the model's activation after the hidden ones;
     the last equals the model's own forward pass."""
     from gnnrun.infer.run import load_trained_model
 
-    dataset = load_prepared(cfg.dataset)
+    task = task_of(cfg)
+    dataset = load_for_task(cfg.dataset, cfg.task)  # a link run's: the message-passing graph
     checkpoint = Path(cfg.train.checkpoint_dir) / "checkpoint.pt"
-    model = load_trained_model(
-        cfg, checkpoint, dataset.feat_dim, dataset.num_classes, dataset.hetero
+    width = dataset.num_classes if task.trains_vertices else cfg.model.link_width
+    model = task.encoder(
+        load_trained_model(cfg, checkpoint, dataset.feat_dim, width, dataset.hetero)
     )
     graph = Block.from_csr(dataset.indptr, dataset.indices, symmetric=not dataset.directed)
     x = torch.from_numpy(np.array(dataset.feat, dtype=np.float32))
