@@ -29,7 +29,7 @@ What runs:
   partition commands on a small dataset (synthetic tiny/small, Cora,
   Facebook, Tolokers, a custom .npz) with at most 8 sweep points; train
   commands of one run on synthetic-tiny, Cora or a custom .npz with at most
-  20 epochs and 2 ranks. Files the docs assume are made here: the custom
+  10 epochs (the default) and 2 ranks. Files the docs assume are made here: the custom
   graph.npz (32 features, as synthetic-tiny has, so that a model trained there
   predicts on it); for `gnnrun report`, `predict`, `embed` and `--resume-sweep`,
   a finished 1-epoch synthetic-tiny sweep of 2 points (made once per module; its
@@ -87,7 +87,7 @@ INFERENCE_COMMANDS = ("predict", "embed")
 SMALL_DATASETS = {"synthetic-tiny", "synthetic-small", "cora", "facebook", "tolokers", "custom"}
 SMALL_DATASETS |= {"synthetic-hetero-tiny", "synthetic-hetero"}
 TRAIN_FAST_DATASETS = {"synthetic-tiny", "synthetic-hetero-tiny", "cora", "custom"}
-FAST_MAX_EPOCHS, FAST_MAX_RANKS, FAST_MAX_POINTS = 20, 2, 8
+FAST_MAX_EPOCHS, FAST_MAX_RANKS, FAST_MAX_POINTS = 10, 2, 8
 FAST_TIMEOUT_S, SLOW_TIMEOUT_S = 300, 4 * 3600
 # Real datasets and the folder of ../shared/datasets they are read from; any other
 # dataset but the generated ones needs raw files the tests do not have.
