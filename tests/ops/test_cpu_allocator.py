@@ -109,12 +109,17 @@ def test_a_forked_child_allocates_while_another_thread_holds_the_cache():
     # forked meanwhile must not inherit the lock held (it would wait forever). The child
     # touches its block's pages without a parallel region (1 float in 1024: under torch's
     # grain size): GNU OpenMP is not fork-safe, and a child forked while the churning
-    # thread was starting one of its own can hang on OpenMP's state, not the cache's
-    # (this test timed out once in a full suite run, 2026-11-27; it takes 3 s).
+    # thread was starting one of its own can hang on OpenMP's state, not the cache's.
+    # The main thread calls the child's operators once before the churning thread starts:
+    # torch looks an operator up on its first call, inside a C++ static's initialisation,
+    # and a child forked while another thread was in it waits forever on the static's
+    # guard (`__cxa_guard_acquire`), whatever the allocator (this test hung so, 2 runs in
+    # 60 beside a full suite; it takes 3-10 s).
     code = """
 import os, threading, torch
 from gnnrun.ops import cpu_allocator
 assert cpu_allocator.install()
+torch.empty(2**24)[::1024] = 1  # the operators' first calls, before any other thread
 stop = False
 def churn():
     size = 2**26
