@@ -29,7 +29,9 @@ What runs:
   partition commands on a small dataset (synthetic tiny/small, Cora,
   Facebook, Tolokers, a custom .npz) with at most 8 sweep points; train
   commands of one run on synthetic-tiny, Cora or a custom .npz with at most
-  10 epochs (the default) and 2 ranks. Files the docs assume are made here: the custom
+  10 epochs (the default) and 2 ranks, each run for at most FAST_TRAIN_EPOCHS
+  epochs (the rest of the command as typed: its setup, epochs, evaluation,
+  checkpoint and summary all run). Files the docs assume are made here: the custom
   graph.npz (32 features, as synthetic-tiny has, so that a model trained there
   predicts on it); for `gnnrun report`, `predict`, `embed` and `--resume-sweep`,
   a finished 1-epoch synthetic-tiny sweep of 2 points (made once per module; its
@@ -88,6 +90,7 @@ SMALL_DATASETS = {"synthetic-tiny", "synthetic-small", "cora", "facebook", "tolo
 SMALL_DATASETS |= {"synthetic-hetero-tiny", "synthetic-hetero"}
 TRAIN_FAST_DATASETS = {"synthetic-tiny", "synthetic-hetero-tiny", "cora", "custom"}
 FAST_MAX_EPOCHS, FAST_MAX_RANKS, FAST_MAX_POINTS = 10, 2, 8
+FAST_TRAIN_EPOCHS = 2
 FAST_TIMEOUT_S, SLOW_TIMEOUT_S = 300, 4 * 3600
 # Real datasets and the folder of ../shared/datasets they are read from; any other
 # dataset but the generated ones needs raw files the tests do not have.
@@ -520,6 +523,17 @@ def _place_inputs(command: DocCommand, cwd: Path, request) -> list[str]:
     return argv
 
 
+def _fewer_epochs(argv: list[str]) -> list[str]:
+    """A single run's arguments with train.epochs at most FAST_TRAIN_EPOCHS (the default
+    suite's time goes to what differs between commands, not to their later epochs)."""
+    if {"-m", "--multirun"} & set(argv):
+        return argv
+    given = [a for a in argv if a.startswith("train.epochs=")]
+    epochs = int(given[-1].split("=", 1)[1]) if given else int(DEFAULTS["train.epochs"])
+    kept = [a for a in argv if not a.startswith("train.epochs=")]
+    return [*kept, f"train.epochs={min(epochs, FAST_TRAIN_EPOCHS)}"]
+
+
 @pytest.mark.parametrize("command", [_run_param(c) for c in COMMANDS])
 def test_documented_command_runs(command, tmp_path, request):
     if reason := SKIPPED[command.where]:
@@ -527,7 +541,10 @@ def test_documented_command_runs(command, tmp_path, request):
     cwd = tmp_path / "work"
     cwd.mkdir()
     argv = _place_inputs(command, cwd, request)
-    timeout = FAST_TIMEOUT_S if _is_fast(command) else SLOW_TIMEOUT_S
+    fast = _is_fast(command)
+    if fast and command.command == "train" and command.is_config_command and not command.error:
+        argv = _fewer_epochs(argv)
+    timeout = FAST_TIMEOUT_S if fast else SLOW_TIMEOUT_S
     rc, stdout, stderr = _gnnrun(argv, cwd, command.env, timeout)
     typed = f"`{command.shown()}` ({command.where})"
     if command.error is not None:
