@@ -26,9 +26,7 @@ run: setup
 # 2 cores. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
 
-# The kernels are compiled first, one per core (a test that needed one compiled it alone).
 test: setup lint
-	-$(BIN)/python -m gnnrun.ops.build_kernels
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-slow: setup

@@ -95,17 +95,6 @@ def torch_home() -> Path:
     return Path(torch.__file__).resolve().parent
 
 
-def build_folder(source: Path) -> Path:
-    """Where `source` is built in the cache: a folder named by its stem and content."""
-    return build_root() / f"{source.stem}-{hashlib.sha1(source.read_bytes()).hexdigest()[:12]}"
-
-
-def is_built(stem: str) -> bool:
-    """Whether kernels/<stem>.cpp as it is now has a library in the cache (loads nothing)."""
-    source = KERNELS_DIR / f"{stem}.cpp"
-    return source.is_file() and (build_folder(source) / f"gnnrun_{stem}.so").is_file()
-
-
 def stage_source(source: Path) -> Path:
     """A copy of `source` in its build folder, named by its content.
 
@@ -115,7 +104,7 @@ def stage_source(source: Path) -> Path:
     folder is named by the content's hash, an unchanged kernel is found built.
     """
     text = source.read_bytes()
-    folder = build_folder(source)
+    folder = build_root() / f"{source.stem}-{hashlib.sha1(text).hexdigest()[:12]}"
     folder.mkdir(parents=True, exist_ok=True)
     staged = folder / source.name
     if not staged.is_file() or staged.read_bytes() != text:
