@@ -152,6 +152,9 @@ def test_a_heterogeneous_link_run_scores_pairs_of_its_relation_as_its_model_does
         f"names a destination outside [0, {counts[paper]}): a pair's ids are its source's "
         "within type author and its destination's within type paper" in _errors(capsys)
     )
+    np.save(tmp_path / "none.npy", np.zeros((2, 0), dtype=np.int64))
+    assert main([*predict[:2], "predict.candidates=none.npy", "predict.output_dir=x"]) == 1
+    assert "none.npy holds no pairs" in _errors(capsys)
     embed = ["embed", f"run={run_dir}", "embed.node_type=paper", "cluster.nprocs=1"]
     assert main(embed) == 0, _errors(capsys)
 

@@ -77,6 +77,8 @@ def read_candidates(
         raise GnnrunError(f"predict.candidates: {path} has shape {pairs.shape}; give {wanted}")
     if not np.issubdtype(pairs.dtype, np.integer):
         raise GnnrunError(f"predict.candidates: {path} holds {pairs.dtype}; give {wanted}")
+    if pairs.size == 0:
+        raise GnnrunError(f"predict.candidates: {path} holds no pairs; give {wanted}")
     if warn and pairs.shape == (2, 2):
         from gnnrun.progress import print_warning
 
