@@ -84,6 +84,7 @@ class InferencePlan:
 
     kind: str  # predict | embed
     task: str  # task.name the run trained (gnnrun.tasks)
+    scores_pairs: bool  # a link run's predict: scores predict.candidates from the embeddings
     layers: int  # layers to compute: all of them to predict, up to the chosen one to embed
     start_layer: int  # layers an interrupted run already computed
     run_dir: str
@@ -126,7 +127,8 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
     _check_written_by(run_dir, state, directory)
     task = task_of(cfg)
     task.check_inference(kind, cfg.predict.candidates, run_dir)
-    if kind == "predict" and task.scores_pairs:  # its layout; its ids once the dataset is known
+    scores_pairs = kind == "predict" and task.scores_pairs
+    if scores_pairs:  # its layout; its ids once the dataset is known
         read_candidates(cfg.predict.candidates, ends=None)
     encoder = task.encoder_state(state["model"])
     try:
@@ -156,6 +158,7 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
     return InferencePlan(
         kind=kind,
         task=cfg.task.name,
+        scores_pairs=scores_pairs,
         layers=layers,
         start_layer=0,
         run_dir=str(run_dir),
@@ -173,7 +176,7 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
 def fit_dataset(cfg, plan: InferencePlan, dataset: GraphDataset) -> None:
     """Check the prepared dataset against the planned model (its features, its vertex
     types, the candidate pairs' ids) and choose the vertex type whose rows are written."""
-    if plan.kind == "predict" and task_of(cfg).scores_pairs:  # read again at the end
+    if plan.scores_pairs:  # read again at the end
         read_candidates(cfg.predict.candidates, pair_ends(dataset, cfg.task.relation), warn=True)
     # A heterogeneous model's encoder takes each type's features (its weights' shapes are
     # checked as they load); a homogeneous one takes the dataset's rows.
@@ -186,16 +189,16 @@ def fit_dataset(cfg, plan: InferencePlan, dataset: GraphDataset) -> None:
     load_trained_model(  # or refuses
         cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes, dataset.hetero
     )
-    node_type = written_type(cfg, plan.kind, dataset)
+    node_type = written_type(cfg, plan, dataset)
     plan.node_type = None if node_type is None else dataset.hetero.type_index(node_type)
 
 
-def written_type(cfg, kind: str, dataset: GraphDataset) -> str | None:
+def written_type(cfg, plan: InferencePlan, dataset: GraphDataset) -> str | None:
     """The vertex type whose rows a heterogeneous graph's inference writes: the labelled
     one (`predict`'s; a link run's: its relation's source type), or `embed.node_type`'s;
     None for a homogeneous graph."""
-    chosen, schema = cfg.embed.node_type if kind == "embed" else None, dataset.hetero
-    if chosen is None and schema is not None and kind == "predict" and task_of(cfg).scores_pairs:
+    chosen, schema = cfg.embed.node_type if plan.kind == "embed" else None, dataset.hetero
+    if chosen is None and schema is not None and plan.scores_pairs:
         return pair_ends(dataset, cfg.task.relation)[0].node_type
     if chosen is None:
         return None if schema is None else schema.target
@@ -378,8 +381,8 @@ def infer_on_rank(cfg, plan: InferencePlan) -> dict[str, Any]:
     )
     # A prediction per vertex; else embeddings (a pair-scoring task's predict writes the
     # embeddings its pairs are scored from).
-    predicts_vertices = plan.kind == "predict" and not task.scores_pairs
-    if plan.kind == "predict" and task.scores_pairs:  # every own vertex's: both ends' types
+    predicts_vertices = plan.kind == "predict" and not plan.scores_pairs
+    if plan.scores_pairs:  # every own vertex's: both ends' types
         with atomic_file(ids_file(work, comm.rank), "wb") as f:
             np.save(f, dataset.source_ids(np.asarray(graph.nodes[: graph.num_own])))
     columns = (
@@ -617,7 +620,7 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
     vertices = sum(r["rows"] for r in ranks)
     scored = {}
     task = task_of(cfg)
-    if plan.kind == "predict" and task.scores_pairs:
+    if plan.scores_pairs:
         dataset = load_for_task(cfg.dataset, cfg.task)
         ends = pair_ends(dataset, cfg.task.relation)
         pairs = read_candidates(cfg.predict.candidates, ends)
