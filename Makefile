@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-slurm test-faults test-gpu gpu-wheels test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-bounded-memory bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
+.PHONY: setup run test test-slow test-docs test-slurm test-faults test-gpu gpu-wheels test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-bounded-memory bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
 
 setup: $(STAMP)
 
@@ -32,13 +32,19 @@ test: setup lint
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
+# The quick commands of docs/, run for real from empty directories as typed (the
+# README's run in the default suite; every command's overrides compose there).
+test-docs: setup
+	$(BIN)/python -m pytest -q -m docs tests/test_docs_commands.py
+
 # Starts a single-node SLURM on this machine (scripts/slurm_cluster.sh; installs
 # slurm-wlm and munge with apt-get when missing) and submits real jobs to it.
 test-slurm: setup
 	$(BIN)/python -m pytest -q -m slurm
 
-# Restarts after injected faults, and runs across network namespaces (hosts with
-# addresses of their own, joined by veth pairs): lost hosts, cut links, hung ranks.
+# Restarts after injected faults, signals (Ctrl-C, kill) to gnnrun and its ranks, and runs
+# across network namespaces (hosts with addresses of their own, joined by veth pairs):
+# lost hosts, cut links, hung ranks.
 # Needs root (ip netns); the namespace tests skip, saying why, where it is missing.
 test-faults: setup
 	$(BIN)/python -m pytest -q -m faults

@@ -172,18 +172,16 @@ def wait_for(condition, timeout_s: float, process: subprocess.Popen) -> bool:
     return False
 
 
+@pytest.mark.faults  # signals to gnnrun and its ranks: make test-faults
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
 @pytest.mark.parametrize(
     ("whom", "sig", "code", "message", "algorithm"),
     [
         ("group", signal.SIGINT, 130, "interrupted", "minibatch"),  # Ctrl-C in a terminal
         # The pipeline's stage threads stop with the trainer.
-        pytest.param(
-            "group", signal.SIGINT, 130, "interrupted", "pipeline", marks=pytest.mark.slow
-        ),
-        pytest.param(  # kill -INT <gnnrun pid>: the ranks hear of it from the agent only
-            "launcher", signal.SIGINT, 130, "interrupted", "minibatch", marks=pytest.mark.slow
-        ),
+        ("group", signal.SIGINT, 130, "interrupted", "pipeline"),
+        # kill -INT <gnnrun pid>: the ranks hear of it from the agent only
+        ("launcher", signal.SIGINT, 130, "interrupted", "minibatch"),
         (
             "launcher",
             signal.SIGTERM,
@@ -224,6 +222,7 @@ def test_a_signal_stops_every_rank(tmp_path, whom, sig, code, message, algorithm
     assert still_running(ours) == []
 
 
+@pytest.mark.faults
 def test_a_signal_stops_a_local_sweep_without_failing_its_point(tmp_path):
     """`kill` or `timeout` (SIGTERM) stops the sweep at its point, as Ctrl-C does: the point
     is not recorded as failed (a later --resume-sweep runs it) and no other point starts."""
@@ -251,6 +250,7 @@ def test_a_signal_stops_a_local_sweep_without_failing_its_point(tmp_path):
     assert not (sweep / "failed_points.json").exists() and not (sweep / "1").exists()
 
 
+@pytest.mark.faults
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
 def test_ctrl_c_while_ranks_start_prints_one_line(tmp_path):
     """Ranks spend seconds importing torch; Ctrl-C then must not print their tracebacks."""
@@ -323,6 +323,7 @@ def _ranks(processes: dict[int, str]) -> list[int]:
     return sorted(ranks)
 
 
+@pytest.mark.faults
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
 def test_sigint_to_one_rank_names_it_without_the_interpreters_abort(tmp_path):
     """kill -INT of one rank: that rank is named as interrupted, and no rank prints
