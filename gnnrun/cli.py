@@ -309,8 +309,9 @@ def _run_paths(run_dir: Path, run: list[str]) -> dict[str, str]:
     return {"data_root": str(Path(started_in) / data_root)}
 
 
-def _own_output_dir(args: list[str]) -> list[str]:
-    """The arguments with a run (or sweep) directory that belongs to this invocation alone.
+def _own_output_dir(args: list[str]) -> tuple[list[str], Path | None]:
+    """The arguments with a run (or sweep) directory that belongs to this invocation alone,
+    and the run directory claimed for it (None when the user chose one, or for a sweep).
 
     A directory left to the default is claimed new; one given explicitly is locked,
     and a run directory that already holds a run is refused unless this run resumes
@@ -324,17 +325,17 @@ def _own_output_dir(args: list[str]) -> list[str]:
     flags, settings = _split_flags(args)
     sweeping = any(f in ("-m", "--multirun") for f in flags)
     if in_slurm_step() or len(flags) > int(sweeping):  # --cfg, --help ... only print
-        return args
+        return args, None
     key = "hydra.sweep.dir=" if sweeping else "hydra.run.dir="
     given = [a.split("=", 1)[1] for a in settings if a.startswith(key)]
     if not given:
         claimed = run_dir.claim(Path("outputs/multirun" if sweeping else "outputs/train"))
-        return [*args, f"{key}{claimed}"]
+        return [*args, f"{key}{claimed}"], None if sweeping else claimed
     if "${" not in given[-1]:
         run_dir.lock(Path(given[-1]))
         if not sweeping and not _resumes(settings):
             run_dir.refuse_occupied(Path(given[-1]))
-    return args
+    return args, None
 
 
 def _resumes(settings: list[str]) -> bool:
@@ -430,14 +431,16 @@ def run_hydra(
     import hydra
 
     from gnnrun.run_dir import release_all as release_run_dirs
+    from gnnrun.run_dir import remove_if_unused
     from gnnrun.schemas import register_schemas
 
     register_schemas()
     check_flags(overrides, job_name)
     overrides = with_renamed_keys(overrides)
     check_overrides(overrides)
+    claimed = None
     if keep_run_dir:
-        overrides = _own_output_dir(overrides)
+        overrides, claimed = _own_output_dir(overrides)
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
     def entry(cfg: DictConfig) -> None:
@@ -464,6 +467,8 @@ def run_hydra(
     try:
         entry()
     except SystemExit as exc:  # Hydra and the task exit this way on errors and --help
+        if claimed is not None and exc.code:
+            remove_if_unused(claimed)
         return exc.code if isinstance(exc.code, int) else 1
     finally:
         sys.argv = saved

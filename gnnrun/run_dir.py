@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -73,6 +74,20 @@ def lock(path: Path) -> None:
         os.close(fd)
         return
     _held[path.resolve()] = fd
+
+
+def remove_if_unused(path: Path) -> None:
+    """Remove a run directory this invocation claimed when it holds only Hydra's `.hydra`
+    (the run was refused before it wrote anything), and its date folder if that is now
+    empty: a refused command leaves nothing to mistake for a run."""
+    path = Path(path)
+    try:
+        if {p.name for p in path.iterdir()} - {".hydra"}:
+            return
+        shutil.rmtree(path)
+        path.parent.rmdir()  # fails, as it should, while other runs are there
+    except OSError:
+        pass
 
 
 def refuse_occupied(path: Path) -> None:

@@ -74,6 +74,29 @@ def test_a_run_directory_left_by_a_run_that_failed_at_startup_is_accepted(tmp_pa
         run_dir.refuse_occupied(tmp_path)
 
 
+def test_a_refused_run_leaves_no_directory_it_claimed(tmp_path, monkeypatch, capsys):
+    """Refused after Hydra made its run directory (cd0 cannot run GAT): the directory
+    gnnrun claimed goes, with its date folder once empty; one the user named stays."""
+    from gnnrun.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    refused = ["train", "dataset=synthetic-tiny", "algorithm=cd0", "model=gat"]
+    assert main(refused) == 1
+    assert "cd0 supports model.name" in capsys.readouterr().err
+    assert list((tmp_path / "outputs" / "train").iterdir()) == []
+    kept = run_dir.claim(tmp_path / "outputs" / "train", NOW)  # another run's, same date
+    run_dir.release_all()
+    assert main([*refused, f"hydra.run.dir={tmp_path / 'mine'}"]) == 1
+    assert (tmp_path / "mine" / ".hydra").is_dir()  # named by the user: theirs to keep
+    gone = run_dir.claim(tmp_path / "outputs" / "train", NOW)
+    (gone / ".hydra").mkdir()
+    run_dir.remove_if_unused(gone)
+    assert not gone.exists() and kept.is_dir()
+    (kept / "metrics.rank0.jsonl").write_text("{}\n")
+    run_dir.remove_if_unused(kept)
+    assert kept.is_dir()
+
+
 @pytest.mark.slow  # 9 s: two real runs
 def test_two_runs_started_together_write_separate_directories(tmp_path):
     """... and prepare and partition their dataset once, the second waiting for the first."""
@@ -109,14 +132,18 @@ def test_each_invocation_gets_its_own_run_or_sweep_directory(tmp_path, monkeypat
     from gnnrun.cli import _own_output_dir
 
     monkeypatch.chdir(tmp_path)
-    runs = [_own_output_dir(["dataset=cora"])[-1] for _ in range(2)]
-    sweeps = [_own_output_dir(["-m", "model.hidden=8,16"])[-1] for _ in range(2)]
+    claims = [_own_output_dir(["dataset=cora"]) for _ in range(2)]
+    runs = [args[-1] for args, _ in claims]
+    sweeps = [_own_output_dir(["-m", "model.hidden=8,16"]) for _ in range(2)]
     assert all(r.startswith("hydra.run.dir=outputs/train/") for r in runs)
-    assert all(s.startswith("hydra.sweep.dir=outputs/multirun/") for s in sweeps)
-    assert len(set(runs)) == 2 and len(set(sweeps)) == 2
-    assert _own_output_dir(["--cfg", "job"]) == ["--cfg", "job"]  # printing claims nothing
+    assert [f"hydra.run.dir={claimed}" for _, claimed in claims] == runs
+    assert all(a[-1].startswith("hydra.sweep.dir=outputs/multirun/") for a, _ in sweeps)
+    assert [claimed for _, claimed in sweeps] == [None, None]  # a sweep's is never removed
+    assert len(set(runs)) == 2 and len({a[-1] for a, _ in sweeps}) == 2
+    printing = ["--cfg", "job"]
+    assert _own_output_dir(printing) == (printing, None)  # printing claims nothing
     given = ["-m", "model.hidden=8,16", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    assert _own_output_dir(given) == given  # a sweep directory may be resumed ...
+    assert _own_output_dir(given) == (given, None)  # a sweep directory may be resumed ...
     script = f"from gnnrun.run_dir import lock; lock({str(tmp_path / 'sweep')!r})"
     other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert other.returncode != 0 and "in use by another gnnrun process" in other.stderr
