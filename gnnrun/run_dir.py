@@ -78,16 +78,11 @@ def lock(path: Path) -> None:
 
 def remove_if_unused(path: Path) -> None:
     """Remove a run directory this invocation claimed when it holds only Hydra's `.hydra`
-    (the run was refused before it wrote anything), and its date folder if that is now
-    empty: a refused command leaves nothing to mistake for a run."""
-    path = Path(path)
-    try:
-        if {p.name for p in path.iterdir()} - {".hydra"}:
-            return
-        shutil.rmtree(path)
-        path.parent.rmdir()  # fails, as it should, while other runs are there
-    except OSError:
-        pass
+    (the run was refused before it wrote anything): a refused command leaves nothing to
+    mistake for a run. Its date folder stays, for another process may be claiming there."""
+    with contextlib.suppress(OSError):
+        if not {p.name for p in Path(path).iterdir()} - {".hydra"}:
+            shutil.rmtree(path)
 
 
 def refuse_occupied(path: Path) -> None:

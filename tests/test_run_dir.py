@@ -76,15 +76,15 @@ def test_a_run_directory_left_by_a_run_that_failed_at_startup_is_accepted(tmp_pa
 
 def test_a_refused_run_leaves_no_directory_it_claimed(tmp_path, monkeypatch, capsys):
     """Refused after Hydra made its run directory (cd0 cannot run GAT): the directory
-    gnnrun claimed goes, with its date folder once empty; one the user named stays."""
+    gnnrun claimed goes; one the user named stays, and so does one that holds results."""
     from gnnrun.cli import main
 
     monkeypatch.chdir(tmp_path)
     refused = ["train", "dataset=synthetic-tiny", "algorithm=cd0", "model=gat"]
     assert main(refused) == 1
     assert "cd0 supports model.name" in capsys.readouterr().err
-    assert list((tmp_path / "outputs" / "train").iterdir()) == []
-    kept = run_dir.claim(tmp_path / "outputs" / "train", NOW)  # another run's, same date
+    assert [list(day.iterdir()) for day in (tmp_path / "outputs" / "train").iterdir()] == [[]]
+    kept = run_dir.claim(tmp_path / "outputs" / "train", NOW)  # another run's
     run_dir.release_all()
     assert main([*refused, f"hydra.run.dir={tmp_path / 'mine'}"]) == 1
     assert (tmp_path / "mine" / ".hydra").is_dir()  # named by the user: theirs to keep
