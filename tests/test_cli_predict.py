@@ -65,6 +65,7 @@ def test_predicted_accuracy_equals_the_trainers_exact_evaluation(
     manifest = json.loads((run_dir / "predict" / "synthetic-tiny" / "manifest.json").read_text())
     assert manifest["metrics"]["val_acc"] == pytest.approx(summary["final"]["val_acc"])
     assert manifest["epoch"] == 4 and manifest["ranks"] == 2 and manifest["vertices"] == 2000
+    assert manifest["node_type"] is None  # homogeneous: every vertex
 
 
 def test_a_heterogeneous_run_predicts_its_labelled_type_as_it_evaluated(
@@ -79,6 +80,14 @@ def test_a_heterogeneous_run_predicts_its_labelled_type_as_it_evaluated(
     output = read_output(run_dir / "predict" / "synthetic-hetero-tiny")
     data = load_prepared(make_config(*hetero).dataset)
     assert np.array_equal(output["ids"], np.arange(data.hetero.type_counts[0]))  # papers
+    # The rows written are the papers', and the summary says so.
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"│ vertices (paper) │ {data.hetero.type_counts[0]:,} │" in printed, printed
+    assert "│ vertices (paper) per second │" in printed
+    manifest = json.loads(
+        (run_dir / "predict" / "synthetic-hetero-tiny" / "manifest.json").read_text()
+    )
+    assert manifest["node_type"] == "paper"
     for split in ("val", "test"):
         ids = np.asarray(getattr(data, f"{split}_idx"))  # papers come first: ids in the type
         accuracy = np.mean(output["class"][ids] == np.asarray(data.label)[ids])

@@ -97,6 +97,7 @@ class InferencePlan:
     chunk_vertices: int
     parquet: bool
     node_type: int | None = None  # a heterogeneous graph's: the type whose rows are written
+    node_type_name: str | None = None  # ... and its name
 
 
 def layer_file(work_dir: Path, layer: int, rank: int) -> Path:
@@ -189,8 +190,9 @@ def fit_dataset(cfg, plan: InferencePlan, dataset: GraphDataset) -> None:
     load_trained_model(  # or refuses
         cfg, Path(plan.checkpoint), plan.in_dim, plan.num_classes, dataset.hetero
     )
-    node_type = written_type(cfg, plan, dataset)
-    plan.node_type = None if node_type is None else dataset.hetero.type_index(node_type)
+    plan.node_type_name = written_type(cfg, plan, dataset)
+    if plan.node_type_name is not None:
+        plan.node_type = dataset.hetero.type_index(plan.node_type_name)
 
 
 def written_type(cfg, plan: InferencePlan, dataset: GraphDataset) -> str | None:
@@ -644,7 +646,8 @@ def finish_inference(cfg, plan: InferencePlan, ranks: list[dict[str, Any]]) -> d
         "dataset": cfg.dataset.name,
         "model": cfg.model.name,
         "layer": plan.layers - 1,
-        "vertices": vertices,
+        "vertices": vertices,  # rows written: of node_type's vertices only, where set
+        "node_type": plan.node_type_name,
         "ranks": len(ranks),
         "chunk_vertices": plan.chunk_vertices,
         "layers_reused": plan.start_layer,  # computed by an interrupted run

@@ -187,14 +187,16 @@ def inference_table(summary: dict) -> Table:
     table.add_column("value", justify="right")
     for key, value in summary["metrics"].items():
         table.add_row(key, f"{value:.4f}")
-    table.add_row("vertices", f"{summary['vertices']:,}")
+    # A heterogeneous graph's output holds one type's rows (the layers computed them all).
+    of_type = f" ({summary['node_type']})" if summary.get("node_type") else ""
+    table.add_row(f"vertices{of_type}", f"{summary['vertices']:,}")
     if "candidates" in summary:  # a task=link run's pairs: scores.npy beside the shards
         table.add_row("vertex pairs scored (scores.npy)", f"{summary['candidates']:,}")
     if summary["layers_reused"]:
         table.add_row("layers reused (interrupted run)", f"1-{summary['layers_reused']}")
     table.add_row("time (slowest rank)", f"{summary['seconds']:.2f} s")
     if summary["vertices_per_s"] is not None:
-        table.add_row("vertices per second", f"{summary['vertices_per_s']:,.0f}")
+        table.add_row(f"vertices{of_type} per second", f"{summary['vertices_per_s']:,.0f}")
     for rank in summary["per_rank"]:
         table.add_row(
             f"rank {rank['rank']}: rows, peak memory",
