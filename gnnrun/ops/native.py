@@ -171,16 +171,30 @@ def load_kernel_file(stem: str) -> bool:
 
 
 def _our_ninja_dir() -> str | None:
-    """The folder of this environment's own ninja (gnnrun's `ninja` dependency), if any."""
-    try:
-        import ninja
+    """The folder of the ninja that gnnrun's `ninja` dependency installed, if any.
 
-        folders = [ninja.BIN_DIR]  # the package's own lookup; "" when it found none
-    except (ImportError, AttributeError):
-        folders = []
+    Found through the package's list of installed files: the package's own lookup
+    (`ninja.BIN_DIR`) searches only the running interpreter's scripts folder, so an
+    environment that takes its packages from another one (a venv with a .pth file
+    naming that one's site-packages, as `make test-package` builds) found none, ran
+    the system's older ninja, and every kernel was rebuilt there and again at the next
+    run from the other environment.
+    """
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    folders = []
+    try:
+        package = distribution("ninja")
+        folders += [
+            str(Path(package.locate_file(f)).resolve().parent)
+            for f in package.files or ()
+            if f.name == "ninja" and f.parent.name == "bin"
+        ]
+    except PackageNotFoundError:
+        pass
     folders.append(str(Path(sys.executable).parent))  # next to the running interpreter
     for folder in folders:
-        if folder and os.access(Path(folder) / "ninja", os.X_OK):
+        if os.access(Path(folder) / "ninja", os.X_OK):
             return folder
     return None
 

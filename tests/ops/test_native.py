@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import sysconfig
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from gnnrun.ops import native
 
@@ -74,9 +80,6 @@ def test_a_failed_build_names_the_compilers_error(monkeypatch):
 def test_the_build_uses_our_ninja_whatever_path_finds_first(tmp_path):
     """Two ninja versions rebuild each other's kernels (their build logs differ): a ninja
     found earlier on PATH must never be the one that runs."""
-    import subprocess
-    import sys
-
     other = tmp_path / "bin"
     other.mkdir()
     marker = tmp_path / "other-ninja-ran"
@@ -90,12 +93,31 @@ def test_the_build_uses_our_ninja_whatever_path_finds_first(tmp_path):
     assert not marker.exists()
 
 
+def test_an_environment_using_another_ones_packages_builds_with_that_ones_ninja(tmp_path):
+    """A venv that takes its packages from this environment (a .pth naming its
+    site-packages, as `make test-package` builds) runs this environment's ninja, not the
+    system's: two ninja versions read each other's build log as foreign, so each switch
+    between the two environments rebuilt every kernel."""
+    ours = native._our_ninja_dir()
+    if ours is None:
+        pytest.skip("the ninja package is not installed here")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = str(venv / "bin" / "python")
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = subprocess.run([python, "-c", where], capture_output=True, text=True, check=True)
+    Path(site.stdout.strip(), "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    repo = str(Path(native.__file__).resolve().parents[2])  # gnnrun itself, from this clone
+    script = "from gnnrun.ops.native import _our_ninja_dir; print(_our_ninja_dir())"
+    env = {**os.environ, "PYTHONPATH": repo}
+    found = subprocess.run([python, "-c", script], env=env, capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == ours
+
+
 def test_switching_path_rebuilds_nothing(tmp_path):
     """gnnrun run by name with the environment's bin on PATH, then by its full path without
     it (so another ninja, and here a ccache, come first): the second load builds nothing."""
-    import subprocess
-    import sys
-
     ours = os.path.dirname(sys.executable)
     system = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != ours]
     wrappers = tmp_path / "bin"
