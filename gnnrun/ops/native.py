@@ -176,9 +176,8 @@ def _our_ninja_dir() -> str | None:
     Found through the package's list of installed files: the package's own lookup
     (`ninja.BIN_DIR`) searches only the running interpreter's scripts folder, so an
     environment that takes its packages from another one (a venv with a .pth file
-    naming that one's site-packages, as `make test-package` builds) found none, ran
-    the system's older ninja, and every kernel was rebuilt there and again at the next
-    run from the other environment.
+    naming that one's site-packages) found none, ran the system's older ninja, and
+    every kernel was rebuilt there and again at the next run from the other one.
     """
     from importlib.metadata import PackageNotFoundError, distribution
 
