@@ -32,8 +32,8 @@ test: setup lint
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
-# The quick commands of docs/, run for real from empty directories as typed (the
-# README's run in the default suite; every command's overrides compose there).
+# The quick commands of README.md and docs/, run for real from empty directories as
+# typed (the default suite composes every documented command).
 test-docs: setup
 	$(BIN)/python -m pytest -q -m docs tests/test_docs_commands.py
 
