@@ -379,6 +379,7 @@ def test_a_killed_launcher_leaves_no_resource_tracker_warning(tmp_path):
     assert "leaked semaphore" not in err and "resource_tracker" not in err, err
 
 
+@pytest.mark.faults  # a lost node 0: make test-faults
 def test_the_launchers_store_client_logs_no_cpp_stack(tmp_path):
     """A host's launcher that finds node 0's store closed (the end of a cluster=hosts
     run), or cannot reach it (node 0 not started), prints no c10d message with a C++

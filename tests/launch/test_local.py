@@ -105,6 +105,7 @@ def test_an_endpoint_node_0_cannot_hold_is_refused_before_any_work():
         check_rendezvous(host("nohost.invalid:29400", node_rank=1))
 
 
+@pytest.mark.faults  # several hosts: make test-faults
 @pytest.mark.parametrize(
     "node_rank, message",
     [
@@ -130,6 +131,7 @@ def test_hosts_that_never_meet_are_told_what_to_start(node_rank, message):
 HOST = ["cluster=hosts", "cluster.rdzv_endpoint=127.0.0.1:29400", "dataset=synthetic-tiny"]
 
 
+@pytest.mark.faults  # several hosts (as two local ranks): make test-faults
 def test_ranks_started_with_different_settings_are_refused_on_every_rank(monkeypatch):
     monkeypatch.delenv("GNNRUN_DEBUG", raising=False)
     # Node 1 was given optimizer.lr=0.1 and node 0 was not: every rank refuses, naming it.
@@ -152,7 +154,7 @@ def test_ranks_started_with_different_settings_are_refused_on_every_rank(monkeyp
         run_on_ranks(rank_fns.check_config, 2, same, ["partition", "train"], timeout_s=60)
 
 
-@pytest.mark.faults  # two gnnrun processes as hosts; 2 local ranks above cover the check
+@pytest.mark.faults  # two gnnrun processes as hosts
 def test_two_hosts_on_loopback_with_different_settings_both_refuse(tmp_path):
     import subprocess
 
