@@ -848,7 +848,7 @@ def _import_torch_quietly() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gnnrun.memory import apply_memory_settings, reexec_with_allocator
+    from gnnrun.memory import apply_memory_settings, reexec_with_allocator, skip_exit_collection
 
     if argv is None:  # the gnnrun command itself, not a call from Python (tests)
         reexec_with_allocator()  # first: it may restart this process with tcmalloc
@@ -874,7 +874,10 @@ def main(argv: list[str] | None = None) -> int:
             from gnnrun.torch_support import check_torch_version
 
             check_torch_version()
-        return COMMANDS[command][0](rest)
+        status = COMMANDS[command][0](rest)
+        if argv is None:  # the gnnrun command: its process exits next
+            skip_exit_collection()
+        return status
     except GnnrunError as exc:
         print_error(exc)
         return 1

@@ -197,6 +197,21 @@ class PeakMemory:
         return self._run_peak
 
 
+def skip_exit_collection() -> None:
+    """Spare a process that is about to exit the interpreter's last garbage collections.
+
+    Exiting, Python collects every object still tracked, a few times over: torch's
+    modules alone take 0.36 s of CPU, with torch._dynamo (which torch.optim imports on
+    a step) 0.95 s. The launcher waits for every rank to exit, and the user for
+    gnnrun's own process. `gc.freeze` moves every object into the permanent generation,
+    which no collection visits; the operating system takes the memory back. Only for a
+    process whose work is done: cycles that are garbage now are never freed.
+    """
+    import gc
+
+    gc.freeze()
+
+
 def resident_mb() -> float:
     """This process's resident memory now (VmRSS), 0 where Linux does not say."""
     return _proc_status_mb("VmRSS") or 0.0

@@ -45,6 +45,27 @@ def test_console_script_runs(tmp_path):
     assert result.returncode == 0 and "partition" in result.stdout
 
 
+def test_the_command_spares_its_exit_the_collections_and_a_call_from_python_does_not(capsys):
+    """The gnnrun command freezes its objects once its work is done (no collection at the
+    interpreter's exit visits them: gnnrun.memory.skip_exit_collection); a call of `main`
+    from Python (these tests) must leave its process's collections alone."""
+    import gc
+
+    frozen = gc.get_freeze_count()
+    assert run(capsys, "env")[0] == 0
+    assert gc.get_freeze_count() == frozen
+    check = (
+        "import gc, sys; from gnnrun.cli import main; sys.argv = ['gnnrun', 'env']; "
+        "status = main(); print(status, gc.get_freeze_count())"
+    )
+    env = {**os.environ, "GNNRUN_ALLOCATOR": "system"}  # no restart under tcmalloc
+    result = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=120, env=env
+    )
+    status, count = result.stdout.split()[-2:]
+    assert status == "0" and int(count) > 10_000, result.stdout + result.stderr
+
+
 def test_env_reports_backends_and_kernels(capsys):
     code, out, _ = run(capsys, "env")
     assert code == 0

@@ -18,6 +18,7 @@ from gnnrun.launch.rank import (
     rank_cpus,
     train_rank,
 )
+from gnnrun.memory import skip_exit_collection
 
 INTERRUPTED_EXIT = 128 + signal.SIGINT  # a rank's exit status after SIGINT (as the shell's)
 
@@ -40,9 +41,11 @@ def rank_main(cfg, backend: str, job: str, *args):
     cpus, threads = rank_cpus(rank, world, cfg.cluster.threads_per_rank, cfg.cluster.comm_cores)
     try:
         with process_group(cfg, backend, local_rank, cpus, threads, job):
-            return RANK_JOBS[job](cfg, rank, *args)
+            result = RANK_JOBS[job](cfg, rank, *args)
     except KeyboardInterrupt:
         _leave_interrupted()
+    skip_exit_collection()  # the launcher waits for every rank to exit
+    return result
 
 
 def _interrupt_once(signum, frame):
