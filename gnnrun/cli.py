@@ -160,7 +160,8 @@ INFERENCE_HELP = """\
 usage: gnnrun {kind} run=RUN_DIR [overrides]
 
 RUN_DIR is a `gnnrun train` run's directory. Its config is composed again,
-then the overrides: cluster.nprocs (ranks), dataset=... (another graph with
+then the overrides: cluster.nprocs (ranks), cluster=hosts or cluster=slurm
+(ranks on several hosts, docs/inference.md), dataset=... (another graph with
 the same features), and
   predict.chunk_vertices   vertices a rank computes at a time (65536)
   predict.output_dir       default RUN_DIR/predict/<dataset> (embed: RUN_DIR/embed/...)

@@ -184,8 +184,8 @@ class HostsClusterConfig(ClusterConfig):
         check(self.tasks_per_node >= 1, "cluster.tasks_per_node must be at least 1")
         check(
             self.node_rank >= 0 and bool(self.rdzv_endpoint),
-            "cluster=hosts runs one `gnnrun train` per host: give each its place and node 0's "
-            "address, e.g. cluster.node_rank=0 cluster.rdzv_endpoint=node0.example:29400 on "
+            "cluster=hosts runs the same gnnrun command on every host: give each its place and "
+            "node 0's address, e.g. cluster.node_rank=0 cluster.rdzv_endpoint=node0.example:29400 on "
             "node 0 and cluster.node_rank=1 with the same endpoint on the next host",
         )
         check(

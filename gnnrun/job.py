@@ -8,6 +8,7 @@ starts (rank 0 does it under SLURM while the others wait), then launches the ran
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -305,36 +306,62 @@ def infer(cfg: DictConfig, kind: str, run_dir: Path) -> None:
     from gnnrun.report.tables import inference_table
 
     summary = run_inference(to_objects(cfg), kind, run_dir)
+    if summary is None:  # another host's: its ranks did their share, and said so
+        return
     print_table(inference_table(summary))
     out.print(f"written to {summary['output_dir']}", markup=False, soft_wrap=True)
 
 
-def run_inference(config, kind: str, run_dir: Path) -> dict:
-    """Layer-wise inference (gnnrun.infer) on cluster.nprocs local ranks from the checkpoint
-    of the run in `run_dir`; returns the summary that the output's manifest holds too."""
+def run_inference(config, kind: str, run_dir: Path) -> dict | None:
+    """Layer-wise inference (gnnrun.infer) on the ranks of config.cluster from the checkpoint
+    of the run in `run_dir`; returns the summary that the output's manifest holds too (None
+    on a host or SLURM task that only ran ranks: node 0's, task 0's, writes the output)."""
     from gnnrun.algorithms.checks import check_gpu_ranks
+    from gnnrun.infer.run import finish_inference, infer_on_rank
+    from gnnrun.launch.elastic import leads, run_rank_job
+    from gnnrun.launch.slurm import run_slurm_inference
+
+    check_gpu_ranks(config.cluster)
+    lead = leads(config.cluster)
+    with contextlib.ExitStack() as held:
+        if config.cluster.name == "slurm":  # this task is a rank: task 0 prepares in it
+            plan = None
+
+            def prepare():
+                nonlocal plan
+                plan = _prepare_inference(config, kind, run_dir, held)
+                return plan
+
+            figures = run_slurm_inference(config, kind, prepare if lead else None)
+        elif not lead:  # another host: its ranks join node 0's, which prepared everything
+            _check_rendezvous(config)
+            run_rank_job(config, "infer", None)
+        else:
+            _check_rendezvous(config)
+            plan = _prepare_inference(config, kind, run_dir, held)
+            if config.cluster.name == "local" and config.cluster.nprocs == 1:
+                figures = [infer_on_rank(config, plan)]
+            else:
+                figures = run_rank_job(config, "infer", plan)[0]  # each rank has them all
+        if not lead:
+            _only_ranks_here(config, "the predictions" if kind == "predict" else "the embeddings")
+            return None
+        return finish_inference(config, plan, figures)
+
+
+def _prepare_inference(config, kind: str, run_dir: Path, held: contextlib.ExitStack):
+    """What the leading process does before the ranks infer: check the checkpoint, the
+    settings and the output directory before the dataset is prepared, the dataset and
+    predict.candidates before partitioning; then take the output's lock (held until
+    `held` closes: a second command on the same output waits) and make the work
+    directory. Returns the plan."""
     from gnnrun.infer.output import refuse_occupied
-    from gnnrun.infer.run import (
-        finish_inference,
-        fit_dataset,
-        infer_on_rank,
-        plan_inference,
-        prepare_work_dir,
-    )
+    from gnnrun.infer.run import fit_dataset, plan_inference, prepare_work_dir
     from gnnrun.io import writer_lock
-    from gnnrun.launch.elastic import run_rank_job
     from gnnrun.partition import check_partition_kind, ensure_partition
     from gnnrun.partition.book import open_partition
     from gnnrun.tasks import prepare_for_task
 
-    if config.cluster.name != "local":
-        raise GnnrunError(
-            f"gnnrun {kind} runs its ranks on this machine: use cluster=local (cluster.nprocs "
-            "ranks), or run it inside an allocation (salloc) with cluster=local"
-        )
-    check_gpu_ranks(config.cluster)
-    # The checkpoint, the settings and the output directory are checked before the dataset
-    # is prepared, and the dataset and predict.candidates before partitioning.
     plan = plan_inference(config, kind, run_dir)
     dataset = prepare_for_task(config.dataset, config.task)
     fit_dataset(config, plan, dataset)
@@ -352,11 +379,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict:
             world_size=config.cluster.nprocs,
             kind="edge_cut",
         )
-    with writer_lock(Path(plan.output_dir)):  # a second command on the same output waits
-        refuse_occupied(Path(plan.output_dir))
-        prepare_work_dir(config, plan, dataset)
-        if config.cluster.nprocs == 1:
-            figures = [infer_on_rank(config, plan)]
-        else:
-            figures = run_rank_job(config, "infer", plan)
-        return finish_inference(config, plan, figures)
+    held.enter_context(writer_lock(Path(plan.output_dir)))
+    refuse_occupied(Path(plan.output_dir))
+    prepare_work_dir(config, plan, dataset)
+    return plan

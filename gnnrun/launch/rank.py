@@ -234,14 +234,24 @@ def config_mismatch(configs: list[dict[str, str]], shown: int = 5) -> str:
     )
 
 
-def infer_rank(cfg, rank: int, plan) -> dict[str, Any]:
-    """Layer-wise inference (gnnrun.infer) in the process group this rank has joined;
-    every rank returns its own figures."""
+def infer_rank(cfg, rank: int, plan) -> list[dict[str, Any]]:
+    """Layer-wise inference (gnnrun.infer) in the process group this rank has joined, with
+    the plan of the process that prepared it (node 0's launcher, or SLURM task 0: the other
+    hosts' ranks are given None); every rank's figures, in rank order, on every rank."""
     from gnnrun.infer.run import infer_on_rank
 
+    announced = [plan]
+    dist.broadcast_object_list(announced, src=0)
+    plan = announced[0]
+    if not Path(plan.work_dir).is_dir():
+        raise GnnrunError(
+            f"{plan.work_dir} (made by node 0) is not here: every host must see the run's "
+            "directory and the inference's output on storage the hosts share, at the same path"
+        )
     figures = infer_on_rank(cfg, plan)
-    dist.barrier()
-    return figures
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, figures)
+    return every
 
 
 def in_announced_dir(

@@ -26,13 +26,14 @@ same task again; SLURM_RESTART_COUNT tells it to resume from this job's checkpoi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -307,58 +308,88 @@ def is_lead_task() -> bool:
     return os.environ.get("SLURM_PROCID", "0") == "0"
 
 
-def run_slurm_job(cfg, job: str, *args: Any) -> list[Any]:
-    """Be one rank of `job` (gnnrun.launch.worker.RANK_JOBS: prepare, partition) as this
-    task of a job step: `srun -n WORLD gnnrun partition cluster=slurm ...`, every task the
-    same command. Returns this rank's result, as a list of one."""
-    from gnnrun.launch.rank import choose_backend, process_group
-    from gnnrun.launch.worker import RANK_JOBS
-
+def check_in_step(command: str, cfg, local_hint: str = "") -> None:
+    """Refuse `command cluster=slurm` outside a job step: its tasks are its ranks."""
     if not in_slurm_step():
-        command = STEP_COMMANDS.get(job, f"gnnrun {job}")
         raise GnnrunError(
             f"{command} cluster=slurm runs as the tasks of a job step, one per rank: start it "
             f"with srun inside an allocation (sbatch script or salloc), e.g. `srun -N NODES "
             f"-n {cfg.cluster.nprocs} {command} cluster=slurm cluster.nodes=NODES "
-            "cluster.tasks_per_node=T ...`; only gnnrun train submits its own job"
+            f"cluster.tasks_per_node=T ...`; only gnnrun train submits its own job{local_hint}"
         )
+
+
+@contextlib.contextmanager
+def _task_process_group(cfg, job: str) -> Iterator[SlurmRendezvous]:
+    """This task's rank in the job step's process group (env://), for `job`."""
+    from gnnrun.launch.rank import choose_backend, process_group
+
     rdzv = _rendezvous(cfg)
     backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
     cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
     init = {"init_method": "env://", "rank": rdzv.rank, "world_size": rdzv.world_size}
     with process_group(cfg, backend, rdzv.local_rank, cpus, threads, job, **init):
+        yield rdzv
+
+
+def _rank0_prepares(rank: int, prepare: Callable[[], Any] | None) -> Any:
+    """Rank 0 runs `prepare` and returns what it returns, while the other ranks wait for
+    it in a broadcast with a long timeout (PREPARE_TIMEOUT) and get None; if it fails,
+    they stop with its message instead of going on without what it makes."""
+    import torch.distributed as dist
+
+    gate = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
+    status: list[Any] = [READY]
+    prepared = None
+    if rank == 0:
+        assert prepare is not None
+        try:
+            prepared = prepare()
+        except BaseException as exc:
+            status = [f"{exc}" or type(exc).__name__]
+            dist.broadcast_object_list(status, src=0, group=gate)
+            raise
+    dist.broadcast_object_list(status, src=0, group=gate)
+    if status[0] != READY:
+        raise GnnrunError(f"rank 0 could not prepare the run: {status[0]}")
+    return prepared
+
+
+def run_slurm_job(cfg, job: str, *args: Any) -> list[Any]:
+    """Be one rank of `job` (gnnrun.launch.worker.RANK_JOBS: prepare, partition) as this
+    task of a job step: `srun -n WORLD gnnrun partition cluster=slurm ...`, every task the
+    same command. Returns this rank's result, as a list of one."""
+    from gnnrun.launch.worker import RANK_JOBS
+
+    check_in_step(STEP_COMMANDS.get(job, f"gnnrun {job}"), cfg)
+    with _task_process_group(cfg, job) as rdzv:
         return [RANK_JOBS[job](cfg, rdzv.rank, *args)]
+
+
+def run_slurm_inference(cfg, kind: str, prepare: Callable[[], Any] | None) -> list[Any]:
+    """Be one rank of `srun ... gnnrun predict|embed cluster=slurm`: task 0 runs `prepare`
+    (the checkpoint, dataset, partition and work directory; it returns the plan) while the
+    others wait, then every rank computes its share. Returns every rank's figures."""
+    from gnnrun.launch.rank import infer_rank
+
+    check_in_step(f"gnnrun {kind}", cfg, " (or give cluster=local to run on this machine)")
+    with _task_process_group(cfg, "infer") as rdzv:
+        plan = _rank0_prepares(rdzv.rank, prepare)
+        return infer_rank(cfg, rdzv.rank, plan)
 
 
 def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str, Any] | None:
     """Be one rank of a cluster=slurm run; rank 0 returns the summary.
 
     Rank 0 runs `prepare` (dataset, partition, run directory) while the other
-    ranks wait for it in a broadcast with a long timeout; if it fails, they stop
-    with its message instead of training on a partition that is not there.
+    ranks wait for it; if it fails, they stop with its message instead of training
+    on a partition that is not there.
     """
-    import torch.distributed as dist
-
     from gnnrun.attempt import RunStopped, watch_for_stop
-    from gnnrun.launch.rank import choose_backend, process_group, train_rank
+    from gnnrun.launch.rank import train_rank
 
-    rdzv = _rendezvous(cfg)
-    backend = choose_backend(cfg.cluster.backend, cfg.cluster.device)
-    cpus, threads = slurm_rank_cpus(rdzv.local_rank, rdzv.local_world_size, cfg.cluster)
-    init = {"init_method": "env://", "rank": rdzv.rank, "world_size": rdzv.world_size}
-    with process_group(cfg, backend, rdzv.local_rank, cpus, threads, "train", **init):
-        gate = dist.new_group(backend="gloo", timeout=PREPARE_TIMEOUT)
-        status: list[Any] = [READY]
-        if rdzv.rank == 0:
-            try:
-                prepare()
-            except BaseException as exc:
-                status = [f"{exc}" or type(exc).__name__]
-                dist.broadcast_object_list(status, src=0, group=gate)
-                raise
-        dist.broadcast_object_list(status, src=0, group=gate)
-        if status[0] != READY:
-            raise GnnrunError(f"rank 0 could not prepare the run: {status[0]}")
+    with _task_process_group(cfg, "train") as rdzv:
+        _rank0_prepares(rdzv.rank, prepare)
         watch_for_stop(signal.SIGUSR2)
         try:
             return train_rank(cfg, rdzv.rank, run_dir)

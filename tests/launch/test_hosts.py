@@ -241,3 +241,34 @@ def test_hosts_prepare_and_partition_chunked_input_as_one_host_then_train(bed, t
     assert done.returncode == 0, done.stderr
     for rank in (0, 1):
         assert losses(tmp_path / f"host{rank}", rank) == losses(tmp_path / "local", rank)
+
+
+def test_hosts_predict_and_embed_as_one_host_with_the_same_ranks(bed, tmp_path):
+    """`gnnrun predict` and `embed` of a run on 2 hosts (a rank each; node 0 plans, prepares
+    the work directory and writes the manifest, node 1's rank computes and writes its
+    shard) write the files one host with 2 ranks writes."""
+    run = tmp_path / "run"
+    train_local(tmp_path, "run", ["dataset=synthetic-tiny", "algorithm=minibatch",
+                                  "train.epochs=2", "cluster.nprocs=2"])  # fmt: skip
+    outputs = {}
+    for kind in ("predict", "embed"):
+        hosts_out, local_out = tmp_path / f"{kind}-hosts", tmp_path / f"{kind}-local"
+        command = [kind, f"run={run}", f"predict.output_dir={hosts_out}"]
+        texts = on_hosts(bed, tmp_path, PORT + 20, command, kind)
+        what = "predictions" if kind == "predict" else "embeddings"
+        assert f"node 1: its ranks wrote their share of the {what}" in texts[1]
+        assert f"written to {hosts_out}" in texts[0]
+        done = subprocess.run(
+            [GNNRUN, kind, f"run={run}", f"predict.output_dir={local_out}", "cluster.nprocs=2"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        outputs[kind] = hosts_out, local_out
+    for hosts_out, local_out in outputs.values():
+        files = sorted(p.name for p in local_out.glob("*.npy"))
+        assert files and files == sorted(p.name for p in hosts_out.glob("*.npy"))
+        for name in files:
+            assert (hosts_out / name).read_bytes() == (local_out / name).read_bytes(), name
+        manifests = [json.loads((d / "manifest.json").read_text()) for d in (hosts_out, local_out)]
+        assert manifests[0]["shards"] == manifests[1]["shards"]
+        assert [r["rank"] for r in manifests[0]["per_rank"]] == [0, 1]

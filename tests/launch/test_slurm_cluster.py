@@ -346,3 +346,33 @@ def test_srun_tasks_prepare_and_partition_chunked_input_as_local_ranks(slurm_env
         slurm_made, local_made = (json.loads((r / rel).read_text()) for r in roots.values())
         assert slurm_made["files"] == local_made["files"], rel
         assert len(slurm_made["distributed"]["ranks"]) == 2
+
+
+def test_srun_tasks_predict_as_local_ranks(slurm_env, tmp_path):
+    """`srun -n 2 gnnrun predict run=DIR cluster=slurm ...`: task 0 plans and prepares the
+    work directory while task 1 waits, each task computes its share as a rank, task 0
+    writes the manifest: the files 2 local ranks write."""
+    run = tmp_path / "run"
+    train = [sys.executable, "-m", "gnnrun.cli", "train", f"hydra.run.dir={run}"]
+    train += ["dataset=synthetic-tiny", "algorithm=minibatch", "train.epochs=2", "cluster.nprocs=2"]
+    done = subprocess.run(train, cwd=tmp_path, env=slurm_env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    predict = [sys.executable, "-m", "gnnrun.cli", "predict", f"run={run}"]
+    on_slurm = ["cluster=slurm", "cluster.tasks_per_node=2", "predict.output_dir=slurm-out"]
+    done = subprocess.run(
+        ["srun", "-n", "2", *predict, *on_slurm], cwd=tmp_path, env=slurm_env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "task 1: its rank wrote its share of the predictions" in done.stdout + done.stderr
+    done = subprocess.run(
+        [*predict, "cluster.nprocs=2", "predict.output_dir=local-out"], cwd=tmp_path,
+        env=slurm_env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted(p.name for p in (tmp_path / "local-out").glob("*.npy"))
+    assert files == sorted(p.name for p in (tmp_path / "slurm-out").glob("*.npy")) and files
+    for name in files:
+        assert (tmp_path / "slurm-out" / name).read_bytes() == (
+            tmp_path / "local-out" / name
+        ).read_bytes(), name
