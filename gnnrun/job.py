@@ -9,6 +9,7 @@ starts (rank 0 does it under SLURM while the others wait), then launches the ran
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -325,14 +326,8 @@ def run_inference(config, kind: str, run_dir: Path) -> dict | None:
     lead = leads(config.cluster)
     with contextlib.ExitStack() as held:
         if config.cluster.name == "slurm":  # this task is a rank: task 0 prepares in it
-            plan = None
-
-            def prepare():
-                nonlocal plan
-                plan = _prepare_inference(config, kind, run_dir, held)
-                return plan
-
-            figures = run_slurm_inference(config, kind, prepare if lead else None)
+            prepare = functools.partial(_prepare_inference, config, kind, run_dir, held)
+            plan, figures = run_slurm_inference(config, kind, prepare if lead else None)
         elif not lead:  # another host: its ranks join node 0's, which prepared everything
             _check_rendezvous(config)
             run_rank_job(config, "infer", None)

@@ -366,16 +366,17 @@ def run_slurm_job(cfg, job: str, *args: Any) -> list[Any]:
         return [RANK_JOBS[job](cfg, rdzv.rank, *args)]
 
 
-def run_slurm_inference(cfg, kind: str, prepare: Callable[[], Any] | None) -> list[Any]:
+def run_slurm_inference(cfg, kind: str, prepare: Callable[[], Any] | None) -> tuple[Any, list[Any]]:
     """Be one rank of `srun ... gnnrun predict|embed cluster=slurm`: task 0 runs `prepare`
     (the checkpoint, dataset, partition and work directory; it returns the plan) while the
-    others wait, then every rank computes its share. Returns every rank's figures."""
+    others wait, then every rank computes its share. Returns (the plan on task 0, None on
+    the others; every rank's figures)."""
     from gnnrun.launch.rank import infer_rank
 
     check_in_step(f"gnnrun {kind}", cfg, " (or give cluster=local to run on this machine)")
     with _task_process_group(cfg, "infer") as rdzv:
         plan = _rank0_prepares(rdzv.rank, prepare)
-        return infer_rank(cfg, rdzv.rank, plan)
+        return plan, infer_rank(cfg, rdzv.rank, plan)
 
 
 def run_slurm_rank(cfg, run_dir: Path, prepare: Callable[[], None]) -> dict[str, Any] | None:
