@@ -41,9 +41,7 @@ print(time.time(), flush=True)
 
 def exit_seconds(mode: str) -> float:
     """Seconds from the child's last statement to its exit being seen."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, mode], stdout=subprocess.PIPE, text=True
-    )
+    child = subprocess.Popen([sys.executable, "-c", CHILD, mode], stdout=subprocess.PIPE, text=True)
     printed = float(child.stdout.readline())
     child.wait()
     return time.time() - printed
