@@ -200,10 +200,10 @@ class PeakMemory:
 def skip_exit_collection() -> None:
     """Spare a process that is about to exit the interpreter's last garbage collections.
 
-    Exiting, Python collects every object still tracked, a few times over: torch's
-    modules alone take 0.36 s of CPU, with torch._dynamo (which torch.optim imports on
-    a step) 0.95 s. The launcher waits for every rank to exit, and the user for
-    gnnrun's own process. `gc.freeze` moves every object into the permanent generation,
+    Exiting, Python collects every object still tracked, a few times over: after an
+    optimiser step (which imports torch._dynamo) a process took 0.71 s to exit, 0.15 s
+    without them (benchmarks/2026-11-29-process-exit.md). The launcher waits for every
+    rank to exit, and the user for gnnrun's own process. `gc.freeze` moves every object into the permanent generation,
     which no collection visits; the operating system takes the memory back. Only for a
     process whose work is done: cycles that are garbage now are never freed.
     """
