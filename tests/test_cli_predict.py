@@ -273,6 +273,12 @@ def test_bad_input_gets_a_message_that_names_the_problem(tmp_path, monkeypatch, 
             ["embed", run, "embed.node_type=paper"],
             "embed.node_type=paper is set but synthetic-tiny is homogeneous",
         ),
+        (
+            ["predict", run, "cluster=slurm"],
+            "gnnrun predict run=RUN_DIR cluster=slurm runs as the tasks of a job step",
+        ),
+        (["embed", run, "cluster=slurm"], "(or give cluster=local to run on this machine)"),
+        (["predict", run, "cluster=hosts"], "cluster=hosts runs the same gnnrun command on every"),
     ]
     for args, message in cases:
         assert main(args) != 0, args

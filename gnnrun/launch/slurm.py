@@ -373,7 +373,9 @@ def run_slurm_inference(cfg, kind: str, prepare: Callable[[], Any] | None) -> tu
     the others; every rank's figures)."""
     from gnnrun.launch.rank import infer_rank
 
-    check_in_step(f"gnnrun {kind}", cfg, " (or give cluster=local to run on this machine)")
+    check_in_step(
+        f"gnnrun {kind} run=RUN_DIR", cfg, " (or give cluster=local to run on this machine)"
+    )
     with _task_process_group(cfg, "infer") as rdzv:
         plan = _rank0_prepares(rdzv.rank, prepare)
         return plan, infer_rank(cfg, rdzv.rank, plan)
