@@ -31,6 +31,9 @@ class Backend:
         self.logger = logger
         self.failed = False
         self.run_id: str | None = None  # kept for resuming (tracking.rank<r>.json)
+        # The last epoch the run's record is known to hold already (set by `start` when it
+        # reopens a run it can ask): a restarted attempt sends none of those again.
+        self.logged_through = 0
 
     def start(self, info) -> None:
         """Open (or, with info.ids, reopen) this run's record."""
@@ -87,7 +90,12 @@ class TensorBoard(Backend):
         log_dir = Path(self.logger.tensorboard.log_dir or info.run_dir)
         if info.all_ranks:
             log_dir = log_dir / f"rank{info.rank}"
-        self.writer = SummaryWriter(str(log_dir), flush_secs=10)
+        # Reopened, the steps from the first epoch this attempt sends on are hidden in the
+        # earlier event files (an attempt killed while sending wrote some it did not record):
+        # TensorBoard shows those of this attempt's file.
+        reopened = bool(info.ids.get(self.name))
+        purge_step = info.logged_epochs + 1 if reopened else None
+        self.writer = SummaryWriter(str(log_dir), flush_secs=10, purge_step=purge_step)
         self.run_id = str(log_dir)
         step = info.start_epoch
         self.writer.add_text("config", _markdown_code(info.config_yaml), step)
@@ -162,6 +170,10 @@ class Mlflow(Backend):
         if info.ids.get(self.name):  # the same run goes on
             self.run_id = info.ids[self.name]
             self.client.update_run(self.run_id, status="RUNNING")
+            # The server's record, not the state file, says which epochs it holds: an
+            # attempt killed while a request was in flight sent epochs it did not record.
+            history = self.client.get_metric_history(self.run_id, mlflow_key("loss"))
+            self.logged_through = max((m.step for m in history), default=0)
             return
         tags = {"gnnrun.run_dir": str(info.run_dir.resolve())}
         if info.all_ranks:

@@ -65,6 +65,9 @@ class RunInfo:
     start_epoch: int = 0
     attempt: int = 0  # 0: first; n: after n restarts or requeues
     ids: dict[str, str] = field(default_factory=dict)  # backend -> run id, when resuming
+    # The epochs an earlier attempt recorded as sent: this one sends the later ones (an
+    # attempt killed while sending may have sent more than it recorded).
+    logged_epochs: int = 0
 
 
 def state_file(rank: int) -> str:
@@ -156,6 +159,7 @@ class Tracker:
         self.info.start_epoch, self.info.attempt = start_epoch, attempt
         self.info.ids = dict(saved.get("ids", {}))
         self.logged_epochs = self._sent_epochs = int(saved.get("logged_epochs", 0))
+        self.info.logged_epochs = self.logged_epochs
         self._run_id = run_id
         # Before the first epoch, in this thread: importing a tracker's package and opening
         # its run take seconds of CPU that would otherwise be taken from the first epochs.
@@ -250,7 +254,9 @@ class Tracker:
         if not epochs:
             return
         for backend in self.backends:
-            self._guarded(backend, "epoch", lambda b: b.log_epochs(epochs))
+            new = [(epoch, figures) for epoch, figures in epochs if epoch > backend.logged_through]
+            if new:
+                self._guarded(backend, "epoch", lambda b, new=new: b.log_epochs(new))
         self._sent_epochs = epochs[-1][0]
         self._write_state()
 
