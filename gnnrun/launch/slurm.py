@@ -12,7 +12,9 @@ does not know.
 
 `run_slurm_rank` is what `gnnrun train cluster=slurm` runs in each task: join
 the process group (env://), let rank 0 prepare the dataset and partition while
-the others wait, train, leave.
+the others wait, train, leave. `run_slurm_inference` does the same for `gnnrun
+predict|embed` (rank 0 prepares the work directory, every rank infers), and
+`run_slurm_job` runs the rank jobs of `gnnrun data prepare` and `partition`.
 
 Near its time limit SLURM sends the job SIGUSR2 (sbatch --signal=USR2@<cluster.
 signal_delay_s>, which submitit asks for; a site may send it ahead of preemption,
