@@ -245,8 +245,9 @@ def infer_rank(cfg, rank: int, plan) -> list[dict[str, Any]]:
     plan = announced[0]
     if not Path(plan.work_dir).is_dir():
         raise GnnrunError(
-            f"{plan.work_dir} (made by node 0) is not here: every host must see the run's "
-            "directory and the inference's output on storage the hosts share, at the same path"
+            f"{plan.work_dir} (made by node 0, SLURM task 0) is not here: every host must see "
+            "the run's directory and the inference's output on storage the hosts share, at the "
+            "same path"
         )
     figures = infer_on_rank(cfg, plan)
     every: list[Any] = [None] * dist.get_world_size()
