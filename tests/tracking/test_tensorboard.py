@@ -125,3 +125,30 @@ def test_every_rank_logs_its_own_with_all_ranks(session_dir):
             [r["loss"] for r in epochs_of(run_dir, rank)], rel=1e-6
         )
     assert not list(run_dir.glob("events.out.tfevents.*"))  # rank<R>/ only
+
+
+def test_a_reopened_run_hides_the_steps_it_sends_again(tmp_path):
+    """An attempt killed after writing epoch 2 but before recording it (state: 1 epoch):
+    the next attempt reopens the event files at step 2 and writes 2 and 3; TensorBoard
+    shows each step once, the later attempt's 2."""
+    from gnnrun.tracking.backends import TensorBoard
+    from gnnrun.tracking.tracker import RunInfo
+    from tests.tracking.test_config import compose
+
+    cfg = compose(f"train.checkpoint_dir={tmp_path / 'ckpt'}")
+
+    def info(**kw) -> RunInfo:
+        return RunInfo(cfg, tmp_path, 0, 1, False, "run", {}, {}, "", None, **kw)
+
+    first = TensorBoard(cfg.logger)
+    first.start(info())
+    first.log_epochs([(1, {"loss": 1.0}), (2, {"loss": 0.9})])
+    first.close(False)
+    second = TensorBoard(cfg.logger)
+    second.start(
+        info(start_epoch=2, attempt=1, ids={"tensorboard": str(tmp_path)}, logged_epochs=1)
+    )
+    second.log_epochs([(2, {"loss": 0.8}), (3, {"loss": 0.7})])
+    second.close(True)
+    scalars = read_events(tmp_path).Scalars("loss")
+    assert [(e.step, round(e.value, 3)) for e in scalars] == [(1, 1.0), (2, 0.8), (3, 0.7)]

@@ -47,6 +47,39 @@ def test_epochs_queued_while_the_thread_waits_are_sent_in_one_call(tmp_path):
     tracker.close()
 
 
+class Holding(Recording):
+    """A backend whose reopened run already holds epochs 1-2 (as MLflow's server says)."""
+
+    name = "holding"
+
+    def start(self, info) -> None:
+        self.run_id = "held"
+        if info.ids.get(self.name):
+            self.logged_through = 2
+
+
+def test_a_restarted_attempt_sends_no_backend_the_epochs_its_run_holds(tmp_path):
+    """The earlier attempt was killed after sending epoch 2 and before recording it: its
+    state file says 1. The next attempt sends epoch 2 again only to a backend that
+    cannot tell (TensorBoard hides its earlier steps), not to one whose run holds it."""
+    cfg = compose(f"train.checkpoint_dir={tmp_path / 'ckpt'}")
+    ids = {"recording": "rec", "holding": "held"}
+    (tmp_path / state_file(0)).write_text(
+        json.dumps({"run_id": "r", "ids": ids, "logged_epochs": 1})
+    )
+    tracker = Tracker(cfg.logger, cfg, tmp_path, rank=0, world=1)
+    recording, holding = Recording(cfg.logger), Holding(cfg.logger)
+    tracker.backends = [recording, holding]
+    history = [{"epoch": e, "loss": 1.0} for e in range(2)]
+    tracker.started(start_epoch=2, attempt=1, run_id="r", history=history)
+    tracker.epoch_done({"epoch": 2, "loss": 0.5})
+    tracker.drain()
+    assert tracker.info.logged_epochs == 1
+    assert sum(recording.calls, []) == [2, 3]
+    assert sum(holding.calls, []) == [3]
+    tracker.close()
+
+
 def test_the_summary_a_tracker_gets_counts_the_best_epoch_as_its_steps():
     """Steps count epochs from 1, summary.json from 0: the trackers' summary/best/epoch is
     the step of the best evaluation, and summary.json is left as it is."""
