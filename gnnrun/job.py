@@ -318,7 +318,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict | None:
     of the run in `run_dir`; returns the summary that the output's manifest holds too (None
     on a host or SLURM task that only ran ranks: node 0's, task 0's, writes the output)."""
     from gnnrun.algorithms.checks import check_gpu_ranks
-    from gnnrun.infer.run import finish_inference, infer_on_rank
+    from gnnrun.infer.run import finish_inference, infer_on_rank, plan_inference
     from gnnrun.launch.elastic import leads, run_rank_job
     from gnnrun.launch.slurm import run_slurm_inference
 
@@ -330,6 +330,9 @@ def run_inference(config, kind: str, run_dir: Path) -> dict | None:
             plan, figures = run_slurm_inference(config, kind, prepare if lead else None)
         elif not lead:  # another host: its ranks join node 0's, which prepared everything
             _check_rendezvous(config)
+            # Node 0's refusals of the checkpoint, the settings and the output, here too:
+            # this host would otherwise wait for node 0's ranks until cluster.join_timeout_s.
+            plan_inference(config, kind, run_dir)
             run_rank_job(config, "infer", None)
         else:
             _check_rendezvous(config)

@@ -264,6 +264,17 @@ def test_hosts_predict_and_embed_as_one_host_with_the_same_ranks(bed, tmp_path):
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         outputs[kind] = hosts_out, local_out
+    # Again onto the finished output: every host refuses at once (node 1 does not wait for
+    # node 0's ranks until cluster.join_timeout_s).
+    again = ["predict", f"run={run}", f"predict.output_dir={outputs['predict'][0]}"]
+    procs = [
+        bed.popen(host, [GNNRUN, *again, *bed.cluster_overrides(host, PORT + 21)],
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+        for host in range(bed.hosts)
+    ]  # fmt: skip
+    for proc in procs:
+        text, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 1 and "already holds a finished output" in text, text
     for hosts_out, local_out in outputs.values():
         files = sorted(p.name for p in local_out.glob("*.npy"))
         assert files and files == sorted(p.name for p in hosts_out.glob("*.npy"))
