@@ -16,15 +16,18 @@ Two ways to rank a held-out edge's score:
   the K-th highest negative score strictly; with fewer than K negatives every
   positive is a hit.
 
-ROC-AUC over positives and negatives is gnnrun.tasks.metrics.roc_auc;
-`average_precision` is AP over them (GAE's second figure, scikit-learn's
-average_precision_score), ties (within `tie_tolerance`) one threshold.
+ROC-AUC (`pairwise_auc`) and average precision (`average_precision`, GAE's
+second figure, scikit-learn's average_precision_score) pool every positive and
+negative score. Both come from how many negatives lie below and tie with each
+positive (`count_negatives`): ranks count their own negatives and sum the
+counts, so the evaluation of many ranks moves the positive scores only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 HITS_AT = (10, 50, 100)
@@ -84,23 +87,71 @@ def hits_against_shared(positives: torch.Tensor, negatives: torch.Tensor, k: int
     return float((positives > kth).to(torch.float64).mean())
 
 
-def average_precision(positives: torch.Tensor, negatives: torch.Tensor) -> float:
-    """Average precision of positive against negative scores, all pooled: the sum over the
-    distinct score thresholds, highest first, of the precision at each times the share
-    of positives it adds (scikit-learn's average_precision_score). Tied scores (within
-    `tie_tolerance`) are one threshold, so a collapsed model scores the positives' share."""
-    scores = torch.cat([positives.reshape(-1), negatives.reshape(-1)]).to(torch.float64)
-    if not positives.numel() or not negatives.numel():
+def count_negatives(positives: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
+    """For each positive score, [2, P] int64: how many of `negatives` are below it (not
+    tied), and how many are not above it (below or tied). Counts over disjoint sets of
+    negatives add up, so ranks count their own and sum: no rank needs another's
+    negatives for ROC-AUC or average precision."""
+    flat = negatives.detach().reshape(-1)
+    if flat.device.type == "cpu":
+        # numpy's sort is 2-3x torch's on the CPU; float32 scores sort as float32 (half the
+        # bytes), then widen, exactly, to meet the float64 tie bounds.
+        wide = flat.dtype == torch.float64
+        ordered = np.sort(flat.numpy() if wide else flat.to(torch.float32).numpy())
+        ordered = torch.from_numpy(ordered.astype(np.float64, copy=False))
+    else:  # a GPU sorts them where they are, in a fraction of a host core's time
+        ordered = torch.sort(flat.to(torch.float64)).values
+    positives = positives.detach().reshape(-1).to(ordered.device, torch.float64)
+    tolerance = tie_tolerance(positives)
+    below = torch.searchsorted(ordered, positives - tolerance, side="left")
+    not_above = torch.searchsorted(ordered, positives + tolerance, side="right")
+    return torch.stack([below, not_above]).cpu()
+
+
+def auc_from_counts(counts: torch.Tensor, negatives: int) -> float:
+    """ROC-AUC from `count_negatives` over all `negatives`: each positive wins against the
+    negatives below it and half of those tied with it (Mann-Whitney, ties halved)."""
+    positives = counts.shape[1]
+    if not positives or not negatives:
         return float("nan")
-    labels = torch.cat([torch.ones(positives.numel()), torch.zeros(negatives.numel())]).to(
-        torch.float64
-    )
-    order = torch.argsort(scores, descending=True, stable=True)
-    scores, labels = scores[order], labels[order]
-    # A threshold ends where the next score is no longer tied with this one.
-    gap = scores[:-1] - scores[1:] > tie_tolerance(scores[:-1])
-    ends = torch.cat([torch.nonzero(gap).reshape(-1), torch.tensor([scores.numel() - 1])])
-    hits = torch.cumsum(labels, 0)[ends]
-    precision = hits / (ends + 1).to(torch.float64)
-    recall_step = torch.diff(hits, prepend=torch.zeros(1, dtype=torch.float64))
-    return float((precision * recall_step).sum() / positives.numel())
+    return counts.sum().item() / 2 / (positives * negatives)
+
+
+def average_precision_from_counts(
+    positives: torch.Tensor, counts: torch.Tensor, negatives: int
+) -> float:
+    """Average precision (scikit-learn's average_precision_score) from the positive scores
+    sorted highest first and their `count_negatives` over all `negatives`: the sum over
+    the thresholds, highest first, of the precision there times the share of positives
+    they add. Positives within `tie_tolerance` of the next one are one threshold, and a
+    negative tied with a threshold's lowest positive is counted at it, as ROC-AUC and
+    MRR count ties."""
+    count = positives.numel()
+    if not count or not negatives:
+        return float("nan")
+    positives = positives.to(torch.float64)
+    if count > 1 and bool((positives[:-1] < positives[1:]).any()):
+        raise ValueError("average_precision_from_counts needs the positives sorted highest first")
+    # A threshold ends at a positive that the next one does not tie with.
+    gap = positives[:-1] - positives[1:] > tie_tolerance(positives[:-1])
+    ends = torch.cat([torch.nonzero(gap).reshape(-1), torch.tensor([count - 1])])
+    hits = (ends + 1).to(torch.float64)
+    at_or_above = negatives - counts[0, ends].to(torch.float64)
+    precision = hits / (hits + at_or_above)
+    added = torch.diff(hits, prepend=torch.zeros(1, dtype=torch.float64))
+    return float((precision * added).sum() / count)
+
+
+def average_precision(positives: torch.Tensor, negatives: torch.Tensor) -> float:
+    """Average precision of positive against negative scores, all pooled (GAE's second
+    figure): `average_precision_from_counts` in one process. A collapsed model scores the
+    positives' share."""
+    positives = torch.sort(positives.reshape(-1).to(torch.float64), descending=True).values
+    counts = count_negatives(positives, negatives)
+    return average_precision_from_counts(positives, counts, negatives.numel())
+
+
+def pairwise_auc(positives: torch.Tensor, negatives: torch.Tensor) -> float:
+    """ROC-AUC of positive against negative scores, ties (within `tie_tolerance`) counted
+    half: gnnrun.tasks.metrics.roc_auc of the two pooled, by one sort of the negatives."""
+    return auc_from_counts(count_negatives(positives, negatives), negatives.numel())

@@ -4,10 +4,18 @@ choose theirs."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gnnrun.comm import Communicator
-from gnnrun.tasks.link_metrics import average_precision, collapsed, ranks, tie_tolerance
+from gnnrun.tasks.link_metrics import (
+    auc_from_counts,
+    average_precision_from_counts,
+    collapsed,
+    count_negatives,
+    ranks,
+)
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -32,21 +40,6 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
 
 
-def pairwise_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
-    """ROC-AUC of positive against negative scores, ties counted half: `roc_auc` of the two
-    together, by one sort of the negatives (link prediction has k times more of them).
-    Scores equal up to rounding are ties (gnnrun.tasks.link_metrics.tie_tolerance)."""
-    if not positive.numel() or not negative.numel():
-        return float("nan")
-    ordered = torch.sort(negative.reshape(-1).to(torch.float64)).values
-    positive = positive.to(torch.float64)
-    tolerance = tie_tolerance(positive)
-    below = torch.searchsorted(ordered, positive - tolerance, side="left")
-    not_above = torch.searchsorted(ordered, positive + tolerance, side="right")
-    wins = (below + not_above).sum().item() / 2
-    return wins / (positive.numel() * ordered.numel())
-
-
 def gather_all(comm: Communicator, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     """Every rank's `tensors`, concatenated in rank order (each rank gets them all)."""
     if not comm.distributed:
@@ -67,7 +60,12 @@ def link_metrics(
     for split, (positive, negative) in outputs.items():
         rank = ranks(positive, negative)
         sums = torch.tensor(
-            [float((1 / rank).sum()), *(float((rank <= k).sum()) for k in hits_at), rank.numel()],
+            [
+                float((1 / rank).sum()),
+                *(float((rank <= k).sum()) for k in hits_at),
+                negative.numel(),
+                rank.numel(),
+            ],
             dtype=torch.float64,
         )
         comm.all_reduce_sum(sums)
@@ -75,12 +73,33 @@ def link_metrics(
         result[f"{split}_mrr"] = float(sums[0]) / count if count else float("nan")
         for i, k in enumerate(hits_at):
             result[f"{split}_hits@{k}"] = float(sums[1 + i]) / count if count else float("nan")
-        gathered = gather_all(comm, (positive, negative.reshape(-1)))
-        result[f"{split}_auc"] = pairwise_auc(*gathered)
-        result[f"{split}_ap"] = average_precision(*gathered)
-        if collapsed(*gathered):
+        auc, ap, is_collapsed = pooled_metrics(positive, negative, int(sums[-2]), comm)
+        result[f"{split}_auc"] = auc
+        result[f"{split}_ap"] = ap
+        if is_collapsed:
             result[f"{split}_collapsed"] = 1.0
     return result
+
+
+def pooled_metrics(
+    positive: torch.Tensor, negative: torch.Tensor, negatives: int, comm: Communicator
+) -> tuple[float, float, bool]:
+    """ROC-AUC, average precision and whether the scores collapsed, over every rank's
+    positive and negative scores pooled (`negatives` of them on all ranks). The ranks gather the positives only (one score
+    per held-out edge): each counts its own negatives around every positive, and the
+    counts add up (gnnrun.tasks.link_metrics.count_negatives)."""
+    (positives,) = gather_all(comm, (positive.reshape(-1),))
+    positives = torch.sort(positives.to(torch.float64), descending=True).values
+    counts = comm.all_reduce_sum(count_negatives(positives, negative))
+    auc = auc_from_counts(counts, negatives)
+    ap = average_precision_from_counts(positives, counts, negatives)
+    # Every score, every rank's, within a tie of the others: the largest and the
+    # negated smallest over ranks.
+    local = negative.detach().reshape(-1)
+    ends = [float(local.max()), -float(local.min())] if local.numel() else [-math.inf] * 2
+    spread = torch.tensor(ends, dtype=torch.float64)
+    high, neg_low = comm.all_reduce_max(spread).tolist()
+    return auc, ap, collapsed(positives, torch.tensor([high, -neg_low]))
 
 
 def accuracy_metrics(

@@ -69,8 +69,7 @@ def test_scores_equal_up_to_rounding_rank_as_ties(spread):
     """A collapsed model (every score log 2 up to the last bits of a float32 sum) ranks each
     positive in the middle of its negatives: MRR 2 / (k + 2), AUC 0.5. Before, a positive a
     rounding above its negatives ranked first: MRR and AUC 1.0."""
-    from gnnrun.tasks.link_metrics import collapsed
-    from gnnrun.tasks.metrics import pairwise_auc
+    from gnnrun.tasks.link_metrics import collapsed, pairwise_auc
 
     g = torch.Generator().manual_seed(0)
     base = torch.tensor(0.6931472, dtype=torch.float32)
@@ -85,8 +84,7 @@ def test_scores_equal_up_to_rounding_rank_as_ties(spread):
 
 
 def test_scores_apart_still_rank_and_do_not_collapse():
-    from gnnrun.tasks.link_metrics import collapsed
-    from gnnrun.tasks.metrics import pairwise_auc
+    from gnnrun.tasks.link_metrics import collapsed, pairwise_auc
 
     positives = torch.tensor([0.70, 0.60])
     negatives = torch.tensor([[0.69, 0.50, 0.71], [0.61, 0.62, 0.10]])
@@ -163,3 +161,22 @@ def test_link_metrics_report_average_precision_beside_roc_auc():
     result = link_metrics({"test": (positive, negative)}, Communicator(), [1])
     assert result["test_ap"] == pytest.approx(5 / 6)
     assert result["test_auc"] == pytest.approx(3 / 4)
+
+
+@pytest.mark.parametrize("grid", [None, 50])  # distinct scores; scores on a grid that tie
+def test_average_precision_and_auc_are_sklearns(grid):
+    from gnnrun.tasks.link_metrics import average_precision, pairwise_auc
+
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    g = torch.Generator().manual_seed(3)
+    # Scores 1e-4 apart at least (closer ones tie: link_metrics.tie_tolerance), overlapping.
+    distinct = torch.randperm(400 * 31, generator=g).to(torch.float64) / 10_000
+    positives, negatives = distinct[:400] + 0.30005, distinct[400:].reshape(400, 30)
+    if grid:
+        positives, negatives = (positives * grid).round() / grid, (negatives * grid).round() / grid
+    scores = torch.cat([positives, negatives.reshape(-1)]).numpy()
+    labels = [1] * 400 + [0] * negatives.numel()
+    expected_ap = sklearn_metrics.average_precision_score(labels, scores)
+    assert average_precision(positives, negatives) == pytest.approx(expected_ap, rel=1e-9)
+    expected_auc = sklearn_metrics.roc_auc_score(labels, scores)
+    assert pairwise_auc(positives, negatives) == pytest.approx(expected_auc, rel=1e-9)

@@ -1,4 +1,4 @@
-"""ROC-AUC against scikit-learn's, ties included."""
+"""ROC-AUC against scikit-learn's, ties included; link metrics over several ranks, and on a GPU."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_roc_auc_of_one_class_is_nan():
 
 @pytest.mark.parametrize("ties", [False, True])
 def test_pairwise_auc_is_roc_auc_of_positives_and_negatives_together(ties):
-    from gnnrun.tasks.metrics import pairwise_auc
+    from gnnrun.tasks.link_metrics import pairwise_auc
 
     rng = np.random.default_rng(1)
     # Scores at least 1e-4 apart: closer ones tie (gnnrun.tasks.link_metrics.tie_tolerance).
@@ -53,3 +53,57 @@ def test_link_metrics_in_one_process_follow_the_ranks_by_hand():
     assert figures["test_hits@3"] == pytest.approx(2 / 3)
     # AUC against all nine negatives: 0.9 beats 9; 0.5 beats 4 and ties 1; 0.1 ties 2.
     assert figures["test_auc"] == pytest.approx((9 + 4.5 + 1) / 27)
+
+
+def evaluate_a_share(rank: int, world: int, positive, negative) -> dict[str, float]:
+    from gnnrun.comm import Communicator
+    from gnnrun.tasks.metrics import link_metrics
+
+    # Uneven shares, the last rank's empty: edges [0, 10) on rank 0, [10, E) on rank 1.
+    start, stop = [(0, 10), (10, positive.numel()), (positive.numel(),) * 2][rank]
+    share = {"val": (positive[start:stop], negative[start:stop])}
+    return link_metrics(share, Communicator(), hits_at=[1, 10])
+
+
+def test_link_metrics_of_ranks_equal_one_process_without_gathering_negatives():
+    """Each rank counts its own negatives around every positive: the figures of three ranks
+    (one without edges) are those of one process holding every edge."""
+    from gnnrun.comm import Communicator
+    from gnnrun.tasks.metrics import link_metrics
+    from gnnrun.testing import run_on_ranks
+
+    g = torch.Generator().manual_seed(4)
+    positive = (torch.rand(40, generator=g) * 20).round() / 20 + 0.2  # ties, across ranks too
+    negative = (torch.rand(40, 25, generator=g) * 20).round() / 20
+    one = link_metrics({"val": (positive, negative)}, Communicator(), hits_at=[1, 10])
+    assert set(one) == {"val_mrr", "val_hits@1", "val_hits@10", "val_auc", "val_ap"}
+    for figures in run_on_ranks(evaluate_a_share, 3, positive, negative):
+        assert figures == pytest.approx(one, rel=1e-12)
+
+
+def test_collapsed_scores_are_seen_across_ranks():
+    from gnnrun.testing import run_on_ranks
+
+    positive = torch.full((12,), 0.6931472)
+    negative = positive[:, None] + 1e-7 * torch.rand(12, 5)
+    for figures in run_on_ranks(evaluate_a_share, 3, positive, negative):
+        assert figures["val_collapsed"] == 1.0 and figures["val_auc"] == pytest.approx(0.5)
+    negative[11, 0] = 0.1  # one score apart, on rank 1 only: not collapsed on any rank
+    assert not any(
+        "val_collapsed" in f for f in run_on_ranks(evaluate_a_share, 3, positive, negative)
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_link_metrics_of_gpu_scores_equal_those_of_the_same_scores_on_the_cpu():
+    """Scores on a GPU are sorted there; the figures are those of the CPU's numpy sort."""
+    from gnnrun.comm import Communicator
+    from gnnrun.tasks.metrics import link_metrics
+
+    g = torch.Generator().manual_seed(5)
+    positive = (torch.rand(300, generator=g) * 40).round() / 40 + 0.1
+    negative = (torch.rand(300, 50, generator=g) * 40).round() / 40
+    cpu = link_metrics({"val": (positive, negative)}, Communicator(), hits_at=[1, 10])
+    gpu = link_metrics({"val": (positive.cuda(), negative.cuda())}, Communicator(), [1, 10])
+    assert gpu == pytest.approx(cpu, rel=1e-12)
