@@ -24,8 +24,7 @@ import torch
 from gnnrun.data.dataset import GraphDataset
 from gnnrun.data.edge_split import negative_range, target_relation
 from gnnrun.errors import GnnrunError
-
-SCORE_CHUNK = 1 << 16  # pairs scored at once
+from gnnrun.models.link import score_pairs
 
 
 class PairEnd(NamedTuple):
@@ -133,12 +132,10 @@ def score_candidates(
         table[np.load(nodes_path)] = rows
     assert table is not None
     vectors = torch.from_numpy(table)
-    scores = np.empty(pairs.shape[1], dtype=np.float32)
+    u = torch.from_numpy(pairs[0] + ends[0].first)
+    v = torch.from_numpy(pairs[1] + ends[1].first)
     with torch.no_grad():
-        for a in range(0, pairs.shape[1], SCORE_CHUNK):
-            u = torch.from_numpy(pairs[0, a : a + SCORE_CHUNK] + ends[0].first)
-            v = torch.from_numpy(pairs[1, a : a + SCORE_CHUNK] + ends[1].first)
-            scores[a : a + SCORE_CHUNK] = scorer(vectors[u], vectors[v]).numpy()
+        scores = score_pairs(scorer, vectors, u, v).numpy()
     records = {}
     for name, array in (("scores", scores), ("candidates", pairs)):
         np.save(out / f"{name}.npy", array)
