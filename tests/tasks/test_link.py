@@ -1,4 +1,4 @@
-"""task=link's training pairs and losses: GAE's reconstruction loss and self-pairs."""
+"""task=link's training pairs and losses (GAE's reconstruction loss, self-pairs) and its held-out pairs."""
 
 from __future__ import annotations
 
@@ -144,3 +144,45 @@ def test_hits_at_k_only_up_to_the_negatives(eval_negatives, reported):
     figures = task.metrics(outputs, Communicator())
     assert sorted(int(k.split("@")[1]) for k in figures if "hits@" in k) == reported
     assert {"val_mrr", "val_auc", "val_ap"} <= figures.keys()
+
+
+@pytest.mark.parametrize("eval_sampler", ["per_source", "uniform"])
+def test_held_out_pairs_are_drawn_once_and_scored_as_their_embeddings(monkeypatch, eval_sampler):
+    """Every evaluation scores the same fixed negatives: drawn at the first, kept after;
+    each held-out pair's score is the scorer's on its two vertices' embeddings."""
+    import gnnrun.tasks.link as link
+    from gnnrun.data.edge_split import held_out_negative_pairs
+    from gnnrun.models.link import DotScorer
+
+    dataset = dataclasses.replace(
+        path_graph(), link_val=np.array([[0, 2], [3, 3]]), link_test=np.array([[1], [3]])
+    )
+    target = objective(dataset, eval_negatives=3, eval_sampler=eval_sampler)
+    drawn = []
+
+    def counting(*args, **kwargs):
+        drawn.append(args[5])  # the split
+        return held_out_negative_pairs(*args, **kwargs)
+
+    monkeypatch.setattr(link, "held_out_negative_pairs", counting)
+    h = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    model = type("Model", (), {"score": staticmethod(DotScorer())})()
+    first = target.scores(model, lambda ids: h[ids])
+    second = target.scores(model, lambda ids: h[ids])
+    assert sorted(drawn) == ["test", "val"]  # once each, at the first evaluation
+    for split, (positive, negative) in first.items():
+        assert torch.equal(positive, second[split][0]) and torch.equal(negative, second[split][1])
+        pairs = dataset.link_val if split == "val" else dataset.link_test
+        expected = (h[pairs[0]] * h[pairs[1]]).sum(-1)
+        assert torch.allclose(positive, expected)
+        ends = held_out_negative_pairs(
+            torch.from_numpy(pairs),
+            target.eval_ids[split],
+            3,
+            target.destinations,
+            target.task.split_seed,
+            split,
+            eval_sampler,
+            target.sources,
+        )
+        assert torch.allclose(negative, (h[ends[0]] * h[ends[-1]]).sum(-1))
