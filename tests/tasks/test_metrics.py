@@ -55,19 +55,23 @@ def test_link_metrics_in_one_process_follow_the_ranks_by_hand():
     assert figures["test_auc"] == pytest.approx((9 + 4.5 + 1) / 27)
 
 
-def evaluate_a_share(rank: int, world: int, positive, negative) -> dict[str, float]:
+def evaluate_shares(rank: int, world: int, cases) -> list[dict[str, float]]:
     from gnnrun.comm import Communicator
     from gnnrun.tasks.metrics import link_metrics
 
-    # Uneven shares, the last rank's empty: edges [0, 10) on rank 0, [10, E) on rank 1.
-    start, stop = [(0, 10), (10, positive.numel()), (positive.numel(),) * 2][rank]
-    share = {"val": (positive[start:stop], negative[start:stop])}
-    return link_metrics(share, Communicator(), hits_at=[1, 10])
+    figures = []
+    for positive, negative in cases:
+        # Uneven shares, the last rank's empty: edges [0, 10) on rank 0, [10, E) on rank 1.
+        start, stop = [(0, 10), (10, positive.numel()), (positive.numel(),) * 2][rank]
+        share = {"val": (positive[start:stop], negative[start:stop])}
+        figures.append(link_metrics(share, Communicator(), hits_at=[1, 10]))
+    return figures
 
 
 def test_link_metrics_of_ranks_equal_one_process_without_gathering_negatives():
     """Each rank counts its own negatives around every positive: the figures of three ranks
-    (one without edges) are those of one process holding every edge."""
+    (one without edges) are those of one process holding every edge, collapsed scores
+    (every one within a tie of the others, across ranks) included."""
     from gnnrun.comm import Communicator
     from gnnrun.tasks.metrics import link_metrics
     from gnnrun.testing import run_on_ranks
@@ -75,23 +79,18 @@ def test_link_metrics_of_ranks_equal_one_process_without_gathering_negatives():
     g = torch.Generator().manual_seed(4)
     positive = (torch.rand(40, generator=g) * 20).round() / 20 + 0.2  # ties, across ranks too
     negative = (torch.rand(40, 25, generator=g) * 20).round() / 20
-    one = link_metrics({"val": (positive, negative)}, Communicator(), hits_at=[1, 10])
-    assert set(one) == {"val_mrr", "val_hits@1", "val_hits@10", "val_auc", "val_ap"}
-    for figures in run_on_ranks(evaluate_a_share, 3, positive, negative):
-        assert figures == pytest.approx(one, rel=1e-12)
-
-
-def test_collapsed_scores_are_seen_across_ranks():
-    from gnnrun.testing import run_on_ranks
-
-    positive = torch.full((12,), 0.6931472)
-    negative = positive[:, None] + 1e-7 * torch.rand(12, 5)
-    for figures in run_on_ranks(evaluate_a_share, 3, positive, negative):
-        assert figures["val_collapsed"] == 1.0 and figures["val_auc"] == pytest.approx(0.5)
-    negative[11, 0] = 0.1  # one score apart, on rank 1 only: not collapsed on any rank
-    assert not any(
-        "val_collapsed" in f for f in run_on_ranks(evaluate_a_share, 3, positive, negative)
-    )
+    flat = torch.full((12,), 0.6931472)
+    tied = flat[:, None] + 1e-7 * torch.rand(12, 5, generator=g)
+    apart = tied.clone()
+    apart[11, 0] = 0.1  # one score apart, on rank 1 only: not collapsed on any rank
+    cases = [(positive, negative), (flat, tied), (flat, apart)]
+    one = [link_metrics({"val": case}, Communicator(), hits_at=[1, 10]) for case in cases]
+    assert set(one[0]) == {"val_mrr", "val_hits@1", "val_hits@10", "val_auc", "val_ap"}
+    assert one[1]["val_collapsed"] == 1.0 and one[1]["val_auc"] == pytest.approx(0.5)
+    assert "val_collapsed" not in one[2]
+    for figures in run_on_ranks(evaluate_shares, 3, cases):
+        for ranks_figures, process_figures in zip(figures, one, strict=True):
+            assert ranks_figures == pytest.approx(process_figures, rel=1e-12)
 
 
 @pytest.mark.gpu
