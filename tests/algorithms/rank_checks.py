@@ -299,9 +299,9 @@ def hec_with_a_layer_unbudgeted(rank: int, world: int, cfg, layer: int) -> dict:
     return {"pushed": pushed, "loss": stats["loss"]}
 
 
-def hec_traces(rank: int, world: int, cfgs: list, epochs: int) -> list[dict]:
-    """hec_trace for each config, one after another in one launch."""
-    return [hec_trace(rank, world, cfg, epochs) for cfg in cfgs]
+def hec_traces(rank: int, world: int, runs: list) -> list[dict]:
+    """hec_trace of each (config, epochs), one after another in one launch."""
+    return [hec_trace(rank, world, cfg, epochs) for cfg, epochs in runs]
 
 
 def hec_local_only_logits(rank: int, world: int, cfg) -> dict:

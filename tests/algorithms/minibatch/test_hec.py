@@ -36,6 +36,39 @@ def hec_config(configure, nprocs, *overrides):
     )
 
 
+def without(setting: str, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """`overrides` less the one of `setting`'s key."""
+    return tuple(o for o in overrides if o.split("=")[0] != setting.split("=")[0])
+
+
+# The 2-rank runs the tests below read (their settings and epochs), traced in one launch:
+# each launch's rank start-up costs more than these runs' training.
+BATCH_16 = "algorithm.batch_size=16"  # about 6 minibatches an epoch: pushes cross epochs
+TRACED = {
+    "delay 0": ((*UNLIMITED, "algorithm.delay_minibatches=0", BATCH_16), 2),
+    "delay 2": ((*UNLIMITED, "algorithm.delay_minibatches=2", BATCH_16), 2),
+    "lifespan 1": (
+        (*without("algorithm.lifespan", UNLIMITED), "algorithm.lifespan=1", BATCH_16),
+        2,
+    ),
+    "push limit 1": ((*UNLIMITED, "algorithm.push_limit=1", BATCH_16), 3),
+    "usable budget": (("algorithm.push_budget=usable", BATCH_16), 2),
+    "push limit 5": (("algorithm.push_limit=5", "algorithm.delay_minibatches=1"), 1),
+}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict[str, list[dict]]:
+    """rank_checks.hec_trace of every TRACED run on 2 ranks: per name, the ranks' results."""
+    from tests.algorithms.conftest import prepared
+
+    with pytest.MonkeyPatch.context() as patch:  # the tests' own data roots are theirs
+        patch.setenv("GNNRUN_DATA_ROOT", str(tmp_path_factory.mktemp("hec") / "data"))
+        runs = [(hec_config(prepared, 2, *o), epochs) for o, epochs in TRACED.values()]
+        per_rank = run_on_ranks(rank_checks.hec_traces, 2, runs)
+    return {name: [rank[i] for rank in per_rank] for i, name in enumerate(TRACED)}
+
+
 @pytest.mark.parametrize(
     "block",
     [
@@ -52,26 +85,16 @@ def test_cache_size_zero_is_local_only_training(configure, block):
     assert all(r["sent"] == 0 for r in results)
 
 
-@pytest.mark.parametrize(
-    "nprocs, delays",
-    [(2, (0, 2)), pytest.param(3, (1,), marks=pytest.mark.slow)],
-    ids=["2-ranks", "3-ranks"],
-)
-def test_a_loaded_halo_embedding_is_the_latest_its_owner_pushed_in_time(configure, nprocs, delays):
-    # Batches of 16: about 6 minibatches per epoch, so that pushes cross epochs too.
-    cfgs = [
-        hec_config(
-            configure,
-            nprocs,
-            *UNLIMITED,
-            f"algorithm.delay_minibatches={d}",
-            "algorithm.batch_size=16",
-        )
-        for d in delays
-    ]
-    per_rank = run_on_ranks(rank_checks.hec_traces, nprocs, cfgs, 2)
-    for c, delay in enumerate(delays):
-        _assert_loads_are_the_latest_in_time([rank[c] for rank in per_rank], delay)
+@pytest.mark.parametrize("delay", [0, 2])
+def test_a_loaded_halo_embedding_is_the_latest_its_owner_pushed_in_time(traces, delay):
+    _assert_loads_are_the_latest_in_time(traces[f"delay {delay}"], delay)
+
+
+@pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)
+def test_on_three_ranks_a_loaded_halo_embedding_is_the_latest_pushed_in_time(configure):
+    cfg = hec_config(configure, 3, *UNLIMITED, "algorithm.delay_minibatches=1", BATCH_16)
+    (results,) = zip(*run_on_ranks(rank_checks.hec_traces, 3, [(cfg, 2)]), strict=True)
+    _assert_loads_are_the_latest_in_time(list(results), 1)
 
 
 def _pushes_by_target(results: list[dict]) -> dict[tuple[int, int, int], list]:
@@ -123,19 +146,16 @@ def _assert_loads_are_the_latest_in_time(
     assert hits == loads
 
 
-@pytest.mark.parametrize(
-    "setting, lifespan, capacity",
-    [
-        ("algorithm.lifespan=1", 1, None),
-        pytest.param("algorithm.cache_size=20", None, 20, marks=pytest.mark.slow),
-    ],
-    ids=["lifespan", "capacity"],
-)
-def test_lifespan_and_capacity_bound_what_a_rank_loads(configure, setting, lifespan, capacity):
-    unlimited = [o for o in UNLIMITED if o.split("=")[0] != setting.split("=")[0]]
-    cfg = hec_config(configure, 2, *unlimited, setting, "algorithm.batch_size=16")
+def test_a_lifespan_bounds_what_a_rank_loads(traces):
+    _assert_loads_are_the_latest_in_time(traces["lifespan 1"], 1, lifespan=1)
+
+
+@pytest.mark.slow  # make test-slow (the default suite keeps under 10 minutes)
+def test_a_capacity_bounds_what_a_rank_loads(configure):
+    setting = "algorithm.cache_size=20"
+    cfg = hec_config(configure, 2, *without(setting, UNLIMITED), setting, BATCH_16)
     results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 2)
-    _assert_loads_are_the_latest_in_time(results, 1, lifespan, capacity)
+    _assert_loads_are_the_latest_in_time(results, 1, capacity=20)
 
 
 def _eligible(results: list[dict], rank: int, sources: torch.Tensor) -> dict[int, set[int]]:
@@ -170,11 +190,10 @@ def test_with_nothing_limited_every_eligible_halo_vertex_is_pushed(configure):
     assert pushed > 0
 
 
-def test_a_push_over_its_limit_draws_by_degree(configure):
+def test_a_push_over_its_limit_draws_by_degree(traces):
     # A push of one row out of several eligible: the draw takes vertex v with probability
     # degree(v) / (sum of the eligible degrees), against 1 / (eligible) if it were uniform.
-    cfg = hec_config(configure, 2, *UNLIMITED, "algorithm.push_limit=1", "algorithm.batch_size=16")
-    results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 3)
+    results = traces["push limit 1"]
     observed = by_degree = uniform = 0.0
     draws = 0
     for rank, *_, ids, eligible in _pushes_with_eligible(results):
@@ -193,12 +212,11 @@ def test_a_push_over_its_limit_draws_by_degree(configure):
     assert abs(observed - by_degree) < 0.1 * by_degree, (observed, by_degree, uniform)
 
 
-def test_usable_budget_follows_the_lookups_of_the_last_epoch(configure):
+def test_usable_budget_follows_the_lookups_of_the_last_epoch(traces):
     # Epoch 0 pushes at most ceil(halo / (lifespan + 1)) rows; epoch 1 at most the target's
     # halo lookups of the owner's vertices per minibatch in epoch 0. Every push is a
     # fixed-size buffer: the bytes are the budgets', whatever the rows carried.
-    cfg = hec_config(configure, 2, "algorithm.push_budget=usable", "algorithm.batch_size=16")
-    results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 2)
+    results = traces["usable budget"]
     steps = _minibatches_per_epoch(results[0])
     lookups = {}  # (rank looking up, layer) -> its halo lookups in epoch 0
     for rank, result in enumerate(results):
@@ -237,9 +255,8 @@ def _minibatches_per_epoch(result: dict) -> int:
     return len(first_layer) // len(result["epochs"])
 
 
-def test_push_limit_bounds_every_push(configure):
-    cfg = hec_config(configure, 2, "algorithm.push_limit=5", "algorithm.delay_minibatches=1")
-    results = run_on_ranks(rank_checks.hec_trace, 2, cfg, 1)
+def test_push_limit_bounds_every_push(traces):
+    results = traces["push limit 5"]
     sizes = [len(ids) for r in results for kind, *_, ids, _ in r["trace"] if kind == "push"]
     assert max(sizes) == 5
     assert all(r["epochs"][0]["bytes"].get("hec_push", 0) > 0 for r in results)
