@@ -62,7 +62,7 @@ def traces(tmp_path_factory) -> dict[str, list[dict]]:
     """rank_checks.hec_trace of every TRACED run on 2 ranks: per name, the ranks' results."""
     from tests.algorithms.conftest import prepared
 
-    with pytest.MonkeyPatch.context() as patch:  # the tests' own data roots are theirs
+    with pytest.MonkeyPatch.context() as patch:  # a root of the module's own (a test's: per test)
         patch.setenv("GNNRUN_DATA_ROOT", str(tmp_path_factory.mktemp("hec") / "data"))
         runs = [(hec_config(prepared, 2, *o), epochs) for o, epochs in TRACED.values()]
         per_rank = run_on_ranks(rank_checks.hec_traces, 2, runs)
