@@ -10,8 +10,8 @@ measured in the same run) on the same random scores, at the sizes of Facebook's
 validation and test splits (8,541 and 17,082 held-out edges, 1,000 negatives
 each). It prints both figures of both, their differences (ties within 1e-6 of a
 score's size are one score in gnnrun, distinct in scikit-learn), and the bytes
-a rank sends to the others for them: the positive scores only (4 bytes an
-edge), where gathering every score would send 4 x (1 + negatives).
+the ranks share for them, all ranks together: the positive scores only (4
+bytes an edge), where gathering every score would share 4 x (1 + negatives).
 
     .venv/bin/python scripts/bench_link_metrics.py --rounds 3
 """
@@ -54,7 +54,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(
         f"{'split':<15} {'pairs':>11} {'gnnrun s':>9} {'sklearn s':>10} {'speed-up':>9} "
-        f"{'AUC':>8} {'dAUC':>8} {'AP':>8} {'dAP':>8} {'sent/rank':>10} {'all scores':>11}"
+        f"{'AUC':>8} {'dAUC':>8} {'AP':>8} {'dAP':>8} {'shared':>10} {'all scores':>11}"
     )
     for name, edges in SPLITS.items():
         g = torch.Generator().manual_seed(edges)
