@@ -15,7 +15,7 @@ PHASES = ("mbc", "fwd", "bwd", "comm", "ared")
 
 # The figures of summaries written before they recorded their task's ("figures"): each
 # (key suffix, how tables name it), shown where the summary holds it.
-EARLIER_FIGURES = (("acc", "acc"), ("mrr", "MRR"), ("auc", "AUC"))
+EARLIER_FIGURES = (("acc", "acc"), ("mrr", "MRR"), ("auc", "AUC"), ("ap", "AP"))
 
 
 @dataclass

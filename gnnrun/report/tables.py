@@ -315,11 +315,6 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
             _Column(f"best val {name}", lambda r, k=key: score(r.best.get(f"val_{k}"))),
             _Column(f"final test {name}", lambda r, k=key: score(r.final.get(f"test_{k}"))),
         ]
-    if any("val_ap" in r.best or "test_ap" in r.final for r in rows):  # link prediction
-        columns += [
-            _Column("best val AP", lambda r: score(r.best.get("val_ap"))),
-            _Column("final test AP", lambda r: score(r.final.get("test_ap"))),
-        ]
     layers = hit_layers(rows)
     if layers:
         header = "hit " + "/".join(f"L{i}" for i in range(layers))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from rich.console import Console
 
 from gnnrun.report.rows import report_rows
@@ -82,6 +83,23 @@ def test_the_columns_are_the_figures_the_summaries_name(hec_sweep, tables):
     rows = {r["point"]: r for r in tables(render([load_run_set(hec_sweep)], 400))}
     assert rows["0"]["best val micro-F1"] == "0.7100" and rows["0"]["final test AUC"] == "0.7900"
     assert rows["1"]["best val micro-F1"] == "–" and rows["1"]["best val acc"] != "–"
+
+
+@pytest.mark.parametrize("named", [True, False])  # summaries before they named their figures
+def test_a_link_run_has_one_column_per_figure(hec_sweep, tables, named):
+    path = hec_sweep / "0" / "summary.json"
+    summary = json.loads(path.read_text())
+    if named:
+        summary["figures"] = [["mrr", "MRR"], ["auc", "AUC"], ["ap", "AP"]]
+    summary["best"] = {"epoch": 3, "val_mrr": 0.3, "val_auc": 0.9, "val_ap": 0.8}
+    summary["final"] = {"test_mrr": 0.29, "test_auc": 0.89, "test_ap": 0.79}
+    path.write_text(json.dumps(summary))
+    text = render([load_run_set(hec_sweep)], 400)
+    for figure, value in (("MRR", "0.2900"), ("AUC", "0.8900"), ("AP", "0.7900")):
+        assert len(re.findall(rf"best val {figure}\b", text)) == 1, (figure, text)
+        assert len(re.findall(rf"final test {figure}\b", text)) == 1, (figure, text)
+        row = {r["point"]: r for r in tables(text)}["0"]
+        assert row[f"final test {figure}"] == value
 
 
 def test_the_end_of_run_table_names_the_figure_that_chose_the_best_epoch():
