@@ -34,6 +34,8 @@ HITS_AT = (10, 50, 100)
 # Scores this close, relative to their size (at least 1), are ties: float32 scores of
 # the same pair computed in another order differ by a few units of 2^-24 (6e-8).
 TIE_RELATIVE = 1e-6
+# Scores `ranks` compares at once.
+RANK_CHUNK = 1 << 20
 
 
 def tie_tolerance(scores: torch.Tensor) -> torch.Tensor:
@@ -50,10 +52,16 @@ def ranks(positives: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
         )
     column = positives.reshape(-1, 1).to(torch.float64)
     tolerance = tie_tolerance(column)
-    negatives = negatives.to(torch.float64)
-    above = (negatives > column + tolerance).sum(dim=1)
-    at_least = (negatives >= column - tolerance).sum(dim=1)
-    return 0.5 * (above + at_least).to(torch.float64) + 1
+    rank = torch.empty(column.shape[0], dtype=torch.float64, device=column.device)
+    # Rows at a time: the float64 copy and the comparisons of all of them at once took
+    # 4x the scores' own memory (280 MB beside Facebook's 68 MB of test scores).
+    rows = max(1, RANK_CHUNK // max(1, negatives.shape[1]))
+    for i in range(0, column.shape[0], rows):
+        block = negatives[i : i + rows].to(torch.float64)
+        above = (block > column[i : i + rows] + tolerance[i : i + rows]).sum(dim=1)
+        at_least = (block >= column[i : i + rows] - tolerance[i : i + rows]).sum(dim=1)
+        rank[i : i + rows] = 0.5 * (above + at_least).to(torch.float64) + 1
+    return rank
 
 
 def collapsed(positives: torch.Tensor, negatives: torch.Tensor) -> bool:

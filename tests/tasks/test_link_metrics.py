@@ -180,3 +180,19 @@ def test_average_precision_and_auc_are_sklearns(grid):
     assert average_precision(positives, negatives) == pytest.approx(expected_ap, rel=1e-9)
     expected_auc = sklearn_metrics.roc_auc_score(labels, scores)
     assert pairwise_auc(positives, negatives) == pytest.approx(expected_auc, rel=1e-9)
+
+
+def test_ranks_in_row_chunks_are_the_ranks_of_all_rows_at_once(monkeypatch):
+    import gnnrun.tasks.link_metrics as link_metrics
+
+    g = torch.Generator().manual_seed(6)
+    positives = (torch.rand(50, generator=g) * 10).round() / 10
+    negatives = (torch.rand(50, 7, generator=g) * 10).round() / 10
+    whole = ranks(positives, negatives)
+    for chunk in (1, 7 * 3, 7 * 50 + 1):  # a row at a time (at least), 3 rows, all
+        monkeypatch.setattr(link_metrics, "RANK_CHUNK", chunk)
+        assert torch.equal(ranks(positives, negatives), whole)
+    expected = (
+        1 + (negatives > positives[:, None]).sum(1) + 0.5 * (negatives == positives[:, None]).sum(1)
+    )
+    assert torch.equal(whole, expected.to(torch.float64))
