@@ -51,6 +51,9 @@ def main() -> None:
     parser.add_argument("--negatives", type=int, default=1000, help="negatives per edge")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a rank's)")
     args = parser.parse_args()
+    for name in ("rounds", "negatives", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
     torch.set_num_threads(args.threads)
     print(
         f"{'split':<15} {'pairs':>11} {'gnnrun s':>9} {'sklearn s':>10} {'speed-up':>9} "

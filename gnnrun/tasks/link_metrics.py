@@ -100,20 +100,18 @@ def count_negatives(positives: torch.Tensor, negatives: torch.Tensor) -> torch.T
     tied), and how many are not above it (below or tied). Counts over disjoint sets of
     negatives add up, so ranks count their own and sum: no rank needs another's
     negatives for ROC-AUC or average precision."""
-    flat = negatives.detach().reshape(-1)
-    if flat.device.type == "cpu":
-        # numpy's sort is 2-3x torch's on the CPU; float32 scores sort as float32 (half the
-        # bytes), then widen, exactly, to meet the float64 tie bounds.
-        wide = flat.dtype == torch.float64
-        ordered = np.sort(flat.numpy() if wide else flat.to(torch.float32).numpy())
-        ordered = torch.from_numpy(ordered.astype(np.float64, copy=False))
-    else:  # a GPU sorts them where they are, in a fraction of a host core's time
-        ordered = torch.sort(flat.to(torch.float64)).values
-    positives = positives.detach().reshape(-1).to(ordered.device, torch.float64)
+    # Evaluations hand their scores over on the CPU (a GPU rank's too). numpy's sort is
+    # 2-3x torch's there; float32 scores sort as float32 (half the bytes), then widen,
+    # exactly, to meet the float64 tie bounds.
+    flat = negatives.detach().reshape(-1).cpu()
+    wide = flat.dtype == torch.float64
+    ordered = np.sort(flat.numpy() if wide else flat.to(torch.float32).numpy())
+    ordered = torch.from_numpy(ordered.astype(np.float64, copy=False))
+    positives = positives.detach().reshape(-1).cpu().to(torch.float64)
     tolerance = tie_tolerance(positives)
     below = torch.searchsorted(ordered, positives - tolerance, side="left")
     not_above = torch.searchsorted(ordered, positives + tolerance, side="right")
-    return torch.stack([below, not_above]).cpu()
+    return torch.stack([below, not_above])
 
 
 def auc_from_counts(counts: torch.Tensor, negatives: int) -> float:

@@ -55,20 +55,29 @@ def link_metrics(
 ) -> dict[str, float]:
     """{split}_mrr, {split}_hits@K, {split}_auc and {split}_ap (average precision) over
     the held-out edges of every rank,
-    each ranked against its own negatives (positive scores [E], negative scores [E, k])."""
+    each ranked against its own negatives (positive scores [E], negative scores [E, k]).
+    Scores that are not finite rank nothing: the split's figures are then NaN, and
+    {split}_nonfinite counts those scores."""
     result = {}
     for split, (positive, negative) in outputs.items():
         rank = ranks(positive, negative)
+        nonfinite = int((~positive.isfinite()).sum()) + int((~negative.isfinite()).sum())
         sums = torch.tensor(
             [
                 float((1 / rank).sum()),
                 *(float((rank <= k).sum()) for k in hits_at),
+                nonfinite,
                 negative.numel(),
                 rank.numel(),
             ],
             dtype=torch.float64,
         )
-        comm.all_reduce_sum(sums)
+        comm.all_reduce_sum(sums)  # every rank takes the same branch below
+        if sums[-3] > 0:
+            figures = ["mrr", *(f"hits@{k}" for k in hits_at), "auc", "ap"]
+            result |= {f"{split}_{f}": float("nan") for f in figures}
+            result[f"{split}_nonfinite"] = float(sums[-3])
+            continue
         count = float(sums[-1])
         result[f"{split}_mrr"] = float(sums[0]) / count if count else float("nan")
         for i, k in enumerate(hits_at):
@@ -93,6 +102,8 @@ def pooled_metrics(
     counts = comm.all_reduce_sum(count_negatives(positives, negative))
     auc = auc_from_counts(counts, negatives)
     ap = average_precision_from_counts(positives, counts, negatives)
+    if not negatives:  # nothing held out: nothing ranked, nothing collapsed
+        return auc, ap, False
     # Every score, every rank's, within a tie of the others: the largest and the
     # negated smallest over ranks.
     local = negative.detach().reshape(-1)

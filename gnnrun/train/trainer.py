@@ -143,6 +143,19 @@ def train(
                         "likely shrunk to zero: lower optimizer.weight_decay, model.dropout "
                         "and model.input_dropout, or widen model.hidden (docs/link-prediction.md)"
                     )
+                nonfinite = [k for k in NONFINITE if k in record]
+                if (
+                    comm.rank == 0
+                    and nonfinite
+                    and not any(k in r for r in history for k in NONFINITE)
+                ):
+                    counts = ", ".join(f"{int(record[k]):,} {k.split('_')[0]}" for k in nonfinite)
+                    print_warning(
+                        f"the model's scores at epoch {epoch + 1} are not all finite ({counts} "
+                        "held-out pair scores are NaN or infinite): that evaluation's MRR, "
+                        "AUC and AP are left out of its record. Its embeddings have likely "
+                        "overflowed: lower optimizer.lr (or train in train.precision=fp32)"
+                    )
             record["time"] = timer.reset()
             record["peak_rss_mb"] = memory.run_peak_mb()
             with open(metrics_file, "a") as f:
@@ -347,6 +360,8 @@ def is_metric(key: str) -> bool:
 
 # The key of an evaluation whose validation scores collapsed (gnnrun.tasks.metrics).
 COLLAPSED = "val_collapsed"
+# The keys that count an evaluation's scores that were not finite (gnnrun.tasks.metrics).
+NONFINITE = ("val_nonfinite", "test_nonfinite")
 
 
 def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
