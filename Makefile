@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-docs test-slurm test-faults test-gpu gpu-wheels test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-bounded-memory bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
+.PHONY: setup run test test-slow test-docs test-slurm test-faults test-gpu test-torch gpu-wheels test-package test-tracking lint format bench-partition bench-fullbatch bench-train bench-hec bench-sar bench-pipeline bench-bounded-memory bench-gpu bench-tracking dgl-venv bench-vs-dgl bench-vs-dgl-check clean
 
 setup: $(STAMP)
 
@@ -54,6 +54,21 @@ test-faults: setup
 # one every test skips, saying so.
 test-gpu: setup
 	$(BIN)/python -m pytest -q -rs -m gpu
+
+# The default suite on another torch of the supported range (pyproject.toml), in a
+# virtual environment of its own, .venv-torch$(TORCH): `make test-torch TORCH=2.11.0`
+# (the GPU machines' release), `TORCH=2.14.1`. pip takes the build its index gives (on
+# PyPI a CUDA build of several GB; it runs on the CPU where there is no GPU).
+TORCH ?= 2.14.1
+TORCH_VENV := .venv-torch$(TORCH)
+
+test-torch:
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install --quiet --upgrade pip
+	$(TORCH_VENV)/bin/pip install --quiet "torch==$(TORCH)"
+	$(TORCH_VENV)/bin/pip install --quiet -e ".[dev]"
+	$(TORCH_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
+	$(TORCH_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The wheels scripts/gpu_check.sh installs on a GPU machine that reaches no package
 # registry (.whl/, carried with the working tree): `bash scripts/gpu_check.sh OUT pipeline`
