@@ -255,9 +255,17 @@ class TrainConfig:
     # Validation accuracy (AUC for binary tasks) whose epoch and seconds the summary
     # records as time to target (within 1%, relative); null: the run's best.
     target: float | None = None
+    # Early stopping: end the run once this many evaluations in a row have not bettered
+    # the best validation figure (the one the summary picks its best epoch by); 0: never.
+    patience: int = 0
 
     def validate(self) -> None:
         check(self.epochs >= 1, "train.epochs must be at least 1")
+        check(
+            self.patience >= 0,
+            f"train.patience must be >= 0 (evaluations without a better validation figure; "
+            f"0: train every epoch), not {self.patience}",
+        )
         check(
             self.target is None or 0 < self.target <= 1,
             f"train.target {self.target}: a validation accuracy in (0, 1], or null for the run's best",

@@ -77,6 +77,9 @@ class Run:
             if self.failure is not None:
                 return f"failed ({logged}{target} epochs)" if logged else "failed"
             return f"unfinished ({logged}{target} epochs)" if logged else "no results yet"
+        if self.summary.get("stopped_early"):
+            target = f"/{self.target_epochs}" if self.target_epochs else ""
+            return f"stopped early ({self.summary['epochs']}{target} epochs)"
         if not self.summary.get("complete", True):
             target = f"/{self.target_epochs}" if self.target_epochs else ""
             return f"partial ({self.summary['epochs']}{target} epochs)"
@@ -198,6 +201,7 @@ OPTIONAL_SUMMARY_FIELDS: dict[str, Any] = {
     "best": dict,
     "time_median": dict,
     "to_target": dict,
+    "stopped_early": dict,
     "hit_rate": list,
     "epoch_s_median": _NUMBER,
     "bytes_per_epoch_rank0": _NUMBER,

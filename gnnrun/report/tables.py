@@ -146,6 +146,13 @@ def summary_table(summary: dict) -> Table:
     for split in summary.get("not_evaluated", []):  # runs before 2026-11-26 did not record it
         table.add_row({"val": "validation", "test": "test"}[split], "not evaluated")
     table.add_row("epochs", f"{summary['epochs']}")
+    if early := summary.get("stopped_early"):
+        table.add_row(
+            "stopped early",
+            f"after epoch {early['epoch'] + 1}: {early['patience']} evaluations without a "
+            f"better val {summary.get('best_metric', 'figure').removeprefix('val_')} "
+            f"than epoch {early['best_epoch'] + 1}'s",
+        )
     table.add_row("epoch time (median)", f"{summary['epoch_s_median']:.3f} s")
     for phase, seconds in summary["time_median"].items():
         table.add_row(f"  {phase}", f"{seconds:.3f} s")

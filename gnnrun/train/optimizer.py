@@ -3,10 +3,24 @@
 The `optimizer` group's presets are recipes (`adam`; a paper's learning rate and
 weight decay); a model preset from a paper chooses its paper's recipe, and
 `optimizer.lr=` / `optimizer.weight_decay=` change either on the command line.
+
+Every preset takes a learning-rate schedule and gradient clipping:
+
+- `optimizer.schedule` (SCHEDULES): `constant`, `cosine` (from lr down to
+  `optimizer.min_lr` over train.epochs) or `step` (times `optimizer.gamma` every
+  `optimizer.step_epochs` epochs), after `optimizer.warmup_epochs` of linear warm-up.
+  The rate is a function of the epoch alone (`learning_rate`), set before each epoch:
+  a resumed or restarted run continues the schedule with nothing more saved, and a
+  minibatch algorithm's steps per epoch do not change it.
+- `optimizer.clip_norm`: the dense gradients scaled so that their total norm is at
+  most this (torch's clip_grad_norm_), after the ranks have combined them, so that
+  every rank clips alike and a distributed step stays the one-process step. The
+  sparse embedding tables' rows are not clipped.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -22,6 +36,12 @@ class OptimizerConfig:
     name: str = MISSING  # a key of OPTIMIZERS
     lr: float = 0.003
     weight_decay: float = 0.0
+    schedule: str = "constant"  # a key of SCHEDULES: the rate per epoch after the warm-up
+    warmup_epochs: int = 0  # epochs whose rate rises linearly to lr: lr/W, 2 lr/W, ..., lr
+    min_lr: float = 0.0  # cosine: the rate it approaches at train.epochs
+    step_epochs: int = 0  # step: the rate is multiplied by gamma every this many epochs
+    gamma: float = 0.1
+    clip_norm: float = 0.0  # the dense gradients' largest total (L2) norm; 0: no clipping
 
     def validate(self) -> None:
         check(self.lr > 0, f"optimizer.lr must be positive (got {self.lr})")
@@ -29,6 +49,62 @@ class OptimizerConfig:
             self.weight_decay >= 0,
             f"optimizer.weight_decay must be >= 0 (got {self.weight_decay})",
         )
+        check(
+            self.schedule in SCHEDULES,
+            f"optimizer.schedule={self.schedule}: choose one of {', '.join(SCHEDULES)}",
+        )
+        check(
+            self.warmup_epochs >= 0,
+            f"optimizer.warmup_epochs must be >= 0 (got {self.warmup_epochs})",
+        )
+        check(
+            0 <= self.min_lr <= self.lr,
+            f"optimizer.min_lr={self.min_lr} must lie in [0, optimizer.lr={self.lr}]",
+        )
+        check(
+            self.schedule != "step" or self.step_epochs >= 1,
+            "optimizer.schedule=step lowers the rate every optimizer.step_epochs epochs: "
+            f"set it to 1 or more (got {self.step_epochs})",
+        )
+        check(0 < self.gamma <= 1, f"optimizer.gamma must lie in (0, 1] (got {self.gamma})")
+        check(
+            self.clip_norm >= 0,
+            f"optimizer.clip_norm must be >= 0 (0: no clipping; got {self.clip_norm})",
+        )
+
+
+def _cosine(cfg: OptimizerConfig, epoch: int, span: int) -> float:
+    """Cosine annealing from lr (epoch 0 of the span) towards min_lr (epoch `span`)."""
+    return cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1 + math.cos(math.pi * epoch / span))
+
+
+# optimizer.schedule: the rate at `epoch` epochs after the warm-up, of `span` such epochs.
+SCHEDULES: dict[str, Callable[[OptimizerConfig, int, int], float]] = {
+    "constant": lambda cfg, epoch, span: cfg.lr,
+    "cosine": _cosine,
+    "step": lambda cfg, epoch, span: cfg.lr * cfg.gamma ** (epoch // cfg.step_epochs),
+}
+# The schedules whose rate depends on train.epochs (a checkpoint records it for them).
+SCHEDULES_OVER_EPOCHS = ("cosine",)
+
+
+def learning_rate(cfg: OptimizerConfig, epoch: int, epochs: int) -> float:
+    """The rate of epoch `epoch` (0-based) of a run of `epochs` (train.epochs)."""
+    if epoch < cfg.warmup_epochs:
+        return cfg.lr * (epoch + 1) / cfg.warmup_epochs
+    after = epoch - cfg.warmup_epochs
+    return SCHEDULES[cfg.schedule](cfg, after, max(1, epochs - cfg.warmup_epochs))
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer | EmbeddingsApart, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> float:
+    """Scale the gradients of `parameters` to a total L2 norm of at most `max_norm`; their
+    norm before (a float: the caller records it)."""
+    return float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
 
 
 Parameters = Iterable[torch.nn.Parameter]

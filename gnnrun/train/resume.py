@@ -31,6 +31,7 @@ from gnnrun.data import dataset_identity
 from gnnrun.errors import GnnrunError
 from gnnrun.tasks import task_of
 from gnnrun.train.checkpoint import CHECKPOINT, algorithm_checkpoint, load_checkpoint
+from gnnrun.train.optimizer import SCHEDULES_OVER_EPOCHS, OptimizerConfig
 
 REFUSED = (
     "model.name",
@@ -58,7 +59,19 @@ REFUSED = (
     "task.test_fraction",
     "task.split_seed",
 )
-APPLIED = ("optimizer.lr", "optimizer.weight_decay")
+# The optimiser's settings (what it steps with, not what it keeps): a new value holds from
+# the resumed epoch on. train.epochs is recorded where the schedule spans it.
+APPLIED = (
+    "optimizer.lr",
+    "optimizer.weight_decay",
+    "optimizer.schedule",
+    "optimizer.warmup_epochs",
+    "optimizer.min_lr",
+    "optimizer.step_epochs",
+    "optimizer.gamma",
+    "optimizer.clip_norm",
+    "train.epochs",
+)
 # What a link run's evaluations rank against: training is unchanged, but its figures no
 # longer compare with the checkpoint's, among which the best epoch is chosen.
 EVALUATION = ("task.eval_negatives", "task.eval_sampler", "task.hits_at")
@@ -71,6 +84,12 @@ _MODEL_OPTIONS_OFF = {
     "model.jk": "none",
     "model.block": "post_norm",
     "model.embedding": 0,
+}
+# The schedule and clipping, off: what a checkpoint that does not record them had.
+_OPTIMIZER_OPTIONS_OFF = {
+    f"optimizer.{f.name}": f.default
+    for f in dataclasses.fields(OptimizerConfig)
+    if f.name in ("schedule", "warmup_epochs", "min_lr", "step_epochs", "gamma", "clip_norm")
 }
 _PARTITION_LOCATION = "output_dir"
 
@@ -90,6 +109,8 @@ def settings_of(cfg) -> dict[str, Any]:
     flat["cluster.nprocs"] = cfg.cluster.nprocs
     flat["train.seed"] = cfg.train.seed
     flat["train.precision"] = cfg.train.precision
+    if cfg.optimizer.schedule in SCHEDULES_OVER_EPOCHS:  # the rate of each epoch depends on it
+        flat["train.epochs"] = cfg.train.epochs
     return flat
 
 
@@ -121,7 +142,7 @@ def under_current_names(saved: dict[str, Any], now: dict[str, Any]) -> dict[str,
         current["train.precision"] = "fp32"
     if "task.name" in now and "task.name" not in saved:  # vertex classification records none
         current["task.name"] = "node"
-    for key, value in _MODEL_OPTIONS_OFF.items():  # a checkpoint from before they existed
+    for key, value in (_MODEL_OPTIONS_OFF | _OPTIMIZER_OPTIONS_OFF).items():  # from before them
         if key in now and key not in saved:
             current[key] = value
     return current
@@ -133,6 +154,8 @@ def compare_settings(saved: dict[str, Any], now: dict[str, Any]) -> SettingChang
     for key in sorted(set(saved) | set(now)):
         if saved.get(key) == now.get(key):
             continue
+        if key == "train.epochs" and not (key in saved and key in now):
+            continue  # recorded under a cosine schedule only: the schedule's change says it
         kind = (
             changes.refused
             if key in REFUSED
@@ -259,8 +282,8 @@ def resume(
             "train.resume"
         ) from None
     optimizer.load_state_dict(state["optimizer"])
-    for group in optimizer.param_groups:  # this run's optimiser settings win (APPLIED)
-        group["lr"], group["weight_decay"] = cfg.optimizer.lr, cfg.optimizer.weight_decay
+    for group in optimizer.param_groups:  # this run's optimiser settings win (APPLIED);
+        group["weight_decay"] = cfg.optimizer.weight_decay  # the rate is set at each epoch
     if algorithm.state_dict() is not None:
         algorithm.load_state_dict(load_algorithm_state(directory, rank, epoch))
     # Only now, once nothing more can refuse (an algorithm's state refuses the settings

@@ -26,7 +26,13 @@ from gnnrun.tasks import TASKS, task_of
 from gnnrun.timers import DeviceBusy, PhaseTimer
 from gnnrun.train.checkpoint import CHECKPOINT, algorithm_checkpoint, save_checkpoint
 from gnnrun.train.display import TrainingDisplay
-from gnnrun.train.optimizer import build_optimizer, sparse_tables
+from gnnrun.train.optimizer import (
+    build_optimizer,
+    clip_gradients,
+    learning_rate,
+    set_learning_rate,
+    sparse_tables,
+)
 from gnnrun.train.resume import resume, settings_of
 
 
@@ -91,6 +97,14 @@ def train(
         )
     if cfg.train.stop_after:
         end_epoch = min(end_epoch, start_epoch + cfg.train.stop_after)
+    if start_epoch < end_epoch and stopped_early(history, cfg) is not None:
+        end_epoch = start_epoch  # every rank reads the same checkpoint's history
+        if comm.rank == 0:
+            print_warning(
+                f"the checkpoint's run stopped early after epoch {start_epoch}: its last "
+                f"train.patience={cfg.train.patience} evaluations did not better its best; "
+                "raise train.patience (or set it to 0) to train on"
+            )
     algorithm.plan(start_epoch, end_epoch)
     if tracker is not None:
         tracker.started(start_epoch, attempt.number, attempt.run_id, history)
@@ -98,6 +112,8 @@ def train(
         for epoch in range(start_epoch, end_epoch):
             # Reseeding per epoch makes dropout independent of where a run resumed.
             torch.manual_seed(cfg.train.seed * 1_000_003 + epoch * 101 + comm.rank)
+            lr = learning_rate(cfg.optimizer, epoch, cfg.train.epochs)
+            set_learning_rate(optimizer, lr)
             comm.bytes.reset()
             timer.reset()  # what ran before the epoch (set-up, the checkpoint) is not the epoch's
             if display is not None:
@@ -117,6 +133,7 @@ def train(
                 "epoch": epoch,
                 "rank": comm.rank,
                 "epoch_s": epoch_seconds,
+                "lr": lr,
                 **stats,
                 # Training traffic only: evaluation's goes to eval_bytes, so that
                 # algorithms compare by what training costs them.
@@ -167,8 +184,20 @@ def train(
             # A run asked to stop (a SLURM job near its end) stops here, checkpointed,
             # once every rank has heard it (signals reach the ranks at different steps).
             stop = stop_watched() and comm.max_int(int(stop_requested())) == 1
+            # Early stopping: rank 0 keeps the history; every rank follows its decision.
+            early = (
+                cfg.train.patience > 0
+                and "eval_bytes" in record
+                and comm.max_int(
+                    int(comm.rank == 0 and stopped_early([*history, record], cfg) is not None)
+                )
+                == 1
+            )
             checkpoint = (
-                (epoch + 1) % cfg.train.checkpoint_every == 0 or epoch + 1 == end_epoch or stop
+                (epoch + 1) % cfg.train.checkpoint_every == 0
+                or epoch + 1 == end_epoch
+                or stop
+                or early
             )
             if checkpoint and (algorithm_state := algorithm.state_dict()) is not None:
                 _save_algorithm_state(
@@ -195,6 +224,8 @@ def train(
                     display.epoch_done(record)
             if stop and epoch + 1 < end_epoch:
                 raise RunStopped(epoch + 1)
+            if early:
+                break
     except BaseException:
         if tracker is not None:
             tracker.close()  # the trackers' runs are marked as stopped before their end
@@ -261,6 +292,8 @@ def train_epoch(
     dense = [p for p in model.parameters() if all(p is not t for t in tables)]
     precision = algorithm.cfg.train.precision
     losses: list[float] = []
+    clip_norm = algorithm.cfg.optimizer.clip_norm
+    norms: list[float] = []  # each step's gradient norm before clipping
     busy = DeviceBusy(algorithm.device)  # the device's share of the epoch: is it kept fed?
     for step in range(steps):
         with timer.phase("mbc"):
@@ -283,6 +316,8 @@ def train_epoch(
                 for table in tables:
                     table.grad = combine_sparse(algorithm.comm, table, algorithm.gradient_reduction)
         with timer.phase("opt"):
+            if clip_norm:  # the combined gradients: every rank scales them alike
+                norms.append(clip_gradients(dense, clip_norm))
             optimizer.step()
         busy.stop()
         algorithm.on_step(step + 1, steps)
@@ -296,7 +331,12 @@ def train_epoch(
             ]
             if running:
                 algorithm.comm.all_reduce_mean(running, "allreduce")
-    return {**stats, "steps": steps, "device_busy_s": busy.take()}
+    clipped = (
+        {"grad_norm": float(np.median(norms)), "clipped_steps": sum(n > clip_norm for n in norms)}
+        if norms
+        else {}
+    )
+    return {**stats, "steps": steps, "device_busy_s": busy.take(), **clipped}
 
 
 def combine_sparse(comm: Communicator, table: torch.nn.Parameter, reduction: str) -> torch.Tensor:
@@ -373,6 +413,7 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
     candidates = (r for r in history if metric in r and COLLAPSED not in r)
     best = max(candidates, key=lambda r: r[metric], default={})
     last = next((r for r in reversed(history) if any(map(is_metric, r))), {})
+    early = stopped_early(history, cfg)
     evaluated = {k.split("_")[0] for r in history for k in r if is_metric(k)}
     phases = (
         {k: float(np.median([r["time"].get(k, 0.0) for r in history])) for k in history[-1]["time"]}
@@ -390,7 +431,8 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
         "figures": [list(f) for f in task.figures],
         "ranks": ranks,
         "epochs": len(history),
-        "complete": len(history) == cfg.train.epochs,
+        "complete": len(history) == cfg.train.epochs or early is not None,
+        **({"stopped_early": early} if early is not None else {}),
         "final": {k: v for k, v in last.items() if is_metric(k)},
         "best": {
             "epoch": best.get("epoch"),
@@ -433,6 +475,29 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
             else {}
         ),
     }
+
+
+def stopped_early(history: list[dict[str, Any]], cfg) -> dict[str, Any] | None:
+    """Whether the run `history` records (rank 0's) has ended by early stopping: its last
+    train.patience evaluations did not better the best validation figure before them (an
+    evaluation whose scores collapsed, or without the figure, betters nothing). None when
+    it has not, or train.patience is 0, or every epoch has run; else where and why."""
+    patience = cfg.train.patience
+    if not patience or not history or len(history) >= cfg.train.epochs:
+        return None
+    metric = task_of(cfg).best_metric(history)
+    best, best_epoch, since = -math.inf, None, 0
+    for record in history:
+        if "eval_bytes" not in record:  # not an evaluation epoch
+            continue
+        value = record.get(metric)
+        if value is not None and COLLAPSED not in record and value > best:
+            best, best_epoch, since = value, record["epoch"], 0
+        else:
+            since += 1
+    if since < patience or best_epoch is None:  # (None: no split to validate on)
+        return None
+    return {"epoch": history[-1]["epoch"], "best_epoch": best_epoch, "patience": patience}
 
 
 # Within this much (relative) of the target counts as reaching it.

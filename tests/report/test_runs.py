@@ -38,6 +38,14 @@ def test_a_run_in_progress_is_read_as_far_as_it_goes(sweep):
     assert run.status == "unfinished (2/2 epochs)"
 
 
+def test_a_run_stopped_early_is_done_and_says_so(sweep):
+    path = sweep / "1" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary |= {"epochs": 1, "stopped_early": {"epoch": 0, "best_epoch": 0, "patience": 1}}
+    path.write_text(json.dumps(summary))
+    assert load_run_set(sweep).runs[1].status == "stopped early (1/2 epochs)"
+
+
 def test_a_damaged_summary_is_a_status_not_a_crash(sweep):
     (sweep / "0" / "summary.json").write_text('{"dataset": "synth')
     run = load_run_set(sweep).runs[0]

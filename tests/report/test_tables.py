@@ -123,3 +123,11 @@ def test_the_end_of_run_table_names_the_figure_that_chose_the_best_epoch():
     text = console.export_text()
     assert re.search(r"best epoch \(by val_auc\)\s+│\s+157", text), text
     assert re.search(r"best val_auc\s+│\s+0.9200", text), text
+    summary["stopped_early"] = {"epoch": 176, "best_epoch": 156, "patience": 20}
+    console.print(summary_table(summary))
+    text = console.export_text()
+    assert re.search(
+        r"stopped early\s+│\s+after epoch 177: 20 evaluations without a better val auc than "
+        r"epoch 157's",
+        text,
+    ), text

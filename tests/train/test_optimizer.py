@@ -1,15 +1,27 @@
-"""The optimiser of a model with sparse embedding tables: only the rows a step read move."""
+"""The optimiser: only the embedding rows a step read move; each epoch's learning rate by
+its schedule; gradient clipping; settings refused with the fix."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from gnnrun.data.hetero import HeteroSchema
+from gnnrun.errors import GnnrunError
 from gnnrun.models import build_model
 from gnnrun.models.hetero import TypedInput
 from gnnrun.models.rgcn import RGCNConfig
 from gnnrun.ops.block import Block
-from gnnrun.train.optimizer import EmbeddingsApart, OptimizerConfig, build_optimizer
+from gnnrun.train.optimizer import (
+    EmbeddingsApart,
+    OptimizerConfig,
+    build_optimizer,
+    clip_gradients,
+    learning_rate,
+    set_learning_rate,
+)
 
 SCHEMA = HeteroSchema(["paper", "author"], [4, 6], [3, 0], [("author", "writes", "paper")], "paper")
 
@@ -34,3 +46,60 @@ def test_only_the_embedding_rows_a_step_read_are_updated():
     state = optimizer.state_dict()
     assert set(state) == {"dense", "sparse"} and state["sparse"]["state"]
     optimizer.load_state_dict(state)
+
+
+def _rates(epochs: int, **settings) -> list[float]:
+    cfg = OptimizerConfig(name="adam", **settings)
+    cfg.validate()
+    return [learning_rate(cfg, e, epochs) for e in range(epochs)]
+
+
+def test_each_schedule_gives_each_epoch_its_rate():
+    assert _rates(3, lr=0.01) == [0.01] * 3
+    assert _rates(5, lr=0.01, warmup_epochs=4) == pytest.approx([0.0025, 0.005, 0.0075, 0.01, 0.01])
+    # Cosine over the 4 epochs after the warm-up: lr at its first, towards min_lr.
+    cosine = _rates(6, lr=0.1, min_lr=0.02, schedule="cosine", warmup_epochs=2)
+    half = [0.02 + 0.08 * 0.5 * (1 + math.cos(math.pi * k / 4)) for k in range(4)]
+    assert cosine == pytest.approx([0.05, 0.1, *half])
+    assert cosine[2] == pytest.approx(0.1) and cosine[4] == pytest.approx(0.06)
+    assert _rates(7, lr=1.0, schedule="step", step_epochs=3, gamma=0.5) == pytest.approx(
+        [1, 1, 1, 0.5, 0.5, 0.5, 0.25]
+    )
+
+
+def test_set_learning_rate_reaches_the_embedding_tables_too():
+    torch.manual_seed(0)
+    model = build_model(RGCNConfig(name="rgcn", hidden=8, layers=1), 0, 3, SCHEMA)
+    optimizer = build_optimizer(model, OptimizerConfig(name="adam", lr=0.1))
+    set_learning_rate(optimizer, 0.025)
+    assert [g["lr"] for g in optimizer.dense.param_groups + optimizer.sparse.param_groups] == [
+        0.025,
+        0.025,
+    ]
+
+
+def test_clipping_scales_the_gradients_to_the_norm_and_returns_the_norm_before():
+    a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+    a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([4.0])
+    assert clip_gradients([a, b], 1.0) == pytest.approx(5.0)
+    assert torch.allclose(a.grad, torch.tensor([0.6, 0.0]), atol=1e-6)
+    assert torch.allclose(b.grad, torch.tensor([0.8]), atol=1e-6)
+    assert clip_gradients([a, b], 2.0) == pytest.approx(1.0)  # under the norm: unchanged
+    assert torch.allclose(b.grad, torch.tensor([0.8]), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"schedule": "linear"}, "optimizer.schedule=linear: choose one of constant, cosine, step"),
+        ({"schedule": "step"}, "set it to 1 or more (got 0)"),
+        ({"min_lr": 0.5, "lr": 0.1}, "optimizer.min_lr=0.5 must lie in [0, optimizer.lr=0.1]"),
+        ({"warmup_epochs": -1}, "optimizer.warmup_epochs must be >= 0"),
+        ({"gamma": 0.0}, "optimizer.gamma must lie in (0, 1]"),
+        ({"clip_norm": -1.0}, "optimizer.clip_norm must be >= 0 (0: no clipping"),
+    ],
+)
+def test_bad_schedule_settings_are_refused_naming_the_fix(settings, message):
+    with pytest.raises(GnnrunError) as refused:
+        OptimizerConfig(name="adam", **settings).validate()
+    assert message in str(refused.value)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gnnrun.cli import main
-from gnnrun.train.resume import SettingChanges, compare_settings
+from gnnrun.train.resume import SettingChanges, change_messages, compare_settings
 
 BASE = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=4"]
 
@@ -237,3 +237,30 @@ def test_options_around_the_layers_are_part_of_the_models_shape():
     assert not compare_settings(old, now | {"model.block": "post_norm"}).refused
     changed = compare_settings(old, now | {"model.block": "pre_norm_ffn"})
     assert changed.refused == {"model.block": ("post_norm", "pre_norm_ffn")}
+
+
+def test_a_schedule_is_applied_from_the_resumed_epoch_and_old_checkpoints_had_none():
+    old = {"optimizer.name": "adam", "optimizer.lr": 0.01}  # from before schedules
+    now = old | {"optimizer.schedule": "constant", "optimizer.warmup_epochs": 0}
+    now |= {"optimizer.clip_norm": 0.0, "optimizer.gamma": 0.1}
+    assert compare_settings(old, now) == SettingChanges()
+    cosine = now | {"optimizer.schedule": "cosine", "train.epochs": 100}
+    assert compare_settings(old, cosine).applied == {
+        "optimizer.schedule": ("constant", "cosine")  # (train.epochs: the schedule's own)
+    }
+    longer = compare_settings(cosine, cosine | {"train.epochs": 200})
+    assert longer.applied == {"train.epochs": (100, 200)}
+    assert (
+        "with train.epochs=200 (the checkpoint had 100): applied" in change_messages(longer, 5)[0]
+    )
+    assert compare_settings(cosine, now).applied == {"optimizer.schedule": ("cosine", "constant")}
+
+
+def test_only_a_schedule_over_the_epochs_records_them():
+    from gnnrun.train.resume import settings_of
+
+    from .test_trainer import config
+
+    assert "train.epochs" not in settings_of(config("dataset=synthetic-tiny"))
+    cosine = settings_of(config("dataset=synthetic-tiny", "optimizer.schedule=cosine"))
+    assert cosine["train.epochs"] == 10 and cosine["optimizer.schedule"] == "cosine"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from gnnrun.cli import CONFIG_DIR, main
@@ -14,9 +16,9 @@ from gnnrun.data import prepare_dataset
 from gnnrun.errors import GnnrunError
 from gnnrun.ops.precision import bf16_matmul_supported
 from gnnrun.schemas import register_schemas
-from gnnrun.train.trainer import train
+from gnnrun.train.trainer import COLLAPSED, stopped_early, train
 
-COMPARED = ("epoch", "loss", "val_acc", "test_acc")
+COMPARED = ("epoch", "lr", "loss", "val_acc", "test_acc")
 
 
 def config(*overrides: str):
@@ -32,22 +34,29 @@ def trajectory(run_dir) -> list[dict]:
     return [{k: json.loads(line)[k] for k in COMPARED} for line in lines]
 
 
+# A schedule that changes the rate at every epoch, and clipping that acts at every step.
+SCHEDULED = ("optimizer.schedule=cosine", "optimizer.warmup_epochs=2", "optimizer.clip_norm=0.05")
+
+
 @pytest.mark.parametrize(
-    ("mode", "precision"),
+    ("mode", "precision", "optimizer"),
     [
-        ("full", "fp32"),
-        ("minibatch", "fp32"),
+        ("full", "fp32", ()),
+        ("full", "fp32", SCHEDULED),
+        ("minibatch", "fp32", ()),
         pytest.param(
             "minibatch",
             "bf16",
+            (),
             marks=pytest.mark.skipif(
                 not bf16_matmul_supported(), reason="this CPU has no bfloat16 instructions"
             ),
         ),
     ],
 )
-def test_resume_continues_the_same_trajectory(tmp_path, mode, precision):
+def test_resume_continues_the_same_trajectory(tmp_path, mode, precision, optimizer):
     common = [
+        *optimizer,
         "dataset=synthetic-tiny",
         "algorithm=single",
         f"algorithm.mode={mode}",
@@ -66,6 +75,11 @@ def test_resume_continues_the_same_trajectory(tmp_path, mode, precision):
     train(config(*common, f"train.checkpoint_dir={resumed}/ckpt", "train.resume=true"), resumed)
     assert trajectory(resumed) == trajectory(straight)
     assert json.loads((resumed / "summary.json").read_text())["epochs"] == 5
+    if optimizer:  # the rate of each epoch, and every step clipped (the norm is far above)
+        records = [json.loads(line) for line in (straight / "metrics.rank0.jsonl").open()]
+        cosine = [0.003 * 0.5 * (1 + math.cos(math.pi * k / 3)) for k in range(3)]
+        assert [r["lr"] for r in records] == pytest.approx([0.0015, 0.003, *cosine])
+        assert all(r["clipped_steps"] == r["steps"] and r["grad_norm"] > 0.05 for r in records)
 
 
 def resumed_trajectories(common: list[str], tmp_path, refused: tuple[str, ...] = ()) -> tuple:
@@ -132,6 +146,92 @@ def test_cdr_resume_refuses_other_settings_and_continues_the_same_trajectory(
     assert "algorithm.bins=2 (now 1)" in err and "without train.resume" in err
     assert "training continues with the new values" not in err  # no warning, then refusal
     assert resumed == straight
+
+
+def test_stopped_early_once_patience_evaluations_better_nothing():
+    cfg = config("dataset=synthetic-tiny", "train.epochs=10", "train.patience=2")
+
+    def history(*figures, collapsed=()):  # one evaluation per epoch; None: no figure
+        return [
+            {"epoch": e, "eval_bytes": {}}
+            | ({"val_acc": f} if f is not None else {})
+            | ({COLLAPSED: 1} if e in collapsed else {})
+            for e, f in enumerate(figures)
+        ]
+
+    assert stopped_early(history(0.5, 0.6, 0.7), cfg) is None
+    assert stopped_early(history(0.5, 0.7, 0.6), cfg) is None  # one evaluation since the best
+    assert stopped_early(history(0.5, 0.7, 0.6, 0.7), cfg) == {
+        "epoch": 3,
+        "best_epoch": 1,
+        "patience": 2,
+    }  # a tie betters nothing
+    assert stopped_early(history(0.5, 0.7, 0.6, 0.8), cfg) is None
+    # A collapsed evaluation, or one without its figure (NaN), betters nothing.
+    assert stopped_early(history(0.5, 0.9, 0.4, collapsed=(1,)), cfg)["best_epoch"] == 0
+    assert stopped_early(history(0.5, None, None), cfg)["best_epoch"] == 0
+    # Epochs without an evaluation do not count; no validation split: never stopped.
+    spaced = [{"epoch": 0, "eval_bytes": {}, "val_acc": 0.5}] + [{"epoch": e} for e in (1, 2, 3)]
+    assert stopped_early(spaced, cfg) is None
+    assert stopped_early(history(None, None, None), cfg) is None
+    assert stopped_early(history(*[0.5] * 10), cfg) is None  # every epoch ran: complete
+    unlimited = config("dataset=synthetic-tiny", "train.epochs=10")
+    assert stopped_early(history(0.5, 0.4, 0.3), unlimited) is None
+
+
+def test_every_rank_stops_early_at_the_same_epoch_and_a_resume_trains_no_further(
+    tmp_path, monkeypatch, capfd
+):
+    """Two ranks, patience 1: the run ends at the first evaluation that betters nothing,
+    checkpointed; a resume with the same patience trains nothing, one with more trains on.
+    Rank 1 records the same rates and gradient norms as rank 0: the ranks clip the
+    gradients they have combined, not their own."""
+    monkeypatch.chdir(tmp_path)
+    common = [
+        "train",
+        "dataset=synthetic-tiny",
+        "algorithm=minibatch",
+        "cluster.nprocs=2",
+        "model.hidden=16",
+        "algorithm.batch_size=256",
+        "train.epochs=30",
+        "train.patience=1",
+        "optimizer.schedule=step",
+        "optimizer.step_epochs=2",
+        "optimizer.gamma=0.5",
+        "optimizer.clip_norm=0.5",
+        "train.checkpoint_dir=ck",
+    ]
+    assert main([*common, "hydra.run.dir=run"]) == 0
+    capfd.readouterr()
+    ranks = [
+        [json.loads(line) for line in (tmp_path / "run" / f"metrics.rank{r}.jsonl").open()]
+        for r in (0, 1)
+    ]
+    val = [r["val_acc"] for r in ranks[0]]
+    # The first epoch whose validation accuracy is no better than every one before it.
+    first = next(e for e in range(1, len(val)) if val[e] <= max(val[:e]))
+    assert len(ranks[0]) == len(ranks[1]) == first + 1 < 30
+    assert [r["lr"] for r in ranks[0]] == [0.003 * 0.5 ** (e // 2) for e in range(first + 1)]
+    for key in ("lr", "grad_norm", "clipped_steps"):
+        assert [r[key] for r in ranks[1]] == [r[key] for r in ranks[0]], key
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["complete"] and summary["epochs"] == first + 1
+    assert summary["stopped_early"] == {
+        "epoch": first,
+        "best_epoch": val.index(max(val[:first])),
+        "patience": 1,
+    }
+    assert torch.load(tmp_path / "ck" / "checkpoint.pt", weights_only=True)["epoch"] == first + 1
+
+    assert main([*common, "train.resume=true", "hydra.run.dir=again"]) == 0
+    err = " ".join(capfd.readouterr().err.split())
+    assert f"the checkpoint's run stopped early after epoch {first + 1}" in err
+    assert "raise train.patience" in err
+    assert not (tmp_path / "again" / "metrics.rank0.jsonl").exists()  # no epoch trained
+    more = ["train.patience=0", "train.stop_after=1", "hydra.run.dir=more"]
+    assert main([*common, "train.resume=true", *more]) == 0
+    assert torch.load(tmp_path / "ck" / "checkpoint.pt", weights_only=True)["epoch"] == first + 2
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
