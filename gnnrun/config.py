@@ -258,6 +258,9 @@ class TrainConfig:
     # Early stopping: end the run once this many evaluations in a row have not bettered
     # the best validation figure (the one the summary picks its best epoch by); 0: never.
     patience: int = 0
+    # Also keep the model of the best evaluation so far, as best.pt beside checkpoint.pt
+    # (gnnrun predict predict.checkpoint=best).
+    keep_best: bool = False
 
     def validate(self) -> None:
         check(self.epochs >= 1, "train.epochs must be at least 1")
@@ -299,11 +302,18 @@ class PredictConfig:
     parquet: str = "auto"
     # A task=link run: the .npy of vertex pairs ((2, P) or (P, 2)) whose scores to write.
     candidates: str | None = None
+    # The run's model to use: its last checkpoint, or its best evaluation's (train.keep_best).
+    checkpoint: str = "last"
 
     def validate(self) -> None:
         check(
             self.chunk_vertices >= 1,
             f"predict.chunk_vertices must be at least 1 (got {self.chunk_vertices})",
+        )
+        check(
+            self.checkpoint in ("last", "best"),
+            f"predict.checkpoint={self.checkpoint}: choose last (the run's last checkpoint) "
+            "or best (its best evaluation's model, kept with train.keep_best=true)",
         )
         check(
             str(self.parquet).lower() in PARQUET_CHOICES,

@@ -68,6 +68,47 @@ def test_predicted_accuracy_equals_the_trainers_exact_evaluation(
     assert manifest["node_type"] is None  # homogeneous: every vertex
 
 
+def test_the_best_model_kept_predicts_the_best_evaluations_figures(tmp_path, monkeypatch, capsys):
+    """train.keep_best: best.pt holds the model of the best evaluation, which an early
+    stop has left behind; predict.checkpoint=best predicts with it, the last one without."""
+    monkeypatch.chdir(tmp_path)
+    run_dir = _train(
+        tmp_path,
+        capsys,
+        "algorithm=single",
+        "algorithm.mode=full",
+        "train.epochs=40",
+        "train.patience=3",
+        "train.keep_best=true",
+        "optimizer.lr=0.05",  # a noisy climb: the best is not the last
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    best_epoch = summary["stopped_early"]["best_epoch"]
+    assert summary["best"]["epoch"] == best_epoch < summary["epochs"] - 1
+    assert summary["best"]["val_acc"] > summary["final"]["val_acc"]
+    one = "cluster.nprocs=1"
+    assert main(["predict", f"run={run_dir}", one, "predict.checkpoint=best"]) == 0
+    capsys.readouterr()
+    assert main(["predict", f"run={run_dir}", one]) == 0
+    capsys.readouterr()
+    for name, kind, epoch in (
+        ("synthetic-tiny-best", "best", best_epoch + 1),
+        ("synthetic-tiny", "final", summary["epochs"]),
+    ):
+        output = read_output(run_dir / "predict" / name)
+        for split in ("val", "test"):
+            trained = summary[kind][f"{split}_acc"]
+            assert _accuracy(output, split, "dataset=synthetic-tiny") == pytest.approx(trained)
+        manifest = json.loads((run_dir / "predict" / name / "manifest.json").read_text())
+        assert manifest["epoch"] == epoch, name
+
+    (run_dir / "best.pt").unlink()
+    assert main(["embed", f"run={run_dir}", one, "predict.checkpoint=best"]) == 1
+    assert "kept no best model (train it with train.keep_best=true)" in _errors(capsys)
+    assert main(["predict", f"run={run_dir}", "predict.checkpoint=first"]) == 1
+    assert "predict.checkpoint=first: choose last" in _errors(capsys)
+
+
 def test_a_heterogeneous_run_predicts_its_labelled_type_as_it_evaluated(
     tmp_path, monkeypatch, capsys
 ):

@@ -35,7 +35,8 @@ What runs:
   checkpoint and summary all run). Files the docs assume are made here: the custom
   graph.npz (32 features, as synthetic-tiny has, so that a model trained there
   predicts on it); for `gnnrun report`, `predict`, `embed` and `--resume-sweep`,
-  a finished 1-epoch synthetic-tiny sweep of 2 points (made once per module; its
+  a finished 1-epoch synthetic-tiny sweep of 2 points (made once per module, with
+  train.keep_best; its
   point 0 serves as a run, its checkpoints go with it; for `--resume-sweep` its
   point 1 is marked unfinished), copied to the paths the docs name (RUN_DIR, OTHER_RUN_DIR and SWEEP_DIR stand for
   paths of their own);
@@ -461,11 +462,12 @@ def _gnnrun(argv: list[str], cwd: Path, env: dict[str, str], timeout: float):
 
 @pytest.fixture(scope="module")
 def finished_runs(tmp_path_factory) -> dict[str, Path]:
-    """A finished 2-point sweep (synthetic-tiny, 1 epoch), made once; its point 0 is the run."""
+    """A finished 2-point sweep (synthetic-tiny, 1 epoch, its best models kept for
+    predict.checkpoint=best), made once; its point 0 is the run."""
     work = tmp_path_factory.mktemp("doc-runs") / "work"  # its data root: doc-runs/data
     work.mkdir()
     argv = ["train", "-m", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=1"]
-    argv += ["train.seed=0,1", "hydra.sweep.dir=sweep"]
+    argv += ["train.seed=0,1", "train.keep_best=true", "hydra.sweep.dir=sweep"]
     rc, _, err = _gnnrun(argv, work, {}, FAST_TIMEOUT_S)
     assert rc == 0, f"making a sweep for the report commands: gnnrun {' '.join(argv)}\n{err}"
     return {"run": work / "sweep" / "0", "sweep": work / "sweep", "data": work.parent / "data"}

@@ -68,7 +68,7 @@ from gnnrun.partition.book import open_partition
 from gnnrun.resources import install_command
 from gnnrun.tasks import load_for_task, task_of
 from gnnrun.torch_support import compute_device
-from gnnrun.train.checkpoint import CHECKPOINT, PREDICT_FIX, load_checkpoint
+from gnnrun.train.checkpoint import BEST_CHECKPOINT, CHECKPOINT, PREDICT_FIX, load_checkpoint
 from gnnrun.train.resume import REFUSED, compare_settings, settings_of
 
 # Tests set it to "LAYER:RANK": that rank kills itself once its output of LAYER (1-based)
@@ -117,15 +117,23 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
     """Check the checkpoint against the config and choose the output and work directories:
     what needs no dataset, so that a wrong setting is refused before one is prepared."""
     directory = Path(cfg.train.checkpoint_dir)
-    state = load_checkpoint(directory, fix=PREDICT_FIX)
+    best = cfg.predict.checkpoint == "best"
+    path = directory / (BEST_CHECKPOINT if best else CHECKPOINT)
+    state = load_checkpoint(directory, path.name, fix=PREDICT_FIX)
+    if state is None and best:
+        raise GnnrunError(
+            f"predict.checkpoint=best: no {path}: the run in {run_dir} kept no best model "
+            "(train it with train.keep_best=true), or predict from its last checkpoint "
+            "(predict.checkpoint=last)"
+        )
     if state is None:
         raise GnnrunError(
-            f"no checkpoint at {directory / CHECKPOINT}: the run in {run_dir} saved none there "
+            f"no checkpoint at {path}: the run in {run_dir} saved none there "
             "(it checkpoints every train.checkpoint_every epochs and at its end); if it was "
             "moved, give its directory with train.checkpoint_dir=..."
         )
-    _check_settings(cfg, state, directory)
-    _check_written_by(run_dir, state, directory)
+    _check_settings(cfg, state, path)
+    _check_written_by(run_dir, state, path)
     task = task_of(cfg)
     task.check_inference(kind, cfg.predict.candidates, run_dir)
     scores_pairs = kind == "predict" and task.scores_pairs
@@ -136,7 +144,7 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
         in_dim, num_classes = GNN.dims_of(encoder, cfg.model.layers)
     except (KeyError, AttributeError, IndexError):
         raise GnnrunError(
-            f"{directory / CHECKPOINT} holds no {cfg.model.layers}-layer model.name="
+            f"{path} holds no {cfg.model.layers}-layer model.name="
             f"{cfg.model.name} model: was it written by another run?"
         ) from None
     layers = cfg.model.layers
@@ -163,7 +171,7 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
         layers=layers,
         start_layer=0,
         run_dir=str(run_dir),
-        checkpoint=str(directory / CHECKPOINT),
+        checkpoint=str(path),
         epoch=int(state["epoch"]),
         output_dir=str(output),
         work_dir=str(output.with_name(output.name + ".partial")),
@@ -219,21 +227,23 @@ def written_type(cfg, plan: InferencePlan, dataset: GraphDataset) -> str | None:
 
 def default_output_dir(run_dir: Path, kind: str, cfg, layers: int) -> Path:
     """`<run>/predict/<dataset>`, `<run>/embed/<dataset>-layer<i>`, and with
-    `embed.node_type`: `<run>/embed/<dataset>-<type>-layer<i>`."""
+    `embed.node_type`: `<run>/embed/<dataset>-<type>-layer<i>`; from the best model
+    (predict.checkpoint=best), with `-best` after it."""
+    best = "-best" if cfg.predict.checkpoint == "best" else ""
     if kind == "predict":
-        return Path(run_dir) / kind / cfg.dataset.name
+        return Path(run_dir) / kind / f"{cfg.dataset.name}{best}"
     chosen = cfg.embed.node_type
     name = cfg.dataset.name if chosen is None else f"{cfg.dataset.name}-{chosen}"
-    return Path(run_dir) / kind / f"{name}-layer{layers - 1}"
+    return Path(run_dir) / kind / f"{name}-layer{layers - 1}{best}"
 
 
-def _check_settings(cfg, state: dict[str, Any], directory: Path) -> None:
+def _check_settings(cfg, state: dict[str, Any], path: Path) -> None:
     """The model's settings must be the checkpoint's (another dataset may be given)."""
     saved = state.get("settings", {})
     trained_task = saved.get("task.name", "node")
     if trained_task != cfg.task.name:
         raise GnnrunError(
-            f"the model in {directory / CHECKPOINT} was trained with task={trained_task}, not "
+            f"the model in {path} was trained with task={trained_task}, not "
             f"task={cfg.task.name}: leave task= as the run had it"
         )
     changes = compare_settings(saved, settings_of(cfg)).refused
@@ -246,12 +256,12 @@ def _check_settings(cfg, state: dict[str, Any], directory: Path) -> None:
         given = ", ".join(f"{k}={new}" for k, (_, new) in changed.items())
         trained = ", ".join(f"{k}={old}" for k, (old, _) in changed.items())
         raise GnnrunError(
-            f"the model in {directory / CHECKPOINT} was trained with {trained}, not {given}: "
+            f"the model in {path} was trained with {trained}, not {given}: "
             "leave the model's settings as the run had them"
         )
 
 
-def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> None:
+def _check_written_by(run_dir: Path, state: dict[str, Any], path: Path) -> None:
     """Refuse a checkpoint that another run wrote since: runs with the same settings share a
     checkpoint directory by default. The run's epochs in its metrics file must be the
     checkpoint's (the same measured epoch times), its last epoch included: a run resumed
@@ -269,7 +279,7 @@ def _check_written_by(run_dir: Path, state: dict[str, Any], directory: Path) -> 
     last = max(saved)
     if not common or any(saved[e] != ran[e] for e in common) or last not in ran:
         raise GnnrunError(
-            f"{directory / CHECKPOINT} was written by another run than the one in {run_dir} "
+            f"{path} was written by another run than the one in {run_dir} "
             "(runs with the same settings share train.checkpoint_dir, and a later one, or "
             "one resumed from it, replaced it): predict from that run's directory, or give "
             "this run's checkpoint with train.checkpoint_dir=..."

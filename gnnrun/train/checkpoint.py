@@ -13,6 +13,8 @@ from gnnrun.errors import GnnrunError
 from gnnrun.io import atomic_file, atomic_link, write_error
 
 CHECKPOINT = "checkpoint.pt"
+# train.keep_best: the model of the best evaluation so far (gnnrun predict predict.checkpoint=best).
+BEST_CHECKPOINT = "best.pt"
 
 
 def algorithm_checkpoint(rank: int, epoch: int) -> str:

@@ -24,7 +24,12 @@ from gnnrun.ops.precision import autocast
 from gnnrun.progress import print_warning
 from gnnrun.tasks import TASKS, task_of
 from gnnrun.timers import DeviceBusy, PhaseTimer
-from gnnrun.train.checkpoint import CHECKPOINT, algorithm_checkpoint, save_checkpoint
+from gnnrun.train.checkpoint import (
+    BEST_CHECKPOINT,
+    CHECKPOINT,
+    algorithm_checkpoint,
+    save_checkpoint,
+)
 from gnnrun.train.display import TrainingDisplay
 from gnnrun.train.optimizer import (
     build_optimizer,
@@ -207,19 +212,21 @@ def train(
                 tracker.checkpointed(epoch + 1)
             if comm.rank == 0:
                 history.append(record)
+                state = {
+                    "model": model.state_dict(),
+                    "epoch": epoch + 1,
+                    "history": history,
+                    "settings": settings_of(cfg),
+                    "run_id": attempt.run_id,
+                }
                 if checkpoint:
                     save_checkpoint(
                         checkpoint_dir,
-                        {
-                            "model": model.state_dict(),
-                            "optimizer": optimizer.state_dict(),
-                            "epoch": epoch + 1,
-                            "history": history,
-                            "settings": settings_of(cfg),
-                            "run_id": attempt.run_id,
-                        },
+                        state | {"optimizer": optimizer.state_dict()},
                         run_dir=run_dir,  # its own copy: the shared file may be replaced later
                     )
+                if cfg.train.keep_best and best_evaluation(history, cfg)[0] == epoch:
+                    save_checkpoint(checkpoint_dir, state, BEST_CHECKPOINT, run_dir=run_dir)
                 if display is not None:
                     display.epoch_done(record)
             if stop and epoch + 1 < end_epoch:
@@ -410,8 +417,8 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
     the best."""
     task = task_of(cfg)
     metric = task.best_metric(history)
-    candidates = (r for r in history if metric in r and COLLAPSED not in r)
-    best = max(candidates, key=lambda r: r[metric], default={})
+    best_epoch = best_evaluation(history, cfg)[0]
+    best = next((r for r in history if r["epoch"] == best_epoch), {})
     last = next((r for r in reversed(history) if any(map(is_metric, r))), {})
     early = stopped_early(history, cfg)
     evaluated = {k.split("_")[0] for r in history for k in r if is_metric(k)}
@@ -477,24 +484,33 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
     }
 
 
-def stopped_early(history: list[dict[str, Any]], cfg) -> dict[str, Any] | None:
-    """Whether the run `history` records (rank 0's) has ended by early stopping: its last
-    train.patience evaluations did not better the best validation figure before them (an
-    evaluation whose scores collapsed, or without the figure, betters nothing). None when
-    it has not, or train.patience is 0, or every epoch has run; else where and why."""
-    patience = cfg.train.patience
-    if not patience or not history or len(history) >= cfg.train.epochs:
-        return None
+def best_evaluation(history: list[dict[str, Any]], cfg) -> tuple[int | None, int]:
+    """The epoch of the best validation figure in `history` (rank 0's records; the figure
+    the task picks a run's best by), and how many evaluations came after it. An evaluation
+    whose scores collapsed, or without the figure (NaN), betters nothing; nor does a tie:
+    the first of equal figures is the best. (None, evaluations) when none has the figure."""
     metric = task_of(cfg).best_metric(history)
     best, best_epoch, since = -math.inf, None, 0
     for record in history:
-        if "eval_bytes" not in record:  # not an evaluation epoch
+        if "eval_bytes" not in record and metric not in record:  # not an evaluation epoch
             continue
         value = record.get(metric)
         if value is not None and COLLAPSED not in record and value > best:
             best, best_epoch, since = value, record["epoch"], 0
         else:
             since += 1
+    return best_epoch, since
+
+
+def stopped_early(history: list[dict[str, Any]], cfg) -> dict[str, Any] | None:
+    """Whether the run `history` records has ended by early stopping: its last
+    train.patience evaluations did not better the best validation figure before them.
+    None when it has not, or train.patience is 0, or every epoch has run, or no evaluation
+    had a validation figure; else where and why."""
+    patience = cfg.train.patience
+    if not patience or not history or len(history) >= cfg.train.epochs:
+        return None
+    best_epoch, since = best_evaluation(history, cfg)
     if since < patience or best_epoch is None:  # (None: no split to validate on)
         return None
     return {"epoch": history[-1]["epoch"], "best_epoch": best_epoch, "patience": patience}

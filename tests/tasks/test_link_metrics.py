@@ -104,7 +104,7 @@ def link_summary(records, eval_negatives=100):
         model=SimpleNamespace(name="gcn"),
         algorithm=SimpleNamespace(name="single"),
         task=SimpleNamespace(name="link", eval_negatives=eval_negatives),
-        train=SimpleNamespace(epochs=len(records), target=None),
+        train=SimpleNamespace(epochs=len(records), target=None, patience=0),
     )
     return summarize(records, cfg, 1)
 
