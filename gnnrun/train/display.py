@@ -23,6 +23,8 @@ class TrainingDisplay:
         # The figure the val / test columns show: the task's (the first it has).
         task = task_of(cfg)
         self.metrics, self.columns = task.shown, task.shown_as
+        # A learning rate that changes from epoch to epoch gets a column of its own.
+        self.show_lr = cfg.optimizer.schedule != "constant" or cfg.optimizer.warmup_epochs > 0
         self.progress = bars("{task.description:>6}", remaining=True)
         self.epoch_task = self.progress.add_task("epoch", total=self.epochs)
         self.step_task = self.progress.add_task("step", total=None)
@@ -38,8 +40,9 @@ class TrainingDisplay:
     def _show_header(self) -> None:
         """At the first epoch, after what set-up says (a resume's notes, or its refusal)."""
         phases = " ".join(f"{p:>6}" for p in PHASE_COLUMNS)
+        lr = f" {'lr':>8}" if self.show_lr else ""
         self.progress.console.print(
-            f"[bold]{'epoch':>7} {'loss':>8} {self.columns[0]:>7} {self.columns[1]:>7} "
+            f"[bold]{'epoch':>7}{lr} {'loss':>8} {self.columns[0]:>7} {self.columns[1]:>7} "
             f"{'time s':>7}  {phases} {'MB sent':>8}[/]",
             soft_wrap=True,
         )
@@ -65,8 +68,9 @@ class TrainingDisplay:
             return f"{v:7.4f}" if v is not None else f"{'-':>7}"
 
         phases = " ".join(f"{t.get(p, 0.0):6.2f}" for p in PHASE_COLUMNS)
+        lr = f" {record['lr']:8.2e}" if self.show_lr else ""
         self.progress.console.print(
-            f"{record['epoch'] + 1:>3}/{self.epochs:<3} {record['loss']:8.4f} {fmt(val)} {fmt(test)} "
+            f"{record['epoch'] + 1:>3}/{self.epochs:<3}{lr} {record['loss']:8.4f} {fmt(val)} {fmt(test)} "
             f"{record['epoch_s']:7.2f}  {phases} {sum(record['bytes'].values()) / 1e6:8.2f}",
             highlight=False,
             soft_wrap=True,
