@@ -28,6 +28,8 @@ SMALL_MODEL = ("model.hidden=48", "model.dropout=0", "model.input_dropout=0")
 OPTIONS = "gcn model.residual=true model.norm=layer model.input_mlp=true model.jk=cat"
 # Platonov et al.'s pre-normalised residual block (its SAGE message: the row and the mean).
 PRE_NORM = "sage model.block=pre_norm_ffn model.norm=layer model.activation=gelu"
+# Far below the gradients' norm: every step is clipped.
+CLIPPED = "sage_gcn optimizer.clip_norm=0.01"
 
 
 def _assert_matches_single(distributed: list[dict], single: dict) -> None:
@@ -52,8 +54,9 @@ def _assert_matches_single(distributed: list[dict], single: dict) -> None:
         pytest.param("synthetic-tiny", 2, ["sage_gcn"], marks=pytest.mark.slow),
         pytest.param("synthetic-tiny", 3, ["sage_gcn", "gcn", "sage"], marks=pytest.mark.slow),
         pytest.param("synthetic-tiny", 4, ["sage_gcn"], marks=pytest.mark.slow),
-        # Every model by default, and one with every option around the layers.
-        ("cora", 2, ["sage_gcn", "gcn", "sage"]),
+        # Every model by default (one with its gradients clipped after the ranks sum them),
+        # and one with every option around the layers.
+        ("cora", 2, ["sage_gcn", "gcn", "sage", CLIPPED]),
         pytest.param("cora", 2, [OPTIONS, PRE_NORM], marks=pytest.mark.slow),
         pytest.param("cora", 4, ["sage_gcn"], marks=pytest.mark.slow),
     ],
