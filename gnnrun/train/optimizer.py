@@ -86,6 +86,8 @@ SCHEDULES: dict[str, Callable[[OptimizerConfig, int, int], float]] = {
 }
 # The schedules whose rate depends on train.epochs (a checkpoint records it for them).
 SCHEDULES_OVER_EPOCHS = ("cosine",)
+# The settings of the schedule and clipping (all off by default).
+SCHEDULE_SETTINGS = ("schedule", "warmup_epochs", "min_lr", "step_epochs", "gamma", "clip_norm")
 
 
 def learning_rate(cfg: OptimizerConfig, epoch: int, epochs: int) -> float:

@@ -31,7 +31,7 @@ from gnnrun.data import dataset_identity
 from gnnrun.errors import GnnrunError
 from gnnrun.tasks import task_of
 from gnnrun.train.checkpoint import CHECKPOINT, algorithm_checkpoint, load_checkpoint
-from gnnrun.train.optimizer import SCHEDULES_OVER_EPOCHS, OptimizerConfig
+from gnnrun.train.optimizer import SCHEDULE_SETTINGS, SCHEDULES_OVER_EPOCHS, OptimizerConfig
 
 REFUSED = (
     "model.name",
@@ -64,12 +64,7 @@ REFUSED = (
 APPLIED = (
     "optimizer.lr",
     "optimizer.weight_decay",
-    "optimizer.schedule",
-    "optimizer.warmup_epochs",
-    "optimizer.min_lr",
-    "optimizer.step_epochs",
-    "optimizer.gamma",
-    "optimizer.clip_norm",
+    *(f"optimizer.{name}" for name in SCHEDULE_SETTINGS),
     "train.epochs",
 )
 # What a link run's evaluations rank against: training is unchanged, but its figures no
@@ -89,7 +84,7 @@ _MODEL_OPTIONS_OFF = {
 _OPTIMIZER_OPTIONS_OFF = {
     f"optimizer.{f.name}": f.default
     for f in dataclasses.fields(OptimizerConfig)
-    if f.name in ("schedule", "warmup_epochs", "min_lr", "step_epochs", "gamma", "clip_norm")
+    if f.name in SCHEDULE_SETTINGS
 }
 _PARTITION_LOCATION = "output_dir"
 
