@@ -103,10 +103,11 @@ def set_learning_rate(optimizer: torch.optim.Optimizer | EmbeddingsApart, lr: fl
         group["lr"] = lr
 
 
-def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> float:
+def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
     """Scale the gradients of `parameters` to a total L2 norm of at most `max_norm`; their
-    norm before (a float: the caller records it)."""
-    return float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
+    norm before, as a tensor on their device (read once per epoch: reading it at each step
+    would wait for a GPU's queue)."""
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
 
 Parameters = Iterable[torch.nn.Parameter]

@@ -300,7 +300,7 @@ def train_epoch(
     precision = algorithm.cfg.train.precision
     losses: list[float] = []
     clip_norm = algorithm.cfg.optimizer.clip_norm
-    norms: list[float] = []  # each step's gradient norm before clipping
+    norms: list[torch.Tensor] = []  # each step's gradient norm before clipping
     busy = DeviceBusy(algorithm.device)  # the device's share of the epoch: is it kept fed?
     for step in range(steps):
         with timer.phase("mbc"):
@@ -338,9 +338,10 @@ def train_epoch(
             ]
             if running:
                 algorithm.comm.all_reduce_mean(running, "allreduce")
+    norm = torch.stack(norms).double().cpu().numpy() if norms else None
     clipped = (
-        {"grad_norm": float(np.median(norms)), "clipped_steps": sum(n > clip_norm for n in norms)}
-        if norms
+        {"grad_norm": float(np.median(norm)), "clipped_steps": int((norm > clip_norm).sum())}
+        if norm is not None
         else {}
     )
     return {**stats, "steps": steps, "device_busy_s": busy.take(), **clipped}

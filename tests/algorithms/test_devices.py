@@ -38,7 +38,15 @@ CASES = {
     "single-full-gcn": ("algorithm=single", "algorithm.mode=full", "model=gcn"),
     "single-full-gat": ("algorithm=single", "algorithm.mode=full", "model=gat"),
     "single-minibatch-sage": ("algorithm=single", "model=sage", "algorithm.batch_size=256"),
-    "minibatch-sage": ("algorithm=minibatch", "cluster.nprocs=1", "algorithm.batch_size=256"),
+    # With a schedule and clipping (the norm read back once per epoch).
+    "minibatch-sage": (
+        "algorithm=minibatch",
+        "cluster.nprocs=1",
+        "algorithm.batch_size=256",
+        "optimizer.schedule=cosine",
+        "optimizer.warmup_epochs=1",
+        "optimizer.clip_norm=0.1",
+    ),
     "pipeline-gat": (
         "algorithm=pipeline",
         "cluster.nprocs=1",
