@@ -7,11 +7,14 @@ weight decay); a model preset from a paper chooses its paper's recipe, and
 Every preset takes a learning-rate schedule and gradient clipping:
 
 - `optimizer.schedule` (SCHEDULES): `constant`, `cosine` (from lr down to
-  `optimizer.min_lr` over train.epochs) or `step` (times `optimizer.gamma` every
-  `optimizer.step_epochs` epochs), after `optimizer.warmup_epochs` of linear warm-up.
-  The rate is a function of the epoch alone (`learning_rate`), set before each epoch:
-  a resumed or restarted run continues the schedule with nothing more saved, and a
-  minibatch algorithm's steps per epoch do not change it.
+  `optimizer.min_lr` over train.epochs), `step` (times `optimizer.gamma` every
+  `optimizer.step_epochs` epochs) or `plateau` (times `optimizer.gamma` once the
+  validation figure has not bettered for more than `optimizer.plateau_patience`
+  evaluations, as torch's ReduceLROnPlateau), after `optimizer.warmup_epochs` of
+  linear warm-up. The rate is a function of the epoch and, for `plateau`, of the
+  evaluations before it (`learning_rate`), set before each epoch: a resumed or
+  restarted run continues the schedule with nothing more saved (its checkpoint has
+  the evaluations), and a minibatch algorithm's steps per epoch do not change it.
 - `optimizer.clip_norm`: the dense gradients scaled so that their total norm is at
   most this (torch's clip_grad_norm_), after the ranks have combined them, so that
   every rank clips alike and a distributed step stays the one-process step. The
@@ -38,9 +41,12 @@ class OptimizerConfig:
     weight_decay: float = 0.0
     schedule: str = "constant"  # a key of SCHEDULES: the rate per epoch after the warm-up
     warmup_epochs: int = 0  # epochs whose rate rises linearly to lr: lr/W, 2 lr/W, ..., lr
-    min_lr: float = 0.0  # cosine: the rate it approaches at train.epochs
+    min_lr: float = 0.0  # cosine: the rate it approaches at train.epochs; plateau: its floor
     step_epochs: int = 0  # step: the rate is multiplied by gamma every this many epochs
     gamma: float = 0.1
+    # plateau: evaluations without a better validation figure that are borne; the next one
+    # multiplies the rate by gamma (torch's ReduceLROnPlateau patience).
+    plateau_patience: int = 10
     clip_norm: float = 0.0  # the dense gradients' largest total (L2) norm; 0: no clipping
 
     def validate(self) -> None:
@@ -68,6 +74,10 @@ class OptimizerConfig:
         )
         check(0 < self.gamma <= 1, f"optimizer.gamma must lie in (0, 1] (got {self.gamma})")
         check(
+            self.plateau_patience >= 0,
+            f"optimizer.plateau_patience must be >= 0 (got {self.plateau_patience})",
+        )
+        check(
             self.clip_norm >= 0,
             f"optimizer.clip_norm must be >= 0 (0: no clipping; got {self.clip_norm})",
         )
@@ -78,24 +88,55 @@ def _cosine(cfg: OptimizerConfig, epoch: int, span: int) -> float:
     return cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1 + math.cos(math.pi * epoch / span))
 
 
-# optimizer.schedule: the rate at `epoch` epochs after the warm-up, of `span` such epochs.
-SCHEDULES: dict[str, Callable[[OptimizerConfig, int, int], float]] = {
-    "constant": lambda cfg, epoch, span: cfg.lr,
-    "cosine": _cosine,
-    "step": lambda cfg, epoch, span: cfg.lr * cfg.gamma ** (epoch // cfg.step_epochs),
+def _cosine_schedule(cfg: OptimizerConfig, epoch: int, span: int, plateaus: int) -> float:
+    return _cosine(cfg, epoch, span)
+
+
+# optimizer.schedule: the rate at `epoch` epochs after the warm-up, of `span` such epochs,
+# after `plateaus` plateaus of the validation figure (`plateaus_in`).
+SCHEDULES: dict[str, Callable[[OptimizerConfig, int, int, int], float]] = {
+    "constant": lambda cfg, epoch, span, plateaus: cfg.lr,
+    "cosine": _cosine_schedule,
+    "step": lambda cfg, epoch, span, plateaus: cfg.lr * cfg.gamma ** (epoch // cfg.step_epochs),
+    "plateau": lambda cfg, epoch, span, plateaus: max(cfg.min_lr, cfg.lr * cfg.gamma**plateaus),
 }
 # The schedules whose rate depends on train.epochs (a checkpoint records it for them).
 SCHEDULES_OVER_EPOCHS = ("cosine",)
 # The settings of the schedule and clipping (all off by default).
-SCHEDULE_SETTINGS = ("schedule", "warmup_epochs", "min_lr", "step_epochs", "gamma", "clip_norm")
+SCHEDULE_SETTINGS = (
+    "schedule",
+    "warmup_epochs",
+    "min_lr",
+    "step_epochs",
+    "gamma",
+    "plateau_patience",
+    "clip_norm",
+)
 
 
-def learning_rate(cfg: OptimizerConfig, epoch: int, epochs: int) -> float:
-    """The rate of epoch `epoch` (0-based) of a run of `epochs` (train.epochs)."""
+def learning_rate(cfg: OptimizerConfig, epoch: int, epochs: int, plateaus: int = 0) -> float:
+    """The rate of epoch `epoch` (0-based) of a run of `epochs` (train.epochs); `plateaus`:
+    how many plateaus the evaluations after the warm-up have had (`plateaus_in`)."""
     if epoch < cfg.warmup_epochs:
         return cfg.lr * (epoch + 1) / cfg.warmup_epochs
     after = epoch - cfg.warmup_epochs
-    return SCHEDULES[cfg.schedule](cfg, after, max(1, epochs - cfg.warmup_epochs))
+    return SCHEDULES[cfg.schedule](cfg, after, max(1, epochs - cfg.warmup_epochs), plateaus)
+
+
+def plateaus_in(figures: list[float | None], patience: int) -> int:
+    """How many times ReduceLROnPlateau (mode max, no threshold, no cool-down) would have
+    lowered the rate over these evaluations' validation figures, in order (None: an
+    evaluation that betters nothing: no figure, or collapsed scores): each time more than
+    `patience` evaluations in a row have not bettered the best."""
+    best, bad, plateaus = -math.inf, 0, 0
+    for figure in figures:
+        if figure is not None and figure > best:
+            best, bad = figure, 0
+        else:
+            bad += 1
+        if bad > patience:
+            plateaus, bad = plateaus + 1, 0
+    return plateaus
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer | EmbeddingsApart, lr: float) -> None:

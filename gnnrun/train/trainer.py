@@ -35,6 +35,7 @@ from gnnrun.train.optimizer import (
     build_optimizer,
     clip_gradients,
     learning_rate,
+    plateaus_in,
     set_learning_rate,
     sparse_tables,
 )
@@ -117,7 +118,8 @@ def train(
         for epoch in range(start_epoch, end_epoch):
             # Reseeding per epoch makes dropout independent of where a run resumed.
             torch.manual_seed(cfg.train.seed * 1_000_003 + epoch * 101 + comm.rank)
-            lr = learning_rate(cfg.optimizer, epoch, cfg.train.epochs)
+            plateaus = plateaus_so_far(history, cfg, comm)
+            lr = learning_rate(cfg.optimizer, epoch, cfg.train.epochs, plateaus)
             set_learning_rate(optimizer, lr)
             comm.bytes.reset()
             timer.reset()  # what ran before the epoch (set-up, the checkpoint) is not the epoch's
@@ -485,22 +487,39 @@ def summarize(history: list[dict[str, Any]], cfg, ranks: int) -> dict[str, Any]:
     }
 
 
-def best_evaluation(history: list[dict[str, Any]], cfg) -> tuple[int | None, int]:
-    """The epoch of the best validation figure in `history` (rank 0's records; the figure
-    the task picks a run's best by), and how many evaluations came after it. An evaluation
-    whose scores collapsed, or without the figure (NaN), betters nothing; nor does a tie:
-    the first of equal figures is the best. (None, evaluations) when none has the figure."""
+def validation_figures(history: list[dict[str, Any]], cfg) -> list[tuple[int, float | None]]:
+    """(epoch, figure) of each evaluation in `history` (rank 0's records), the figure the
+    task picks a run's best by; None where it betters nothing: scores that collapsed, or
+    no figure (NaN, or no validation split)."""
     metric = task_of(cfg).best_metric(history)
+    return [
+        (r["epoch"], r[metric] if metric in r and COLLAPSED not in r else None)
+        for r in history
+        if "eval_bytes" in r or metric in r
+    ]
+
+
+def best_evaluation(history: list[dict[str, Any]], cfg) -> tuple[int | None, int]:
+    """The epoch of the best validation figure in `history`, and how many evaluations came
+    after it; a tie betters nothing: the first of equal figures is the best. (None,
+    evaluations) when none has the figure."""
     best, best_epoch, since = -math.inf, None, 0
-    for record in history:
-        if "eval_bytes" not in record and metric not in record:  # not an evaluation epoch
-            continue
-        value = record.get(metric)
-        if value is not None and COLLAPSED not in record and value > best:
-            best, best_epoch, since = value, record["epoch"], 0
+    for epoch, figure in validation_figures(history, cfg):
+        if figure is not None and figure > best:
+            best, best_epoch, since = figure, epoch, 0
         else:
             since += 1
     return best_epoch, since
+
+
+def plateaus_so_far(history: list[dict[str, Any]], cfg, comm: Communicator) -> int:
+    """optimizer.schedule=plateau: the plateaus of the validation figure after the warm-up,
+    as rank 0's history counts them, on every rank (0 under another schedule)."""
+    if cfg.optimizer.schedule != "plateau":
+        return 0
+    figures = [f for e, f in validation_figures(history, cfg) if e >= cfg.optimizer.warmup_epochs]
+    mine = plateaus_in(figures, cfg.optimizer.plateau_patience) if comm.rank == 0 else 0
+    return comm.max_int(mine)
 
 
 def stopped_early(history: list[dict[str, Any]], cfg) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from gnnrun.train.optimizer import (
     build_optimizer,
     clip_gradients,
     learning_rate,
+    plateaus_in,
     set_learning_rate,
 )
 
@@ -91,7 +92,11 @@ def test_clipping_scales_the_gradients_to_the_norm_and_returns_the_norm_before()
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"schedule": "linear"}, "optimizer.schedule=linear: choose one of constant, cosine, step"),
+        (
+            {"schedule": "linear"},
+            "optimizer.schedule=linear: choose one of constant, cosine, step, plateau",
+        ),
+        ({"plateau_patience": -1}, "optimizer.plateau_patience must be >= 0"),
         ({"schedule": "step"}, "set it to 1 or more (got 0)"),
         ({"min_lr": 0.5, "lr": 0.1}, "optimizer.min_lr=0.5 must lie in [0, optimizer.lr=0.1]"),
         ({"warmup_epochs": -1}, "optimizer.warmup_epochs must be >= 0"),
@@ -103,3 +108,29 @@ def test_bad_schedule_settings_are_refused_naming_the_fix(settings, message):
     with pytest.raises(GnnrunError) as refused:
         OptimizerConfig(name="adam", **settings).validate()
     assert message in str(refused.value)
+
+
+@pytest.mark.parametrize("patience", [0, 1, 2])
+def test_plateaus_are_torch_reduce_lr_on_plateau_s(patience):
+    """The rate after each evaluation, against torch's scheduler fed the same figures
+    (mode max, no threshold or cool-down), floor included."""
+    figures = [0.1, 0.3, 0.3, 0.2, 0.25, 0.31, 0.31, 0.3, 0.29, 0.28, 0.4, 0.1, 0.1, 0.1]
+    cfg = OptimizerConfig(
+        name="adam", lr=0.1, schedule="plateau", gamma=0.5, plateau_patience=patience, min_lr=0.02
+    )
+    cfg.validate()
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=cfg.lr)
+    reference = torch.optim.lr_scheduler.ReduceLROnPlateau(
+        optimizer, mode="max", factor=0.5, patience=patience, threshold=0.0, min_lr=0.02
+    )
+    for done in range(1, len(figures) + 1):
+        reference.step(figures[done - 1])
+        ours = learning_rate(cfg, done, 100, plateaus_in(figures[:done], patience))
+        assert ours == pytest.approx(optimizer.param_groups[0]["lr"]), (patience, done)
+    assert plateaus_in(figures, patience) > 0
+
+
+def test_an_evaluation_without_a_figure_betters_nothing():
+    assert plateaus_in([0.5, None, None], 1) == 1
+    assert plateaus_in([None, None], 0) == 2

@@ -182,9 +182,10 @@ def test_stopped_early_once_patience_evaluations_better_nothing():
 def test_every_rank_stops_early_at_the_same_epoch_and_a_resume_trains_no_further(
     tmp_path, monkeypatch, capfd
 ):
-    """Two ranks, patience 1: the run ends at the first evaluation that betters nothing,
-    checkpointed; a resume with the same patience trains nothing, one with more trains on.
-    Rank 1 records the same rates and gradient norms as rank 0: the ranks clip the
+    """Two ranks, patience 2: the run ends at the second evaluation in a row that betters
+    nothing, checkpointed; a resume with the same patience trains nothing, one with more
+    trains on. Under the plateau schedule rank 1 has rank 0's rates (torch's
+    ReduceLROnPlateau's on the same figures) and its gradient norms: the ranks clip the
     gradients they have combined, not their own."""
     monkeypatch.chdir(tmp_path)
     common = [
@@ -195,9 +196,9 @@ def test_every_rank_stops_early_at_the_same_epoch_and_a_resume_trains_no_further
         "model.hidden=16",
         "algorithm.batch_size=256",
         "train.epochs=30",
-        "train.patience=1",
-        "optimizer.schedule=step",
-        "optimizer.step_epochs=2",
+        "train.patience=2",
+        "optimizer.schedule=plateau",
+        "optimizer.plateau_patience=0",
         "optimizer.gamma=0.5",
         "optimizer.clip_norm=0.5",
         "train.checkpoint_dir=ck",
@@ -209,29 +210,43 @@ def test_every_rank_stops_early_at_the_same_epoch_and_a_resume_trains_no_further
         for r in (0, 1)
     ]
     val = [r["val_acc"] for r in ranks[0]]
-    # The first epoch whose validation accuracy is no better than every one before it.
-    first = next(e for e in range(1, len(val)) if val[e] <= max(val[:e]))
-    assert len(ranks[0]) == len(ranks[1]) == first + 1 < 30
-    assert [r["lr"] for r in ranks[0]] == [0.003 * 0.5 ** (e // 2) for e in range(first + 1)]
+    # The first epoch that ends two evaluations in a row no better than every one before.
+    worse = [e > 0 and val[e] <= max(val[:e]) for e in range(len(val))]
+    last = next(e for e in range(1, len(val)) if worse[e] and worse[e - 1])
+    assert len(ranks[0]) == len(ranks[1]) == last + 1 < 30
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    reference = torch.optim.SGD([parameter], lr=0.003)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
+        reference, mode="max", factor=0.5, patience=0, threshold=0.0
+    )
+    rates = []
+    for figure in val:
+        rates.append(reference.param_groups[0]["lr"])
+        plateau.step(figure)
+    assert [r["lr"] for r in ranks[0]] == pytest.approx(rates)
+    assert rates[-1] < 0.003  # a plateau was met
     for key in ("lr", "grad_norm", "clipped_steps"):
         assert [r[key] for r in ranks[1]] == [r[key] for r in ranks[0]], key
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["complete"] and summary["epochs"] == first + 1
+    assert summary["complete"] and summary["epochs"] == last + 1
     assert summary["stopped_early"] == {
-        "epoch": first,
-        "best_epoch": val.index(max(val[:first])),
-        "patience": 1,
+        "epoch": last,
+        "best_epoch": val.index(max(val[: last - 1])),
+        "patience": 2,
     }
-    assert torch.load(tmp_path / "ck" / "checkpoint.pt", weights_only=True)["epoch"] == first + 1
+    assert torch.load(tmp_path / "ck" / "checkpoint.pt", weights_only=True)["epoch"] == last + 1
 
     assert main([*common, "train.resume=true", "hydra.run.dir=again"]) == 0
     err = " ".join(capfd.readouterr().err.split())
-    assert f"the checkpoint's run stopped early after epoch {first + 1}" in err
+    assert f"the checkpoint's run stopped early after epoch {last + 1}" in err
     assert "raise train.patience" in err
     assert not (tmp_path / "again" / "metrics.rank0.jsonl").exists()  # no epoch trained
     more = ["train.patience=0", "train.stop_after=1", "hydra.run.dir=more"]
     assert main([*common, "train.resume=true", *more]) == 0
-    assert torch.load(tmp_path / "ck" / "checkpoint.pt", weights_only=True)["epoch"] == first + 2
+    assert torch.load(tmp_path / "ck" / "checkpoint.pt", weights_only=True)["epoch"] == last + 2
+    # The resumed epoch's rate: the plateaus of the checkpoint's evaluations.
+    resumed = json.loads((tmp_path / "more" / "metrics.rank0.jsonl").read_text())
+    assert resumed["lr"] == pytest.approx(reference.param_groups[0]["lr"])
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
