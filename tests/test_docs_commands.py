@@ -518,6 +518,8 @@ def _place_inputs(command: DocCommand, cwd: Path, request) -> list[str]:
     if command.command in INFERENCE_COMMANDS:
         runs = request.getfixturevalue("finished_runs")
         run = [a.split("=", 1)[1] for a in argv if a.startswith("run=")]
+        if not run:  # inline code that names the command and a setting, not a command
+            pytest.fail(f"{command.where}: `{command.text}` has no run=: write it whole")
         shutil.copytree(runs["run"], cwd / run[-1])
         shutil.copytree(runs["data"] / "checkpoints", cwd.parent / "data" / "checkpoints")
     if command.command == "report" or "--resume-sweep" in argv:
