@@ -43,6 +43,7 @@ def check_runnable(cfg) -> None:
     _check_batch_norm(cfg, algorithm.splits_batch)
     _check_device(cfg, algorithm)
     _check_precision(cfg, algorithm.precisions)
+    _check_warmup(cfg)
     if algorithm.partition_kind is not None:
         check_partition_kind(
             cfg.partitioner, algorithm.partition_kind, f"algorithm={cfg.algorithm.name} trains"
@@ -131,6 +132,16 @@ def check_gpu_ranks(cluster, ranks: int | None = None) -> None:
             f"cluster.device=cuda runs one rank per GPU, and this machine has {gpus} GPU(s) for "
             f"cluster.{key}={ranks} ranks: lower cluster.{key} to {gpus} (or, to test several "
             "ranks on fewer GPUs, cluster.backend=gloo: slower, through host memory)"
+        )
+
+
+def _check_warmup(cfg) -> None:
+    """A warm-up as long as the run never reaches optimizer.lr: a mistake, not a recipe."""
+    warmup, epochs = cfg.optimizer.warmup_epochs, cfg.train.epochs
+    if warmup > epochs:
+        raise GnnrunError(
+            f"optimizer.warmup_epochs={warmup} is longer than train.epochs={epochs}: the rate "
+            "would never reach optimizer.lr; shorten the warm-up or raise train.epochs"
         )
 
 

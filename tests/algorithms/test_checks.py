@@ -151,3 +151,11 @@ def test_an_embedding_width_is_refused_where_the_model_ends_in_classes(task):
         check_runnable(make_config("dataset=synthetic-tiny", f"task={task}", "model=gae"))
     whole = ("algorithm=single", "algorithm.mode=full")  # task=gae's reconstruction loss
     check_runnable(make_config("dataset=synthetic-tiny", "task=gae", "model=gae", *whole))
+
+
+def test_a_warm_up_longer_than_the_run_is_refused():
+    check_runnable(make_config("dataset=synthetic-tiny", "optimizer.warmup_epochs=10"))  # = epochs
+    with pytest.raises(
+        GnnrunError, match="optimizer.warmup_epochs=11 is longer than train.epochs=10"
+    ):
+        check_runnable(make_config("dataset=synthetic-tiny", "optimizer.warmup_epochs=11"))
