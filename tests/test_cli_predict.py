@@ -104,7 +104,7 @@ def test_the_best_model_kept_predicts_the_best_evaluations_figures(tmp_path, mon
 
     (run_dir / "best.pt").unlink()
     assert main(["embed", f"run={run_dir}", one, "predict.checkpoint=best"]) == 1
-    assert "kept no best model (train it with train.keep_best=true)" in _errors(capsys)
+    assert "kept no best model (train it with train.keep_best=true;" in _errors(capsys)
     assert main(["predict", f"run={run_dir}", "predict.checkpoint=first"]) == 1
     assert "predict.checkpoint=first: choose last" in _errors(capsys)
 

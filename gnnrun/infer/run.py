@@ -123,8 +123,8 @@ def plan_inference(cfg, kind: str, run_dir: Path) -> InferencePlan:
     if state is None and best:
         raise GnnrunError(
             f"predict.checkpoint=best: no {path}: the run in {run_dir} kept no best model "
-            "(train it with train.keep_best=true), or predict from its last checkpoint "
-            "(predict.checkpoint=last)"
+            "(train it with train.keep_best=true; a run without a validation figure keeps "
+            "none), or predict from its last checkpoint (predict.checkpoint=last)"
         )
     if state is None:
         raise GnnrunError(

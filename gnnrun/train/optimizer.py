@@ -23,6 +23,7 @@ Every preset takes a learning-rate schedule and gradient clipping:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -81,6 +82,15 @@ class OptimizerConfig:
             self.clip_norm >= 0,
             f"optimizer.clip_norm must be >= 0 (0: no clipping; got {self.clip_norm})",
         )
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, schedules in USED_BY.items():
+            value = getattr(self, name)
+            check(
+                self.schedule in schedules or value == defaults[name],
+                f"optimizer.{name}={value} is a setting of optimizer.schedule="
+                f"{' or '.join(schedules)}, and this run's schedule is {self.schedule}: "
+                f"choose that schedule, or leave optimizer.{name} out",
+            )
 
 
 def _cosine(cfg: OptimizerConfig, epoch: int, span: int) -> float:
@@ -99,6 +109,14 @@ SCHEDULES: dict[str, Callable[[OptimizerConfig, int, int, int], float]] = {
     "cosine": _cosine_schedule,
     "step": lambda cfg, epoch, span, plateaus: cfg.lr * cfg.gamma ** (epoch // cfg.step_epochs),
     "plateau": lambda cfg, epoch, span, plateaus: max(cfg.min_lr, cfg.lr * cfg.gamma**plateaus),
+}
+# The schedules' own settings, and the schedules that read them: another schedule would
+# ignore the value, so a value other than the default is refused there.
+USED_BY = {
+    "min_lr": ("cosine", "plateau"),
+    "step_epochs": ("step",),
+    "gamma": ("step", "plateau"),
+    "plateau_patience": ("plateau",),
 }
 # The schedules whose rate depends on train.epochs (a checkpoint records it for them).
 SCHEDULES_OVER_EPOCHS = ("cosine",)

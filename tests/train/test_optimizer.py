@@ -102,6 +102,15 @@ def test_clipping_scales_the_gradients_to_the_norm_and_returns_the_norm_before()
         ({"warmup_epochs": -1}, "optimizer.warmup_epochs must be >= 0"),
         ({"gamma": 0.0}, "optimizer.gamma must lie in (0, 1]"),
         ({"clip_norm": -1.0}, "optimizer.clip_norm must be >= 0 (0: no clipping"),
+        # A schedule's setting under another schedule would do nothing: refused.
+        (
+            {"min_lr": 0.001},
+            "optimizer.min_lr=0.001 is a setting of optimizer.schedule=cosine or plateau, and "
+            "this run's schedule is constant",
+        ),
+        ({"schedule": "cosine", "step_epochs": 5}, "optimizer.step_epochs=5 is a setting of"),
+        ({"schedule": "cosine", "gamma": 0.5}, "schedule=step or plateau, and this run's"),
+        ({"schedule": "step", "step_epochs": 2, "plateau_patience": 3}, "plateau_patience=3"),
     ],
 )
 def test_bad_schedule_settings_are_refused_naming_the_fix(settings, message):
