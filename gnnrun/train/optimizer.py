@@ -15,10 +15,10 @@ Every preset takes a learning-rate schedule and gradient clipping:
   evaluations before it (`learning_rate`), set before each epoch: a resumed or
   restarted run continues the schedule with nothing more saved (its checkpoint has
   the evaluations), and a minibatch algorithm's steps per epoch do not change it.
-- `optimizer.clip_norm`: the dense gradients scaled so that their total norm is at
-  most this (torch's clip_grad_norm_), after the ranks have combined them, so that
-  every rank clips alike and a distributed step stays the one-process step. The
-  sparse embedding tables' rows are not clipped.
+- `optimizer.clip_norm`: the gradients scaled so that their total norm is at most
+  this (torch's clip_grad_norm_, whose norm counts the rows a sparse embedding
+  table's gradient holds too), after the ranks have combined them, so that every
+  rank clips alike and a distributed step stays the one-process step.
 """
 
 from __future__ import annotations
@@ -165,8 +165,28 @@ def set_learning_rate(optimizer: torch.optim.Optimizer | EmbeddingsApart, lr: fl
 def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
     """Scale the gradients of `parameters` to a total L2 norm of at most `max_norm`; their
     norm before, as a tensor on their device (read once per epoch: reading it at each step
-    would wait for a GPU's queue)."""
-    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    would wait for a GPU's queue).
+
+    torch's clip_grad_norm_ (the same norm and scale, bit for bit, for dense gradients)
+    refuses sparse ones: here an embedding table's sparse gradient counts with the
+    values of its rows, coalesced first (a row read twice holds its sum), and its rows
+    take the same scale."""
+    with_grad = [p for p in parameters if p.grad is not None]
+    for p in with_grad:
+        if p.grad.is_sparse:
+            p.grad = p.grad.coalesce()
+    dense = [p for p in with_grad if not p.grad.is_sparse]
+    sparse = [p for p in with_grad if p.grad.is_sparse]
+    norms = [torch.nn.utils.get_total_norm([p.grad for p in dense])] if dense else []
+    norms += [torch.linalg.vector_norm(p.grad.values()) for p in sparse]
+    if not norms:
+        return torch.zeros(())
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    torch.nn.utils.clip_grads_with_norm_(dense, max_norm, total)
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # clip_grads_with_norm_'s
+    for p in sparse:
+        p.grad = p.grad * scale
+    return total
 
 
 Parameters = Iterable[torch.nn.Parameter]

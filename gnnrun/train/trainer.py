@@ -326,7 +326,7 @@ def train_epoch(
                     table.grad = combine_sparse(algorithm.comm, table, algorithm.gradient_reduction)
         with timer.phase("opt"):
             if clip_norm:  # the combined gradients: every rank scales them alike
-                norms.append(clip_gradients(dense, clip_norm))
+                norms.append(clip_gradients(dense + tables, clip_norm))
             optimizer.step()
         busy.stop()
         algorithm.on_step(step + 1, steps)

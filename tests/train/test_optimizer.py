@@ -89,6 +89,35 @@ def test_clipping_scales_the_gradients_to_the_norm_and_returns_the_norm_before()
     assert torch.allclose(b.grad, torch.tensor([0.8]), atol=1e-6)
 
 
+
+def test_clipping_counts_and_scales_an_embedding_tables_rows_as_dense_ones():
+    """A sparse gradient (a row read twice among them) is clipped as its dense equal would
+    be by torch's clip_grad_norm_, together with the dense gradients; without sparse
+    gradients the result is torch's, bit for bit."""
+    torch.manual_seed(0)
+    table = torch.nn.Embedding(10, 4, sparse=True)
+    layer = torch.nn.Linear(4, 3)
+    layer(table(torch.tensor([1, 7, 1, 3]))).square().sum().backward()
+    assert not table.weight.grad.is_coalesced()
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in (table.weight, layer.weight, layer.bias)]
+    for twin, p in zip(twins, (table.weight, layer.weight, layer.bias), strict=True):
+        twin.grad = p.grad.to_dense().clone()  # to_dense() of a dense tensor is itself
+    expected = torch.nn.utils.clip_grad_norm_(twins, 0.5)
+    norm = clip_gradients([table.weight, layer.weight, layer.bias], 0.5)
+    assert float(norm) == pytest.approx(float(expected), rel=1e-6) and float(norm) > 0.5
+    assert table.weight.grad.is_sparse
+    assert torch.allclose(table.weight.grad.to_dense(), twins[0].grad, atol=1e-7)
+    assert torch.allclose(layer.weight.grad, twins[1].grad, atol=1e-7)
+    assert torch.count_nonzero(table.weight.grad.to_dense().abs().sum(1)) == 3  # rows 1, 3, 7
+
+    dense = [torch.nn.Parameter(torch.zeros(3)) for _ in range(2)]
+    copies = [torch.nn.Parameter(torch.zeros(3)) for _ in range(2)]
+    for d, c in zip(dense, copies, strict=True):
+        d.grad = torch.randn(3)
+        c.grad = d.grad.clone()
+    assert torch.equal(clip_gradients(dense, 0.1), torch.nn.utils.clip_grad_norm_(copies, 0.1))
+    assert all(torch.equal(d.grad, c.grad) for d, c in zip(dense, copies, strict=True))
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
