@@ -45,7 +45,7 @@ class ClusterConfig:
     name: str = MISSING  # local | slurm
     nprocs: int = 2  # ranks (the world size); local: on this node (configs/cluster/local.yaml)
     backend: str = "auto"  # auto | gloo | nccl | ccl
-    device: str = "cpu"  # where ranks compute: cpu | cuda (one rank per GPU; algorithm=spmm1d)
+    device: str = "cpu"  # where ranks compute: cpu | cuda (one rank per GPU)
     threads_per_rank: int = 0  # 0: cores of one socket (or all cores / nprocs)
     comm_cores: int = 0  # cores per rank left to communication
     # How long a collective waits for a rank: a rank that stopped answering (a hung

@@ -178,6 +178,7 @@ def train(cfg: DictConfig) -> None:
         check_dataset,
         check_runnable,
         check_training_vertices,
+        idle_gpus,
     )
     from gnnrun.attempt import current_attempt
     from gnnrun.config import to_objects
@@ -224,6 +225,9 @@ def train(cfg: DictConfig) -> None:
             f"algorithm={config.algorithm.name} trains in one process: cluster.nprocs="
             f"{config.cluster.nprocs} is not used (algorithm=minibatch or cd0 train on ranks)"
         )
+    idle = idle_gpus(config.cluster, overrides)
+    if idle:
+        print_warning(idle)
     check_installed(config.logger)
     check_folder_path(Path(config.train.checkpoint_dir), "train.checkpoint_dir")
 

@@ -81,14 +81,18 @@ def test_one_process_training_takes_the_threads_a_rank_would(tmp_path, monkeypat
     """algorithm=single trains in gnnrun's own process: cluster.threads_per_rank sets its
     threads as it does a rank's (several such runs side by side would otherwise each take
     every core), the summary says how many, and the caller's count comes back. A
-    cluster.nprocs given for it is not used, and the run says so."""
+    cluster.nprocs given for it is not used, and the run says so; so are GPUs that torch
+    sees and the run leaves idle."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     before = torch.get_num_threads()
     args = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=1"]
     code = main([*args, "cluster.threads_per_rank=1", "cluster.nprocs=2", "hydra.run.dir=run"])
     err = capsys.readouterr().err
     assert code == 0, err
     assert "algorithm=single trains in one process: cluster.nprocs=2 is not used" in err
+    assert "this torch sees 1 GPU and the run trains on CPU ranks: cluster.device=cuda" in err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["threads_rank0"] == 1 and summary["ranks"] == 1
     assert torch.get_num_threads() == before

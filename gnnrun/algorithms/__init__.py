@@ -17,6 +17,7 @@ from gnnrun.algorithms.checks import (
     check_known_dataset,
     check_runnable,
     check_training_vertices,
+    idle_gpus,
 )
 from gnnrun.algorithms.registry import ALGORITHMS
 
@@ -44,6 +45,7 @@ __all__ = [
     "check_known_dataset",
     "check_runnable",
     "check_training_vertices",
+    "idle_gpus",
     "make_minibatch",
     "open_own_part",
     "sample_minibatch",

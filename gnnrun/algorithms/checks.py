@@ -135,6 +135,24 @@ def check_gpu_ranks(cluster, ranks: int | None = None) -> None:
         )
 
 
+def idle_gpus(cluster, overrides: list[str]) -> str | None:
+    """What to tell a run on CPU ranks by default (cluster.device not given) on a machine
+    whose torch sees GPUs: that they stay idle, and how to use them or say CPU on purpose.
+    None elsewhere (SLURM's and other hosts' GPUs are not this machine's)."""
+    if cluster.name != "local" or cluster.device != "cpu":
+        return None
+    if any(o.lstrip("+~").startswith("cluster.device=") for o in overrides):
+        return None
+    if not torch.cuda.is_available():
+        return None
+    gpus = torch.cuda.device_count()
+    return (
+        f"this torch sees {gpus} GPU{'s' if gpus > 1 else ''} and the run trains on CPU ranks: "
+        "cluster.device=cuda trains on the GPUs (docs/gpus.md); cluster.device=cpu keeps "
+        "the CPU and silences this"
+    )
+
+
 def _check_warmup(cfg) -> None:
     """A warm-up as long as the run never reaches optimizer.lr: a mistake, not a recipe."""
     warmup, epochs = cfg.optimizer.warmup_epochs, cfg.train.epochs

@@ -89,7 +89,6 @@ def test_clipping_scales_the_gradients_to_the_norm_and_returns_the_norm_before()
     assert torch.allclose(b.grad, torch.tensor([0.8]), atol=1e-6)
 
 
-
 def test_clipping_counts_and_scales_an_embedding_tables_rows_as_dense_ones():
     """A sparse gradient (a row read twice among them) is clipped as its dense equal would
     be by torch's clip_grad_norm_, together with the dense gradients; without sparse
@@ -99,7 +98,9 @@ def test_clipping_counts_and_scales_an_embedding_tables_rows_as_dense_ones():
     layer = torch.nn.Linear(4, 3)
     layer(table(torch.tensor([1, 7, 1, 3]))).square().sum().backward()
     assert not table.weight.grad.is_coalesced()
-    twins = [torch.nn.Parameter(p.detach().clone()) for p in (table.weight, layer.weight, layer.bias)]
+    twins = [
+        torch.nn.Parameter(p.detach().clone()) for p in (table.weight, layer.weight, layer.bias)
+    ]
     for twin, p in zip(twins, (table.weight, layer.weight, layer.bias), strict=True):
         twin.grad = p.grad.to_dense().clone()  # to_dense() of a dense tensor is itself
     expected = torch.nn.utils.clip_grad_norm_(twins, 0.5)
@@ -117,6 +118,7 @@ def test_clipping_counts_and_scales_an_embedding_tables_rows_as_dense_ones():
         c.grad = d.grad.clone()
     assert torch.equal(clip_gradients(dense, 0.1), torch.nn.utils.clip_grad_norm_(copies, 0.1))
     assert all(torch.equal(d.grad, c.grad) for d, c in zip(dense, copies, strict=True))
+
 
 @pytest.mark.parametrize(
     ("settings", "message"),
