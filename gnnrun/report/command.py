@@ -7,15 +7,19 @@ from pathlib import Path
 
 from gnnrun.errors import GnnrunError
 from gnnrun.progress import out
+from gnnrun.report.repeats import REPEAT_KEYS
 
 DESCRIPTION = """\
 Tables and plots of training runs. RUN_DIR is a run directory of `gnnrun train`
 (outputs/train/<date>/<time>) or a sweep directory of `gnnrun train -m`
 (outputs/multirun/<date>/<time>, one row per point). Prints one table row per
-run, writes report.csv and the PNG plots into --out."""
+run, writes report.csv and the PNG plots into --out. The points of a sweep that
+repeat a configuration (another train.seed, dataset.split or task.split_seed; --over
+names other keys) get a second table: each configuration's figures as mean ±
+standard deviation over its finished points (repeats.csv)."""
 
 
-USAGE = "gnnrun report RUN_DIR [--compare OTHER_RUN_DIR] [--csv FILE] [--out DIR]"
+USAGE = "gnnrun report RUN_DIR [--compare OTHER_RUN_DIR] [--csv FILE] [--out DIR] [--over KEYS]"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,15 +46,34 @@ def parser() -> argparse.ArgumentParser:
         help="where report.csv and the PNGs go (default RUN_DIR/report, "
         "RUN_DIR/report/compare-<name of OTHER_RUN_DIR> with --compare)",
     )
+    p.add_argument(
+        "--over",
+        type=_keys,
+        default=REPEAT_KEYS,
+        metavar="KEYS",
+        help="the override keys whose points repeat a configuration, comma-separated "
+        f"(default {','.join(REPEAT_KEYS)}): their figures are summarised as mean ± "
+        "standard deviation",
+    )
     return p
 
 
+def _keys(text: str) -> tuple[str, ...]:
+    keys = tuple(k.strip().lstrip("+~") for k in text.split(",") if k.strip())
+    if not keys or any("=" in k for k in keys):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give override keys without values, e.g. --over train.seed,dataset.split"
+        )
+    return keys
+
+
 def cmd_report(args: list[str]) -> int:
-    from gnnrun.report.export import write_csv
+    from gnnrun.report.export import write_csv, write_repeats_csv
     from gnnrun.report.plots import write_plots
+    from gnnrun.report.repeats import repeat_groups
     from gnnrun.report.rows import report_rows
     from gnnrun.report.runs import load_run_set
-    from gnnrun.report.tables import report_notes, runs_tables
+    from gnnrun.report.tables import repeats_notes, repeats_tables, report_notes, runs_tables
 
     try:
         options = parser().parse_args(args)
@@ -70,14 +93,24 @@ def cmd_report(args: list[str]) -> int:
         out.print(table)
     for line in report_notes(rows, sets):
         out.print(line, markup=False, highlight=False, style="dim")
+    groups = repeat_groups(rows, options.over)
+    if groups:
+        for table in repeats_tables(groups, rows, out.width):
+            out.print(table)
+        for line in repeats_notes(groups):
+            out.print(line, markup=False, highlight=False, style="dim")
     write_csv(rows, out_dir / "report.csv")
     if options.csv is not None:
         write_csv(rows, options.csv)
+    if groups:
+        write_repeats_csv(groups, rows, out_dir / "repeats.csv")
     plots = write_plots(sets, out_dir)
     # Paths are printed without markup (a [ in a directory name is not a style) and on one
     # line however long (soft_wrap: the terminal wraps it, so that it copies whole).
     csv_files = [out_dir / "report.csv", *([options.csv] if options.csv else [])]
     out.print(f"table as CSV: {', '.join(map(str, csv_files))}", markup=False, soft_wrap=True)
+    if groups:
+        out.print(f"repetitions as CSV: {out_dir / 'repeats.csv'}", markup=False, soft_wrap=True)
     for path in plots.written:
         out.print(f"plot: {path}", markup=False, soft_wrap=True)
     for name, why in plots.skipped:

@@ -1,11 +1,12 @@
-"""The report's rows as CSV, at full precision (the terminal table rounds)."""
+"""The report's tables as CSV, at full precision (the terminal tables round)."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
-from gnnrun.errors import GnnrunError
+from gnnrun.io import atomic_file, write_error
+from gnnrun.report.repeats import RepeatGroup
 from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
 
 
@@ -42,13 +43,42 @@ def write_csv(rows: list[ReportRow], path: Path) -> None:
         line.append(row.comm_hidden)
         if comparing:
             line += [row.epoch_ratio, row.bytes_ratio]
-        # str() of a float is its shortest exact repr; None is an empty field.
-        lines.append(["" if v is None else str(v) for v in line])
+        lines.append(line)
+    _write(path, header, lines)
+
+
+def write_repeats_csv(groups: list[RepeatGroup], rows: list[ReportRow], path: Path) -> None:
+    """One line per configuration of the repetitions table: its overrides, the points it
+    repeats over, how many finished, and each figure's mean and sample standard deviation
+    (empty below two finished points) at full precision."""
+    figures = {"epoch_s": lambda r: r.epoch_s}
+    for key, _ in figures_of(rows):
+        figures[f"best_val_{key}"] = lambda r, n=f"val_{key}": r.best.get(n)
+        figures[f"best_test_{key}"] = lambda r, n=f"test_{key}": r.best.get(n)
+        figures[f"final_test_{key}"] = lambda r, n=f"test_{key}": r.final.get(n)
+    comparing = any(g.run for g in groups)
+    header = ["run"] if comparing else []
+    header += ["overrides", "over", "algorithm", "ranks", "points", "finished", "runs"]
+    header += [f"{name}_{stat}" for name in figures for stat in ("mean", "std")]
+    lines = []
+    for group in groups:
+        line = [group.run] if comparing else []
+        line += [" ".join(group.overrides), " ".join(group.keys), group.algorithm, group.ranks]
+        line += [" ".join(r.point for r in group.rows), len(group.finished), len(group.rows)]
+        for figure in figures.values():
+            line += list(group.spread(figure))
+        lines.append(line)
+    _write(path, header, lines)
+
+
+def _write(path: Path, header: list[str], lines: list[list]) -> None:
+    """The CSV file, atomically. str() of a float is its shortest exact repr; None is an
+    empty field."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(lines)
     except OSError as exc:
-        raise GnnrunError(f"cannot write the CSV to {path}: {exc.strerror}") from None
+        raise write_error(path, exc) from None
+    with atomic_file(path, "w") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(["" if v is None else str(v) for v in line] for line in lines)

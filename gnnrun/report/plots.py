@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from gnnrun.errors import GnnrunError
+from gnnrun.io import atomic_file
 from gnnrun.report.rows import EARLIER_FIGURES, PHASES
 from gnnrun.report.runs import RANK_KEYS, Run, RunSet, distinguishing_overrides, override_key
 
@@ -70,7 +71,8 @@ def write_plots(sets: list[RunSet], out_dir: Path) -> PlotResult:
             continue
         path = out_dir / f"{name}.png"
         FigureCanvasAgg(figure)
-        figure.savefig(path, dpi=_DPI)
+        with atomic_file(path, "wb") as f:  # a report read while it is rewritten stays whole
+            figure.savefig(f, dpi=_DPI, format="png")
         result.written.append(path)
     return result
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from gnnrun.report.repeats import RepeatGroup
 from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
 from gnnrun.report.runs import RunSet, distinguishing_overrides
 
@@ -238,21 +239,80 @@ def ratio(value: float | None) -> str:
 @dataclass
 class _Column:
     header: str
-    cell: Callable[[ReportRow], str]
+    cell: Callable[[Any], str]  # the cell of a row (a ReportRow, or a RepeatGroup)
     text: bool = False  # left-justified name rather than a figure
     wraps: bool = False  # may break between words; figures never do
 
 
 def runs_tables(rows: list[ReportRow], sets: list[RunSet], width: int) -> list[Table]:
     """One row per run: what sets it apart, epoch time and its split, bytes,
-    accuracies, HEC hit rates where there are some, and whether it finished.
-
-    Where the table is wider than `width` (an 80-column terminal), its columns
-    are split over several tables that each repeat which run a row is, rather
-    than letting rich cut figures short.
-    """
+    accuracies, HEC hit rates where there are some, and whether it finished."""
     columns = _report_columns(rows, sets)
-    keys = [c for c in columns if c.header in ("run", "point")]
+    return _split_tables(
+        _title(rows, sets), columns, rows, width, ("run", "point"), lambda r: r.status == "done"
+    )
+
+
+def repeats_tables(groups: list[RepeatGroup], rows: list[ReportRow], width: int) -> list[Table]:
+    """One row per configuration whose points repeat it (gnnrun.report.repeats): how
+    many finished, and the mean ± standard deviation of its figures over them."""
+    keys = sorted({k for g in groups for k in g.keys})
+    columns = []
+    if any(g.run for g in groups):
+        columns.append(_Column("run", lambda g: g.run, text=True))
+    columns.append(_Column("overrides", lambda g: " ".join(g.overrides) or "-", True, True))
+    columns += [
+        _Column("algorithm", lambda g: g.algorithm, text=True),
+        _Column("ranks", lambda g: _MISSING if g.ranks is None else str(g.ranks)),
+        _Column("runs", lambda g: f"{len(g.finished)} of {len(g.rows)}"),
+        _Column("points", lambda g: ",".join(r.point for r in g.rows), text=True, wraps=True),
+        _Column("epoch s", lambda g: _spread(g, lambda r: r.epoch_s, seconds)),
+    ]
+    for key, name in _figures(rows):
+        columns += [
+            _Column(
+                f"best val {name}", lambda g, k=key: _spread(g, lambda r: r.best.get(f"val_{k}"))
+            ),
+            _Column(
+                f"test at best val {name}",
+                lambda g, k=key: _spread(g, lambda r: r.best.get(f"test_{k}")),
+            ),
+            _Column(
+                f"final test {name}",
+                lambda g, k=key: _spread(g, lambda r: r.final.get(f"test_{k}")),
+            ),
+        ]
+    title = f"over repetitions ({', '.join(keys)}): mean ± standard deviation"
+    return _split_tables(
+        title,
+        columns,
+        groups,
+        width,
+        ("run", "overrides"),
+        lambda g: len(g.finished) == len(g.rows),
+    )
+
+
+def _spread(group: RepeatGroup, figure: Callable[[ReportRow], float | None], form=score) -> str:
+    mean, std = group.spread(figure)
+    if mean is None:
+        return _MISSING
+    return form(mean) if std is None else f"{form(mean)} ± {form(std)}"
+
+
+def _split_tables(
+    title: str,
+    columns: list[_Column],
+    rows: list,
+    width: int,
+    key_headers: tuple[str, ...],
+    plain: Callable[[Any], bool],
+) -> list[Table]:
+    """`columns` of `rows` in one table, or, where it is wider than `width` (an
+    80-column terminal), over several tables that each repeat the key columns
+    (which row it is), rather than letting rich cut figures short. Rows that are not
+    `plain` (unfinished) are yellow."""
+    keys = [c for c in columns if c.header in key_headers]
     chunks: list[list[_Column]] = [list(keys)]
     for column in columns[len(keys) :]:
         if _min_width(chunks[-1] + [column], rows) > width and len(chunks[-1]) > len(keys):
@@ -260,20 +320,20 @@ def runs_tables(rows: list[ReportRow], sets: list[RunSet], width: int) -> list[T
         chunks[-1].append(column)
     tables = []
     for index, chunk in enumerate(chunks):
-        table = Table(title=_title(rows, sets) if index == 0 else None)
+        table = Table(title=title if index == 0 else None)
         for column in chunk:
             table.add_column(
                 column.header, justify="left" if column.text else "right", no_wrap=not column.wraps
             )
         for row in rows:
-            style = None if row.status == "done" else "yellow"
             # Text, not markup: an override such as `x=[a]` must print as written.
-            table.add_row(*(Text(column.cell(row)) for column in chunk), style=style)
+            cells = (Text(column.cell(row)) for column in chunk)
+            table.add_row(*cells, style=None if plain(row) else "yellow")
         tables.append(table)
     return tables
 
 
-def _min_width(columns: list[_Column], rows: list[ReportRow]) -> int:
+def _min_width(columns: list[_Column], rows: list) -> int:
     """Characters the table needs at least: figures and their headers whole, names
     broken at spaces, one space of padding either side and one rule per column."""
     total = 1
@@ -285,6 +345,16 @@ def _min_width(columns: list[_Column], rows: list[ReportRow]) -> int:
             words = [column.header, *cells]
         total += max((len(w) for w in words), default=1) + 3
     return total
+
+
+def _figures(rows: list[ReportRow]) -> list[tuple[str, str]]:
+    """The figures of the rows' tasks (summary.json's) that some row has; accuracy where
+    no row has any (runs without results yet)."""
+    return [
+        (key, name)
+        for key, name in figures_of(rows)
+        if any(f"val_{key}" in r.best or f"test_{key}" in r.final for r in rows)
+    ] or [("acc", "acc")]
 
 
 def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
@@ -310,14 +380,7 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
         for p in PHASES
     ]
     columns.append(_Column("MB/epoch", lambda r: megabytes(r.bytes_per_epoch)))
-    # The figures of the rows' tasks (summary.json's), those that some row has; accuracy
-    # where no row has any (runs without results yet).
-    figures = [
-        (key, name)
-        for key, name in figures_of(rows)
-        if any(f"val_{key}" in r.best or f"test_{key}" in r.final for r in rows)
-    ] or [("acc", "acc")]
-    for key, name in figures:
+    for key, name in _figures(rows):
         columns += [
             _Column(f"best val {name}", lambda r, k=key: score(r.best.get(f"val_{k}"))),
             _Column(f"final test {name}", lambda r, k=key: score(r.final.get(f"test_{k}"))),
@@ -370,6 +433,20 @@ def _title(rows: list[ReportRow], sets: list[RunSet]) -> str:
         if len(values) == 1
     ]
     return f"{head} ({' / '.join(same)})" if same else head
+
+
+def repeats_notes(groups: list[RepeatGroup]) -> list[str]:
+    """What the repetitions table's figures are, below it."""
+    lines = [
+        "over repetitions: each configuration's points that differ only in "
+        f"{', '.join(sorted({k for g in groups for k in g.keys}))}; mean and sample standard "
+        "deviation over its finished points (done or stopped early; runs: finished of all); "
+        "test at best val: each run's test figure at its best validation epoch (the figure "
+        "papers report, chosen without looking at test)"
+    ]
+    if any(len(g.finished) < len(g.rows) for g in groups):
+        lines.append("yellow: a configuration with points not finished, left out of its figures")
+    return lines
 
 
 def report_notes(rows: list[ReportRow], sets: list[RunSet]) -> list[str]:

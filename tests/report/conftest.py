@@ -119,10 +119,11 @@ def hec_sweep(tmp_path) -> Path:
     return root
 
 
-def parse_tables(text: str) -> list[dict[str, str]]:
+def parse_tables(text: str, key: tuple[str, ...] = ("run", "point")) -> list[dict[str, str]]:
     """Rows of the rich tables in `text` as {header: cell}. Rows of tables that were
-    split for width are joined by their (run, point) cells; a continuation line of
-    a wrapped cell (empty point) is appended to the row above."""
+    split for width are joined by their `key` cells (the repetitions table's: run,
+    overrides); a continuation line of a wrapped cell (an empty last key cell) is
+    appended to the row above."""
     rows: dict[tuple[str, str], dict[str, str]] = {}
     headers: list[str] = []
     state, last = None, {}
@@ -142,12 +143,12 @@ def parse_tables(text: str) -> list[dict[str, str]]:
         elif line.startswith("│") and state == "body":
             cells = [c.strip() for c in line.strip("│").split("│")]
             record = dict(zip(headers, cells, strict=True))
-            if not record.get("point"):
+            if not record.get(key[-1]):
                 for header, cell in record.items():
                     if cell:
                         last[header] = f"{last[header]} {cell}"
                 continue
-            last = rows.setdefault((record.get("run", ""), record["point"]), {})
+            last = rows.setdefault(tuple(record.get(k, "") for k in key), {})
             last.update(record)
         elif line.startswith("└"):
             state = None

@@ -1,0 +1,69 @@
+"""The points of a sweep that repeat one configuration (another seed, another of a
+dataset's fixed splits), summarised as mean and standard deviation: how papers report
+a figure, and how far one run's figure can be trusted.
+
+Points are one configuration's repetitions when their overrides differ only in the
+repetition keys (REPEAT_KEYS by default; `gnnrun report --over` names others). A
+group's figures are taken over its finished points (done, or stopped early): a point
+still running, partial or failed is left out and counted apart.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from gnnrun.report.rows import ReportRow
+from gnnrun.report.runs import override_key
+
+# Overrides that repeat an experiment rather than change it: the seed (initialisation,
+# dropout, sampling), a dataset's fixed split (dataset.split: Tolokers' 10) and a link
+# task's random edge split.
+REPEAT_KEYS = ("train.seed", "dataset.split", "task.split_seed")
+
+# Statuses of the points a group's figures are taken over.
+FINISHED = ("done", "stopped early")
+
+
+@dataclass
+class RepeatGroup:
+    run: str  # "A" / "B" in a comparison, else empty
+    overrides: list[str]  # what sets the group apart from the others, repetitions left out
+    keys: list[str]  # the repetition keys its points vary, in the order they are met
+    rows: list[ReportRow]  # every point of the group, finished or not
+
+    @property
+    def finished(self) -> list[ReportRow]:
+        return [r for r in self.rows if r.status.startswith(FINISHED)]
+
+    @property
+    def algorithm(self) -> str:
+        return self.rows[0].algorithm
+
+    @property
+    def ranks(self) -> int | None:
+        return self.rows[0].ranks
+
+    def spread(self, figure) -> tuple[float | None, float | None]:
+        """(mean, sample standard deviation) of `figure(row)` over the finished points
+        that have it; the deviation is None below two values."""
+        values = [v for v in (figure(r) for r in self.finished) if v is not None]
+        if not values:
+            return None, None
+        return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def repeat_groups(rows: list[ReportRow], keys: tuple[str, ...] = REPEAT_KEYS) -> list[RepeatGroup]:
+    """The rows grouped by their overrides other than `keys`, per run set, in the order of
+    their first points; none where no row's overrides set one of `keys` (nothing repeats)."""
+    if not any(override_key(o) in keys for r in rows for o in r.overrides):
+        return []
+    groups: dict[tuple[str, tuple[str, ...]], RepeatGroup] = {}
+    for row in rows:
+        rest = [o for o in row.overrides if override_key(o) not in keys]
+        group = groups.setdefault((row.run, tuple(rest)), RepeatGroup(row.run, rest, [], []))
+        group.rows.append(row)
+        for o in row.overrides:
+            if override_key(o) in keys and override_key(o) not in group.keys:
+                group.keys.append(override_key(o))
+    return list(groups.values())
