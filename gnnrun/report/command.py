@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         metavar="DIR",
-        help="where report.csv and the PNGs go (default RUN_DIR/report, "
+        help="where report.csv (and repeats.csv) and the PNGs go (default RUN_DIR/report, "
         "RUN_DIR/report/compare-<name of OTHER_RUN_DIR> with --compare)",
     )
     p.add_argument(
@@ -104,7 +104,7 @@ def cmd_report(args: list[str]) -> int:
         write_csv(rows, options.csv)
     if groups:
         write_repeats_csv(groups, rows, out_dir / "repeats.csv")
-    plots = write_plots(sets, out_dir)
+    plots = write_plots(sets, out_dir, groups)
     # Paths are printed without markup (a [ in a directory name is not a style) and on one
     # line however long (soft_wrap: the terminal wraps it, so that it copies whole).
     csv_files = [out_dir / "report.csv", *([options.csv] if options.csv else [])]

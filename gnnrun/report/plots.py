@@ -9,7 +9,8 @@ no display is needed and no global figure state is left behind.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from matplotlib.patches import Patch
 
 from gnnrun.errors import GnnrunError
 from gnnrun.io import atomic_file
+from gnnrun.report.repeats import RepeatGroup
 from gnnrun.report.rows import EARLIER_FIGURES, PHASES
 from gnnrun.report.runs import RANK_KEYS, Run, RunSet, distinguishing_overrides, override_key
 
@@ -51,21 +53,36 @@ class PlotResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file name, why)
 
 
-def write_plots(sets: list[RunSet], out_dir: Path) -> PlotResult:
-    """Every figure that has data, as out_dir/<name>.png; the others are listed as skipped."""
-    figures: dict[str, tuple[Callable[[list[RunSet]], Figure | None], str]] = {
-        "epoch_time": (epoch_time_figure, "no finished run has an epoch-time split"),
-        "speedup": (speedup_figure, "no algorithm was run at two or more rank counts"),
-        "accuracy": (accuracy_figure, "no run has evaluated an epoch yet"),
-        "hit_rate": (hit_rate_figure, "no run records cache hit rates (algorithm=hec does)"),
+def write_plots(
+    sets: list[RunSet], out_dir: Path, groups: Sequence[RepeatGroup] = ()
+) -> PlotResult:
+    """Every figure that has data, as out_dir/<name>.png; the others are listed as skipped.
+    `groups`: the sweep's repetitions of a configuration (gnnrun.report.repeats), drawn as
+    repeats.png where there are some (and nothing said where there are none)."""
+    figures: dict[str, tuple[Callable[[], Figure | None], str]] = {
+        "epoch_time": (lambda: epoch_time_figure(sets), "no finished run has an epoch-time split"),
+        "speedup": (
+            lambda: speedup_figure(sets),
+            "no algorithm was run at two or more rank counts",
+        ),
+        "accuracy": (lambda: accuracy_figure(sets), "no run has evaluated an epoch yet"),
+        "hit_rate": (
+            lambda: hit_rate_figure(sets),
+            "no run records cache hit rates (algorithm=hec does)",
+        ),
     }
+    if groups:
+        figures["repeats"] = (
+            lambda: repeats_figure(sets, groups),
+            "no repeated configuration has two finished runs that evaluated",
+        )
     result = PlotResult()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise GnnrunError(f"cannot create the report directory {out_dir}: {exc.strerror}") from None
     for name, (draw, why_not) in figures.items():
-        figure = draw(sets)
+        figure = draw()
         if figure is None:
             result.skipped.append((f"{name}.png", why_not))
             continue
@@ -279,6 +296,66 @@ def accuracy_figure(sets: list[RunSet]) -> Figure | None:
     handles = axes[0].get_legend_handles_labels()[0] + _set_handles(sets, bars=False)
     _legend(figure, handles)
     figure.suptitle(f"{name[0].upper() + name[1:]} against epoch (rank 0's metrics)")
+    return figure
+
+
+def repeats_figure(sets: list[RunSet], groups: Sequence[RepeatGroup]) -> Figure | None:
+    """Each repeated configuration's validation and test figure against epoch: the mean
+    over its finished runs, in a band of ± one standard deviation where two or more runs
+    reached the epoch (runs stopped early end sooner)."""
+    runs = [run for run_set in sets for run in run_set.runs]
+    metric, name = _headline(runs)
+    histories = {run.path: run.history for run in runs}
+    drawn = []
+    for group in groups:
+        curves = [histories.get(row.path, []) for row in group.finished]
+        curves = [[r for r in h if f"val_{metric}" in r] for h in curves]
+        if sum(1 for h in curves if h) >= 2:
+            drawn.append((group, curves))
+    if not drawn:
+        return None
+    figure = Figure(figsize=(11, 4.5), layout="constrained")
+    axes = figure.subplots(1, 2, sharey=True)
+    colours = _colours(len(drawn))
+    labels = {id(g): _brief(g.overrides) or "every point" for g, _ in drawn}
+    comparing = len(sets) == 2
+    for ax, split, title in zip(axes, ("val", "test"), ("validation", "test"), strict=True):
+        for colour, (group, curves) in zip(colours, drawn, strict=True):
+            by_epoch: dict[int, list[float]] = {}
+            for history in curves:
+                for record in history:
+                    value = record.get(f"{split}_{metric}")
+                    if value is not None:
+                        by_epoch.setdefault(record["epoch"] + 1, []).append(float(value))
+            if not by_epoch:
+                continue
+            epochs = sorted(by_epoch)
+            means = [statistics.fmean(by_epoch[e]) for e in epochs]
+            label = f"{group.run}: {labels[id(group)]}" if comparing else labels[id(group)]
+            label += f" ({len(curves)} runs)"
+            style = _LINESTYLES[[s.label for s in sets].index(group.run)] if comparing else "-"
+            ax.plot(epochs, means, color=colour, linestyle=style, label=label)
+            spread = [
+                (e, m, statistics.stdev(by_epoch[e]))
+                for e, m in zip(epochs, means, strict=True)
+                if len(by_epoch[e]) > 1
+            ]
+            if spread:
+                at, mean, std = zip(*spread, strict=True)
+                low = [m - d for m, d in zip(mean, std, strict=True)]
+                high = [m + d for m, d in zip(mean, std, strict=True)]
+                ax.fill_between(at, low, high, color=colour, alpha=0.2, linewidth=0)
+        ax.set_title(f"{title} {name}")
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0].set_ylabel(_AXIS_NAMES.get(metric, name))
+    _legend(figure, axes[0].get_legend_handles_labels()[0])
+    keys = ", ".join(sorted({k for g, _ in drawn for k in g.keys}))
+    figure.suptitle(
+        f"{name[0].upper() + name[1:]} against epoch over repetitions ({keys}): "
+        "mean ± standard deviation of the finished runs"
+    )
     return figure
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gnnrun.cli import main
+from gnnrun.report.plots import repeats_figure
 from gnnrun.report.repeats import repeat_groups
 from gnnrun.report.rows import report_rows
 from gnnrun.report.runs import load_run_set
@@ -41,6 +42,7 @@ def seeds_sweep(tmp_path, fabricate) -> Path:
         summary = None
         if figures is not None:
             val, best_test, final_test, epoch_s = figures
+            record |= {"val_acc": val, "test_acc": final_test}
             summary = {
                 "algorithm": algorithm,
                 "ranks": 2,
@@ -100,6 +102,19 @@ def test_the_report_prints_mean_and_deviation_and_writes_repeats_csv(seeds_sweep
     assert float(lines["algorithm=minibatch"]["best_test_acc_std"]) == pytest.approx(spread[1])
     assert float(lines["algorithm=minibatch"]["epoch_s_mean"]) == pytest.approx(1.1)
 
+    # repeats.png: each configuration's mean over its finished runs, in a band of ± std.
+    assert "plot: " + str(seeds_sweep / "report" / "repeats.png") in printed
+    sets = [load_run_set(seeds_sweep)]
+    figure = repeats_figure(sets, repeat_groups(report_rows(sets)))
+    validation = figure.axes[0]
+    means = [line.get_ydata()[0] for line in validation.lines]
+    assert means == pytest.approx([statistics.fmean(_finished(a, 0)) for a in ("minibatch", "hec")])
+    assert [line.get_label() for line in validation.lines] == [
+        "algorithm=minibatch (3 runs)",
+        "algorithm=hec (2 runs)",
+    ]
+    assert len(validation.collections) == 2  # the bands
+
 
 def test_over_names_the_keys_and_a_sweep_without_repetitions_gets_no_second_table(
     seeds_sweep, hec_sweep, capsys
@@ -117,6 +132,7 @@ def test_over_names_the_keys_and_a_sweep_without_repetitions_gets_no_second_tabl
     assert main(["report", str(hec_sweep)]) == 0  # a sweep over ranks only
     assert "over repetitions" not in capsys.readouterr().out
     assert not (hec_sweep / "report" / "repeats.csv").exists()
+    assert not (hec_sweep / "report" / "repeats.png").exists()
     assert main(["report", str(seeds_sweep), "--over", "train.seed=1"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "argument --over: 'train.seed=1': give override keys without values" in err
