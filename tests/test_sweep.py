@@ -97,10 +97,12 @@ def test_the_same_command_again_skips_every_finished_point(tmp_path, monkeypatch
     command = ["train", "-m", *SWEEP, f"hydra.sweep.dir={sweep}"]
     assert main(command) == 0
     assert trained == [0, 1, 2]
-    capsys.readouterr()
+    assert capsys.readouterr().out.splitlines()[-1] == f"sweep directory: {sweep}"
     assert main(command) == 0
     assert trained == [0, 1, 2]  # nothing trained the second time
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == f"sweep directory: {sweep}"
+    err = captured.err
     assert [line.split(" (")[0] for line in err.splitlines() if "skipped" in line] == [
         "point 0",
         "point 1",

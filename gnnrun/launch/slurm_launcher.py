@@ -162,6 +162,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
             elif submitted:  # a run refused before submission said why, in one line
                 print_error(f"the run failed{resume}")
             raise SystemExit(1)
+        if not all(p.alone for p in points):
+            sweep.announce(sweep_dir)
         return [
             p.result or JobReturn(overrides=p.overrides, status=JobStatus.COMPLETED) for p in points
         ]

@@ -39,7 +39,7 @@ from hydra.core.utils import (
 from omegaconf import OmegaConf, open_dict, read_write
 
 from gnnrun.errors import GnnrunError, ReportedError
-from gnnrun.progress import console, print_error
+from gnnrun.progress import console, out, print_error
 from gnnrun.run_dir import FAILURES_FILE, recorded_failures
 
 POINT_FILE = "point.json"
@@ -175,6 +175,12 @@ def _record(sweep_dir: Path, index: int, overrides: list[str], error: str | None
     tmp.replace(path)
 
 
+def announce(sweep_dir: Path) -> None:
+    """The last line of a sweep that ran every point, as `run directory:` ends a run: the
+    directory `gnnrun report` and `--resume-sweep` take."""
+    out.print(f"sweep directory: {sweep_dir}", markup=False, soft_wrap=True)
+
+
 def check_point(task_cfg) -> None:
     """What a single `gnnrun train` of this point refuses before preparing anything."""
     from gnnrun.algorithms import check_known_dataset, check_runnable
@@ -236,6 +242,7 @@ class LocalSweepLauncher(BasicLauncher):
                 f"gnnrun train --resume-sweep {sweep_dir} --retry-failed"
             )
             raise SystemExit(1)
+        announce(sweep_dir)
         return [JobReturn(overrides=o, status=JobStatus.COMPLETED) for _, o, _ in points]
 
     def _check(self, job_overrides, initial_job_idx: int) -> list[tuple[int, list[str], object]]:

@@ -99,6 +99,7 @@ def test_every_point_of_the_sweep_ran_as_its_own_job(sweep):
     jobs = {int(m[0]): (m[2], int(m[3])) for m in JOB_LINE.findall(" ".join(done.stderr.split()))}
     assert sorted(jobs) == [0, 1] and jobs[0][1] == 1 and jobs[1][1] == 2
     assert jobs[0][0] != jobs[1][0]
+    assert done.stdout.splitlines()[-1] == "sweep directory: sweep"
     for point, (job_id, tasks) in jobs.items():
         run_dir = cwd / "sweep" / str(point)
         summary = json.loads((run_dir / "summary.json").read_text())
