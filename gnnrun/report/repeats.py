@@ -55,7 +55,8 @@ class RepeatGroup:
 
 def repeat_groups(rows: list[ReportRow], keys: tuple[str, ...] = REPEAT_KEYS) -> list[RepeatGroup]:
     """The rows grouped by their overrides other than `keys`, per run set, in the order of
-    their first points; none where no row's overrides set one of `keys` (nothing repeats)."""
+    their first points; none where no group has two points (nothing repeats: a lone run,
+    or a sweep that does not vary `keys`)."""
     if not any(override_key(o) in keys for r in rows for o in r.overrides):
         return []
     groups: dict[tuple[str, tuple[str, ...]], RepeatGroup] = {}
@@ -66,4 +67,6 @@ def repeat_groups(rows: list[ReportRow], keys: tuple[str, ...] = REPEAT_KEYS) ->
         for o in row.overrides:
             if override_key(o) in keys and override_key(o) not in group.keys:
                 group.keys.append(override_key(o))
+    if all(len(g.rows) < 2 for g in groups.values()):
+        return []
     return list(groups.values())

@@ -72,8 +72,9 @@ def test_points_that_differ_only_in_the_seed_are_one_group_of_finished_runs(seed
     assert mean == pytest.approx(statistics.fmean(_finished("minibatch", 1)))
     assert std == pytest.approx(statistics.stdev(_finished("minibatch", 1)))
     assert hec.spread(lambda r: r.final.get("test_acc"))[0] == pytest.approx(0.705)
-    # Nothing repeats where no point sets a repetition key.
+    # Nothing repeats where no point sets a repetition key, nor in a lone run that sets one.
     assert repeat_groups(rows, ("dataset.split",)) == []
+    assert repeat_groups(report_rows([load_run_set(seeds_sweep / "0")])) == []
 
 
 def test_the_report_prints_mean_and_deviation_and_writes_repeats_csv(seeds_sweep, capsys, tables):
