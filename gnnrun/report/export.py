@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 
 from gnnrun.io import atomic_file, write_error
-from gnnrun.report.repeats import RepeatGroup
+from gnnrun.report.repeats import RepeatGroup, best_configurations
 from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
 
 
@@ -49,8 +49,9 @@ def write_csv(rows: list[ReportRow], path: Path) -> None:
 
 def write_repeats_csv(groups: list[RepeatGroup], rows: list[ReportRow], path: Path) -> None:
     """One line per configuration of the repetitions table: its overrides, the points it
-    repeats over, how many finished, and each figure's mean and sample standard deviation
-    (empty below two finished points) at full precision."""
+    repeats over, how many finished, each figure's mean and sample standard deviation
+    (empty below two finished points) at full precision, and whether it is its
+    algorithm's best configuration."""
     figures = {"epoch_s": lambda r: r.epoch_s}
     for key, _ in figures_of(rows):
         figures[f"best_val_{key}"] = lambda r, n=f"val_{key}": r.best.get(n)
@@ -60,13 +61,16 @@ def write_repeats_csv(groups: list[RepeatGroup], rows: list[ReportRow], path: Pa
     header = ["run"] if comparing else []
     header += ["overrides", "over", "algorithm", "ranks", "points", "finished", "runs"]
     header += [f"{name}_{stat}" for name in figures for stat in ("mean", "std")]
+    header.append("best")
+    best = best_configurations(groups)
     lines = []
-    for group in groups:
+    for index, group in enumerate(groups):
         line = [group.run] if comparing else []
         line += [" ".join(group.overrides), " ".join(group.keys), group.algorithm, group.ranks]
         line += [" ".join(r.point for r in group.rows), len(group.finished), len(group.rows)]
         for figure in figures.values():
             line += list(group.spread(figure))
+        line.append(index in best)
         lines.append(line)
     _write(path, header, lines)
 

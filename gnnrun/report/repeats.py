@@ -38,11 +38,14 @@ class RepeatGroup:
 
     @property
     def algorithm(self) -> str:
-        return self.rows[0].algorithm
+        """Its points' algorithm (several, joined by "/", where --over names algorithm)."""
+        return "/".join(dict.fromkeys(r.algorithm for r in self.rows))
 
     @property
     def ranks(self) -> int | None:
-        return self.rows[0].ranks
+        """Its points' rank count; None where they differ."""
+        counts = {r.ranks for r in self.rows}
+        return counts.pop() if len(counts) == 1 else None
 
     def spread(self, figure) -> tuple[float | None, float | None]:
         """(mean, sample standard deviation) of `figure(row)` over the finished points
@@ -70,3 +73,21 @@ def repeat_groups(rows: list[ReportRow], keys: tuple[str, ...] = REPEAT_KEYS) ->
     if all(len(g.rows) < 2 for g in groups.values()):
         return []
     return list(groups.values())
+
+
+def best_configurations(groups: list[RepeatGroup]) -> set[int]:
+    """The indices of the groups whose mean validation figure (the one that picked each
+    run's best epoch) is the highest of their algorithm's in their run set: the
+    configuration to take, as DistGNN's tuning does (`+sweep=lr_tune`). Only among two or
+    more configurations of an algorithm, with finished points."""
+    chosen = set()
+    by_algorithm: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    for index, group in enumerate(groups):
+        metric = next((r.best_metric for r in group.finished if r.best_metric), "val_acc")
+        mean, _ = group.spread(lambda r, m=metric: r.best.get(m))
+        if mean is not None:
+            by_algorithm.setdefault((group.run, group.algorithm), []).append((mean, index))
+    for candidates in by_algorithm.values():
+        if len(candidates) > 1:
+            chosen.add(max(candidates, key=lambda c: (c[0], -c[1]))[1])
+    return chosen

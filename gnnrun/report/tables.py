@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gnnrun.report.repeats import RepeatGroup
+from gnnrun.report.repeats import RepeatGroup, best_configurations
 from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
 from gnnrun.report.runs import RunSet, distinguishing_overrides
 
@@ -282,6 +282,10 @@ def repeats_tables(groups: list[RepeatGroup], rows: list[ReportRow], width: int)
                 lambda g, k=key: _spread(g, lambda r: r.final.get(f"test_{k}")),
             ),
         ]
+    best = best_configurations(groups)
+    if best:
+        ids = {id(groups[i]) for i in best}
+        columns.append(_Column("best", lambda g: "yes" if id(g) in ids else "", text=True))
     title = f"over repetitions ({', '.join(keys)}): mean ± standard deviation"
     return _split_tables(
         title,
@@ -444,6 +448,11 @@ def repeats_notes(groups: list[RepeatGroup]) -> list[str]:
         "test at best val: each run's test figure at its best validation epoch (the figure "
         "papers report, chosen without looking at test)"
     ]
+    if best_configurations(groups):
+        lines.append(
+            "best: the configuration of each algorithm with the highest mean best validation "
+            "figure (where the algorithm has several)"
+        )
     if any(len(g.finished) < len(g.rows) for g in groups):
         lines.append("yellow: a configuration with points not finished, left out of its figures")
     return lines

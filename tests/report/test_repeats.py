@@ -137,3 +137,28 @@ def test_over_names_the_keys_and_a_sweep_without_repetitions_gets_no_second_tabl
     assert main(["report", str(seeds_sweep), "--over", "train.seed=1"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "argument --over: 'train.seed=1': give override keys without values" in err
+
+
+def test_the_best_configuration_of_each_algorithm_is_marked(tmp_path, fabricate, capsys, tables):
+    """A learning-rate search over seeds (+sweep=lr_tune): the rate of the highest mean
+    validation figure is each algorithm's best, not the rate of the single best run."""
+    root = tmp_path / "lr"
+    vals = {("0.01", 0): 0.90, ("0.01", 1): 0.60, ("0.03", 0): 0.80, ("0.03", 1): 0.79}
+    for point, ((lr, seed), val) in enumerate(vals.items()):
+        summary = {
+            "algorithm": "minibatch",
+            "ranks": 2,
+            "epochs": 2,
+            "best_metric": "val_acc",
+            "best": {"epoch": 1, "val_acc": val, "test_acc": val},
+            "final": {"val_acc": val, "test_acc": val},
+        }
+        overrides = [f"optimizer.lr={lr}", f"train.seed={seed}"]
+        fabricate(root / str(point), summary, [], overrides)
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    assert main(["report", str(root)]) == 0
+    repeats = capsys.readouterr().out.split("over repetitions (train.seed)", 1)[1]
+    rows = {r["overrides"]: r for r in tables(repeats, key=("run", "overrides"))}
+    assert rows["optimizer.lr=0.03"]["best"] == "yes" and rows["optimizer.lr=0.01"]["best"] == ""
+    with open(root / "report" / "repeats.csv", newline="") as f:
+        assert [line["best"] for line in csv.DictReader(f)] == ["False", "True"]
