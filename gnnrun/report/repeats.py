@@ -11,6 +11,7 @@ still running, partial or failed is left out and counted apart.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gnnrun.report.rows import ReportRow
@@ -47,7 +48,9 @@ class RepeatGroup:
         counts = {r.ranks for r in self.rows}
         return counts.pop() if len(counts) == 1 else None
 
-    def spread(self, figure) -> tuple[float | None, float | None]:
+    def spread(
+        self, figure: Callable[[ReportRow], float | None]
+    ) -> tuple[float | None, float | None]:
         """(mean, sample standard deviation) of `figure(row)` over the finished points
         that have it; the deviation is None below two values."""
         values = [v for v in (figure(r) for r in self.finished) if v is not None]
@@ -60,8 +63,6 @@ def repeat_groups(rows: list[ReportRow], keys: tuple[str, ...] = REPEAT_KEYS) ->
     """The rows grouped by their overrides other than `keys`, per run set, in the order of
     their first points; none where no group has two points (nothing repeats: a lone run,
     or a sweep that does not vary `keys`)."""
-    if not any(override_key(o) in keys for r in rows for o in r.overrides):
-        return []
     groups: dict[tuple[str, tuple[str, ...]], RepeatGroup] = {}
     for row in rows:
         rest = [o for o in row.overrides if override_key(o) not in keys]
