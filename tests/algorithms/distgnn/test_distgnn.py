@@ -39,9 +39,13 @@ def _assert_matches_single(distributed: list[dict], single: dict) -> None:
             assert got["loss"] == pytest.approx(reference["loss"], rel=1e-5, abs=1e-6)
             for g, ref in zip(got["grads"], reference["grads"], strict=True):
                 torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+    # The logits come after the last update. Adam divides each gradient entry by its running
+    # scale, so the rounding of entries near zero moves weights by more than rounding: on an
+    # AMD EPYC the pre-normalised block's logits (of magnitude 1) differed by 2.2e-5 after
+    # three epochs whose losses and gradients matched to rounding.
     for rank_result in distributed:
         torch.testing.assert_close(
-            rank_result["logits"], single["logits"][rank_result["nodes"]], rtol=1e-4, atol=1e-5
+            rank_result["logits"], single["logits"][rank_result["nodes"]], rtol=1e-4, atol=1e-4
         )
 
 
