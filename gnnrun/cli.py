@@ -414,7 +414,11 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
         "`info`: a dataset's statistics; `prepare`: write its prepared format; `chunk`: "
         "write it as chunked files",
     ),
-    "report": (cmd_report, "table, CSV and PNG plots of a run or sweep directory; --compare"),
+    "report": (
+        cmd_report,
+        "table, CSV and PNG plots of a run or sweep directory (mean ± std over its seeds); "
+        "--compare",
+    ),
     "env": (cmd_env, "torch, threads, CPU topology, working backends, native kernels"),
 }
 
