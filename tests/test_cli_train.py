@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gnnrun.algorithms import checks
 from gnnrun.cli import main
 from gnnrun.memory import allocator_library
 
@@ -84,8 +85,9 @@ def test_one_process_training_takes_the_threads_a_rank_would(tmp_path, monkeypat
     cluster.nprocs given for it is not used, and the run says so; so are GPUs that torch
     sees and the run leaves idle."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    # One GPU seen by the check alone: torch.cuda itself must stay as it is (a CUDA build
+    # of torch without a GPU would try to use it).
+    monkeypatch.setattr(checks, "visible_gpus", lambda: 1)
     before = torch.get_num_threads()
     args = ["train", "dataset=synthetic-tiny", "algorithm=single", "train.epochs=1"]
     code = main([*args, "cluster.threads_per_rank=1", "cluster.nprocs=2", "hydra.run.dir=run"])

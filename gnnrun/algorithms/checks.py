@@ -135,6 +135,11 @@ def check_gpu_ranks(cluster, ranks: int | None = None) -> None:
         )
 
 
+def visible_gpus() -> int:
+    """The CUDA devices this process's torch sees (0 with a CPU build)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def idle_gpus(cluster, overrides: list[str]) -> str | None:
     """What to tell a run on CPU ranks by default (cluster.device not given) on a machine
     whose torch sees GPUs: that they stay idle, and how to use them or say CPU on purpose.
@@ -143,9 +148,9 @@ def idle_gpus(cluster, overrides: list[str]) -> str | None:
         return None
     if any(o.lstrip("+~").startswith("cluster.device=") for o in overrides):
         return None
-    if not torch.cuda.is_available():
+    gpus = visible_gpus()
+    if not gpus:
         return None
-    gpus = torch.cuda.device_count()
     return (
         f"this torch sees {gpus} GPU{'s' if gpus > 1 else ''} and the run trains on CPU ranks: "
         "cluster.device=cuda trains on the GPUs (docs/gpus.md); cluster.device=cpu keeps "

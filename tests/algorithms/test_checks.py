@@ -164,8 +164,7 @@ def test_a_warm_up_longer_than_the_run_is_refused():
 def test_gpus_left_idle_by_default_are_named_and_not_when_cpu_is_chosen(monkeypatch):
     """A local run on CPU ranks by default, on a machine whose torch sees GPUs, is told so;
     not when cluster.device is given (cpu on purpose), nor elsewhere, nor without GPUs."""
-    monkeypatch.setattr(checks.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(checks.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(checks, "visible_gpus", lambda: 2)
     local = make_config("dataset=synthetic-tiny").cluster
     note = checks.idle_gpus(local, ["dataset=synthetic-tiny"])
     assert note is not None and note.startswith("this torch sees 2 GPUs and the run trains on CPU")
@@ -175,5 +174,5 @@ def test_gpus_left_idle_by_default_are_named_and_not_when_cpu_is_chosen(monkeypa
         "cluster=hosts", "cluster.node_rank=0", "cluster.rdzv_endpoint=127.0.0.1:29400"
     ).cluster
     assert checks.idle_gpus(hosts, []) is None
-    monkeypatch.setattr(checks.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(checks, "visible_gpus", lambda: 0)
     assert checks.idle_gpus(local, []) is None
