@@ -6,7 +6,12 @@ import csv
 from pathlib import Path
 
 from gnnrun.io import atomic_file, write_error
-from gnnrun.report.repeats import RepeatGroup, best_configurations
+from gnnrun.report.repeats import (
+    RepeatGroup,
+    best_configurations,
+    epochs_to_target,
+    seconds_to_target,
+)
 from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
 
 
@@ -53,6 +58,9 @@ def write_repeats_csv(groups: list[RepeatGroup], rows: list[ReportRow], path: Pa
     (empty below two finished points) at full precision, and whether it is its
     algorithm's best configuration."""
     figures = {"epoch_s": lambda r: r.epoch_s}
+    targets = any(g.reached() for g in groups)  # every run given train.target
+    if targets:
+        figures |= {"epochs_to_target": epochs_to_target, "seconds_to_target": seconds_to_target}
     for key, _ in figures_of(rows):
         figures[f"best_val_{key}"] = lambda r, n=f"val_{key}": r.best.get(n)
         figures[f"best_test_{key}"] = lambda r, n=f"test_{key}": r.best.get(n)
@@ -61,6 +69,7 @@ def write_repeats_csv(groups: list[RepeatGroup], rows: list[ReportRow], path: Pa
     header = ["run"] if comparing else []
     header += ["overrides", "over", "algorithm", "ranks", "points", "finished", "runs"]
     header += [f"{name}_{stat}" for name in figures for stat in ("mean", "std")]
+    header += ["reached_target"] if targets else []
     header.append("best")
     best = best_configurations(groups)
     lines = []
@@ -70,6 +79,9 @@ def write_repeats_csv(groups: list[RepeatGroup], rows: list[ReportRow], path: Pa
         line += [" ".join(r.point for r in group.rows), len(group.finished), len(group.rows)]
         for figure in figures.values():
             line += list(group.spread(figure))
+        if targets:
+            reached = group.reached()
+            line.append(None if reached is None else reached[0])
         line.append(index in best)
         lines.append(line)
     _write(path, header, lines)

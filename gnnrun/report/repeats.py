@@ -58,6 +58,24 @@ class RepeatGroup:
             return None, None
         return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
+    def reached(self) -> tuple[int, int] | None:
+        """(finished points that reached train.target, finished points), where every
+        finished point was given one (train.target); None where a point's target was its
+        own best figure, which differs from run to run."""
+        targets = [r.to_target for r in self.finished]
+        if not targets or not all(t and t.get("target_given") for t in targets):
+            return None
+        return sum(t.get("seconds") is not None for t in targets), len(targets)
+
+
+def seconds_to_target(row: ReportRow) -> float | None:
+    """Training seconds until the run came within 1% of train.target (None: never)."""
+    return (row.to_target or {}).get("seconds")
+
+
+def epochs_to_target(row: ReportRow) -> float | None:
+    return (row.to_target or {}).get("epochs")
+
 
 def repeat_groups(rows: list[ReportRow], keys: tuple[str, ...] = REPEAT_KEYS) -> list[RepeatGroup]:
     """The rows grouped by their overrides other than `keys`, per run set, in the order of

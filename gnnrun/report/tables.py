@@ -11,7 +11,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gnnrun.report.repeats import RepeatGroup, best_configurations
+from gnnrun.report.repeats import (
+    RepeatGroup,
+    best_configurations,
+    epochs_to_target,
+    seconds_to_target,
+)
 from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
 from gnnrun.report.runs import RunSet, distinguishing_overrides
 
@@ -282,6 +287,12 @@ def repeats_tables(groups: list[RepeatGroup], rows: list[ReportRow], width: int)
                 lambda g, k=key: _spread(g, lambda r: r.final.get(f"test_{k}")),
             ),
         ]
+    if any(g.reached() for g in groups):  # every run given train.target
+        columns += [
+            _Column("reached target", _reached),
+            _Column("epochs to target", lambda g: _spread(g, epochs_to_target, _tenths)),
+            _Column("s to target", lambda g: _spread(g, seconds_to_target, _tenths)),
+        ]
     best = best_configurations(groups)
     if best:
         ids = {id(groups[i]) for i in best}
@@ -295,6 +306,15 @@ def repeats_tables(groups: list[RepeatGroup], rows: list[ReportRow], width: int)
         ("run", "overrides"),
         lambda g: len(g.finished) == len(g.rows),
     )
+
+
+def _reached(group: RepeatGroup) -> str:
+    reached = group.reached()
+    return _MISSING if reached is None else f"{reached[0]} of {reached[1]}"
+
+
+def _tenths(value: float) -> str:
+    return f"{value:.1f}"
 
 
 def _spread(group: RepeatGroup, figure: Callable[[ReportRow], float | None], form=score) -> str:
@@ -448,6 +468,11 @@ def repeats_notes(groups: list[RepeatGroup]) -> list[str]:
         "test at best val: each run's test figure at its best validation epoch (the figure "
         "papers report, chosen without looking at test)"
     ]
+    if any(g.reached() for g in groups):
+        lines.append(
+            "to target (every run given train.target): how many finished runs came within 1% of "
+            "it, and the epochs and training seconds they took (mean over those that did)"
+        )
     if best_configurations(groups):
         lines.append(
             "best: the configuration of each algorithm with the highest mean best validation "

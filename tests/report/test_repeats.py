@@ -5,6 +5,7 @@ as mean ± standard deviation: the groups, the figures, the table, repeats.csv a
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 from pathlib import Path
 
@@ -162,3 +163,44 @@ def test_the_best_configuration_of_each_algorithm_is_marked(tmp_path, fabricate,
     assert rows["optimizer.lr=0.03"]["best"] == "yes" and rows["optimizer.lr=0.01"]["best"] == ""
     with open(root / "report" / "repeats.csv", newline="") as f:
         assert [line["best"] for line in csv.DictReader(f)] == ["False", "True"]
+
+
+def test_time_to_a_given_target_is_averaged_over_the_runs_that_reached_it(
+    tmp_path, fabricate, capsys, tables
+):
+    """With train.target given to every run, the repetitions say how many reached it and
+    the epochs and seconds they took; a run's own best as its target (not given) would
+    mix targets, and then there is no such column."""
+    root = tmp_path / "target"
+    reached = {0: (4, 2.0), 1: (6, 3.0), 2: (None, None)}  # seed -> (epochs, seconds)
+    for seed, (epochs, seconds) in reached.items():
+        summary = {
+            "algorithm": "minibatch",
+            "ranks": 2,
+            "epochs": 8,
+            "best": {"epoch": 7, "val_acc": 0.9, "test_acc": 0.9},
+            "final": {"val_acc": 0.9, "test_acc": 0.9},
+            "to_target": {
+                "target": 0.9,
+                "target_given": True,
+                "epochs": epochs,
+                "seconds": seconds,
+            },
+        }
+        fabricate(root / str(seed), summary, [], ["train.target=0.9", f"train.seed={seed}"])
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    assert main(["report", str(root)]) == 0
+    repeats = capsys.readouterr().out.split("over repetitions (train.seed)", 1)[1]
+    (row,) = tables(repeats, key=("run", "overrides"))
+    assert row["reached target"] == "2 of 3"
+    assert row["epochs to target"] == f"5.0 ± {statistics.stdev([4, 6]):.1f}"
+    assert row["s to target"] == f"2.5 ± {statistics.stdev([2.0, 3.0]):.1f}"
+    with open(root / "report" / "repeats.csv", newline="") as f:
+        (line,) = csv.DictReader(f)
+    assert line["reached_target"] == "2" and float(line["seconds_to_target_mean"]) == 2.5
+
+    summary = json.loads((root / "0" / "summary.json").read_text())
+    summary["to_target"]["target_given"] = False  # its own best: no common target
+    (root / "0" / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(root)]) == 0
+    assert "s to target" not in capsys.readouterr().out.split("over repetitions", 1)[1]
