@@ -11,8 +11,9 @@ from gnnrun.report.repeats import (
     best_configurations,
     epochs_to_target,
     seconds_to_target,
+    summarised_figures,
 )
-from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
+from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers, present_figures
 
 
 def write_csv(rows: list[ReportRow], path: Path) -> None:
@@ -61,10 +62,8 @@ def write_repeats_csv(groups: list[RepeatGroup], rows: list[ReportRow], path: Pa
     targets = any(g.reached() for g in groups)  # every run given train.target
     if targets:
         figures |= {"epochs_to_target": epochs_to_target, "seconds_to_target": seconds_to_target}
-    for key, _ in figures_of(rows):
-        figures[f"best_val_{key}"] = lambda r, n=f"val_{key}": r.best.get(n)
-        figures[f"best_test_{key}"] = lambda r, n=f"test_{key}": r.best.get(n)
-        figures[f"final_test_{key}"] = lambda r, n=f"test_{key}": r.final.get(n)
+    for key, name in present_figures(rows):
+        figures |= {column: figure for _, column, figure in summarised_figures(key, name)}
     comparing = any(g.run for g in groups)
     header = ["run"] if comparing else []
     header += ["overrides", "over", "algorithm", "ranks", "points", "finished", "runs"]

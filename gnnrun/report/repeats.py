@@ -22,6 +22,8 @@ from gnnrun.report.runs import override_key
 # task's random edge split.
 REPEAT_KEYS = ("train.seed", "dataset.split", "task.split_seed")
 
+Figure = Callable[[ReportRow], "float | None"]  # a run's value of a summarised figure
+
 # Statuses of the points a group's figures are taken over.
 FINISHED = ("done", "stopped early")
 
@@ -48,9 +50,7 @@ class RepeatGroup:
         counts = {r.ranks for r in self.rows}
         return counts.pop() if len(counts) == 1 else None
 
-    def spread(
-        self, figure: Callable[[ReportRow], float | None]
-    ) -> tuple[float | None, float | None]:
+    def spread(self, figure: Figure) -> tuple[float | None, float | None]:
         """(mean, sample standard deviation) of `figure(row)` over the finished points
         that have it; the deviation is None below two values."""
         values = [v for v in (figure(r) for r in self.finished) if v is not None]
@@ -75,6 +75,17 @@ def seconds_to_target(row: ReportRow) -> float | None:
 
 def epochs_to_target(row: ReportRow) -> float | None:
     return (row.to_target or {}).get("epochs")
+
+
+def summarised_figures(key: str, name: str) -> list[tuple[str, str, Figure]]:
+    """(table header, CSV name, value of a run) of each summary of one task figure (`key`,
+    as summary.json's figures name it): the best validation figure, the test figure at
+    that epoch, and the final test figure."""
+    return [
+        (f"best val {name}", f"best_val_{key}", lambda r: r.best.get(f"val_{key}")),
+        (f"test at best val {name}", f"best_test_{key}", lambda r: r.best.get(f"test_{key}")),
+        (f"final test {name}", f"final_test_{key}", lambda r: r.final.get(f"test_{key}")),
+    ]
 
 
 def repeat_groups(rows: list[ReportRow], keys: tuple[str, ...] = REPEAT_KEYS) -> list[RepeatGroup]:

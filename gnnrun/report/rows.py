@@ -138,5 +138,15 @@ def figures_of(rows: list[ReportRow]) -> list[tuple[str, str]]:
     return list(seen.items())
 
 
+def present_figures(rows: list[ReportRow]) -> list[tuple[str, str]]:
+    """The figures of the rows' tasks (summary.json's) that some row has; accuracy where
+    no row has any (runs without results yet)."""
+    return [
+        (key, name)
+        for key, name in figures_of(rows)
+        if any(f"val_{key}" in r.best or f"test_{key}" in r.final for r in rows)
+    ] or [("acc", "acc")]
+
+
 def hit_layers(rows: list[ReportRow]) -> int:
     return max((len(r.hit_rate) for r in rows), default=0)

@@ -16,8 +16,9 @@ from gnnrun.report.repeats import (
     best_configurations,
     epochs_to_target,
     seconds_to_target,
+    summarised_figures,
 )
-from gnnrun.report.rows import PHASES, ReportRow, figures_of, hit_layers
+from gnnrun.report.rows import PHASES, ReportRow, hit_layers, present_figures
 from gnnrun.report.runs import RunSet, distinguishing_overrides
 
 if TYPE_CHECKING:  # only named in annotations: `gnnrun report` then runs without torch
@@ -273,19 +274,10 @@ def repeats_tables(groups: list[RepeatGroup], rows: list[ReportRow], width: int)
         _Column("points", lambda g: ",".join(r.point for r in g.rows), text=True, wraps=True),
         _Column("epoch s", lambda g: _spread(g, lambda r: r.epoch_s, seconds)),
     ]
-    for key, name in _figures(rows):
+    for key, name in present_figures(rows):
         columns += [
-            _Column(
-                f"best val {name}", lambda g, k=key: _spread(g, lambda r: r.best.get(f"val_{k}"))
-            ),
-            _Column(
-                f"test at best val {name}",
-                lambda g, k=key: _spread(g, lambda r: r.best.get(f"test_{k}")),
-            ),
-            _Column(
-                f"final test {name}",
-                lambda g, k=key: _spread(g, lambda r: r.final.get(f"test_{k}")),
-            ),
+            _Column(header, lambda g, f=figure: _spread(g, f))
+            for header, _, figure in summarised_figures(key, name)
         ]
     if any(g.reached() for g in groups):  # every run given train.target
         columns += [
@@ -371,16 +363,6 @@ def _min_width(columns: list[_Column], rows: list) -> int:
     return total
 
 
-def _figures(rows: list[ReportRow]) -> list[tuple[str, str]]:
-    """The figures of the rows' tasks (summary.json's) that some row has; accuracy where
-    no row has any (runs without results yet)."""
-    return [
-        (key, name)
-        for key, name in figures_of(rows)
-        if any(f"val_{key}" in r.best or f"test_{key}" in r.final for r in rows)
-    ] or [("acc", "acc")]
-
-
 def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
     comparing = len(sets) == 2
     columns = []
@@ -404,7 +386,7 @@ def _report_columns(rows: list[ReportRow], sets: list[RunSet]) -> list[_Column]:
         for p in PHASES
     ]
     columns.append(_Column("MB/epoch", lambda r: megabytes(r.bytes_per_epoch)))
-    for key, name in _figures(rows):
+    for key, name in present_figures(rows):
         columns += [
             _Column(f"best val {name}", lambda r, k=key: score(r.best.get(f"val_{k}"))),
             _Column(f"final test {name}", lambda r, k=key: score(r.final.get(f"test_{k}"))),
