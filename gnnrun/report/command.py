@@ -49,7 +49,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--over",
         type=_keys,
-        default=REPEAT_KEYS,
         metavar="KEYS",
         help="the override keys whose points repeat a configuration, comma-separated "
         f"(default {','.join(REPEAT_KEYS)}): their figures are summarised as mean ± "
@@ -93,7 +92,15 @@ def cmd_report(args: list[str]) -> int:
         out.print(table)
     for line in report_notes(rows, sets):
         out.print(line, markup=False, highlight=False, style="dim")
-    groups = repeat_groups(rows, options.over)
+    groups = repeat_groups(rows, options.over or REPEAT_KEYS)
+    if options.over and not groups:  # a key no point varies (a typo, say) is said, not ignored
+        out.print(
+            f"--over {','.join(options.over)}: no two points of "
+            f"{' or '.join(str(s.path) for s in sets)} differ only in these keys, so nothing "
+            "repeats (their overrides are listed in the table above)",
+            markup=False,
+            soft_wrap=True,
+        )
     if groups:
         for table in repeats_tables(groups, rows, out.width):
             out.print(table)

@@ -135,6 +135,9 @@ def test_over_names_the_keys_and_a_sweep_without_repetitions_gets_no_second_tabl
     assert "over repetitions" not in capsys.readouterr().out
     assert not (hec_sweep / "report" / "repeats.csv").exists()
     assert not (hec_sweep / "report" / "repeats.png").exists()
+    assert main(["report", str(seeds_sweep), "--over", "train.sed"]) == 0  # a typo is named
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "--over train.sed: no two points of" in printed and "over repetitions" not in printed
     assert main(["report", str(seeds_sweep), "--over", "train.seed=1"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "argument --over: 'train.seed=1': give override keys without values" in err
