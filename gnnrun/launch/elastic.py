@@ -47,6 +47,7 @@ from typing import Any
 from gnnrun import RANK_STARTING_ENV
 from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
 from gnnrun.errors import GnnrunError, Stopped
+from gnnrun.launch import forkserver
 from gnnrun.launch.rank import choose_backend
 from gnnrun.launch.watchdog import LOST_PREFIX, AbortWatcher
 from gnnrun.torch_support import dataclass_accepts
@@ -227,7 +228,7 @@ def _launch_once(
         rdzv_configs=rendezvous,
         max_restarts=0,
         monitor_interval=0.2,
-        start_method="spawn",
+        start_method=forkserver.start_method(),
         logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
         # torch 2.11 has no such setting (its agent waits 30 s before SIGKILL).
         **(
@@ -255,7 +256,9 @@ def _launch_once(
         )
     try:
         with _quiet_agent(), watcher:
-            results = elastic_launch(launch, entrypoint)(*args)
+            results = elastic_launch(launch, forkserver.in_launch_environment)(
+                forkserver.launch_variables(), entrypoint, *args
+            )
     except DistError as exc:  # the hosts never met: no rank ran, nothing to restart
         raise NotRestartable(_rendezvous_failure(exc, group, endpoint)) from None
     except ChildFailedError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -19,17 +20,21 @@ import rank_fns  # noqa: E402
 
 
 def child_processes() -> list[int]:
-    me = str(os.getpid())
-    children = []
+    """This process's descendants but Python's helpers: the resource tracker, and the
+    server the ranks are forked from (gnnrun.launch.forkserver), whose children they are."""
+    parents, commands = {}, {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[stat.parent.name] = stat.read_text().rsplit(")", 1)[1].split()[1]
+            commands[stat.parent.name] = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        cmdline = (stat.parent / "cmdline").read_bytes()
-        if fields[1] == me and b"resource_tracker" not in cmdline:  # python's own helper process
-            children.append(int(stat.parent.name))
-    return children
+    found, frontier = [], {str(os.getpid())}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier}
+        found += [int(pid) for pid in frontier if b"resource_tracker" not in commands[pid]]
+    # Its forks share its command line: it is known by its process id.
+    return sorted(set(found) - {multiprocessing.forkserver._forkserver._forkserver_pid})
 
 
 @pytest.mark.parametrize(
