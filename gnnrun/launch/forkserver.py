@@ -43,9 +43,7 @@ def start_method() -> str:
     "spawn" where multiprocessing cannot restart a forkserver (not on Linux, say)."""
     global _server_started_with
     server = multiprocessing.forkserver._forkserver
-    if "forkserver" not in multiprocessing.get_all_start_methods() or not hasattr(
-        server, "_stop"
-    ):
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not hasattr(server, "_stop"):
         return "spawn"
     inherited = _inherited()
     if inherited != _server_started_with:
