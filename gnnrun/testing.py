@@ -26,8 +26,9 @@ def run_on_ranks(
     # name is relative to importable there (pytest may name a test module
     # `tests.comm.test_x` or `test_x`, depending on how it was started).
     folder = str(Path(inspect.getfile(fn)).resolve().parents[fn.__module__.count(".")])
-    paths = [folder, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if folder not in paths:  # once: a changed environment starts the ranks' server again
+        os.environ["PYTHONPATH"] = os.pathsep.join([folder, *paths])
     if folder not in sys.path:
         sys.path.insert(0, folder)
     return launch_local(in_gloo_group, (fn, timeout_s, args), nprocs, timeout_s)

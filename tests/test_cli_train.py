@@ -319,14 +319,19 @@ def _start_training(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, 
 
 
 def _ranks(processes: dict[int, str]) -> list[int]:
-    ranks = []
+    """Those of `processes` that are ranks: the children of the server they are forked
+    from (gnnrun.launch.forkserver), whose command line they share, or spawned ones."""
+    commands = {}
     for pid in processes:
-        try:
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                ranks.append(pid)
-        except OSError:
-            pass
-    return sorted(ranks)
+        with contextlib.suppress(OSError):
+            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
+    table = _process_table()
+    forked = {pid for pid, command in commands.items() if b"multiprocessing.forkserver" in command}
+    return sorted(
+        pid
+        for pid, command in commands.items()
+        if b"spawn_main" in command or (pid in table and table[pid][0] in forked)
+    )
 
 
 @pytest.mark.faults

@@ -16,6 +16,8 @@ have changed since (a caller that set a variable between two launches, a test
 whose output is captured on its own), and the variables gnnrun sets anew for
 each launch (`LAUNCH_VARIABLES`) travel with the rank's arguments instead
 (`in_launch_environment`); a rank then sees what a spawned one would.
+
+GNNRUN_START_METHOD=spawn starts every rank afresh, as before.
 """
 
 from __future__ import annotations
@@ -28,11 +30,18 @@ from typing import Any
 
 from gnnrun import RANK_STARTING_ENV
 from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
+from gnnrun.errors import GnnrunError
+
+START_METHOD_ENV = "GNNRUN_START_METHOD"
 
 # What the server imports before it forks: what every rank would import first.
 PRELOAD = ["torch", "gnnrun.launch.worker"]
 # Set by the launcher for each launch: not a reason to start the server again.
 LAUNCH_VARIABLES = (RUN_ID_ENV, ATTEMPT_ENV, RANK_STARTING_ENV)
+
+# The elastic agent's settings, for this process (it sets TORCHELASTIC_SIGNALS_TO_HANDLE
+# here at its first launch); it hands each rank the ones a rank reads.
+AGENT_PREFIX = "TORCHELASTIC_"
 
 _server_started_with: tuple | None = None  # what the running server inherited
 
@@ -40,10 +49,20 @@ _server_started_with: tuple | None = None  # what the running server inherited
 def start_method() -> str:
     """The start method for this launch's ranks: "forkserver", the server running with this
     process's environment and standard streams (started again if they changed), or
-    "spawn" where multiprocessing cannot restart a forkserver (not on Linux, say)."""
+    "spawn" when GNNRUN_START_METHOD=spawn asks for it or multiprocessing cannot restart a
+    forkserver (not on Linux, say)."""
     global _server_started_with
     server = multiprocessing.forkserver._forkserver
-    if "forkserver" not in multiprocessing.get_all_start_methods() or not hasattr(server, "_stop"):
+    chosen = os.environ.get(START_METHOD_ENV, "forkserver")
+    if chosen not in ("forkserver", "spawn"):
+        raise GnnrunError(
+            f"{START_METHOD_ENV}={chosen}: the ranks start as forkserver (the default) or spawn"
+        )
+    if (
+        chosen == "spawn"
+        or "forkserver" not in multiprocessing.get_all_start_methods()
+        or not hasattr(server, "_stop")
+    ):
         return "spawn"
     inherited = _inherited()
     if inherited != _server_started_with:
@@ -62,6 +81,11 @@ def start_method() -> str:
                 os.environ[RANK_STARTING_ENV] = before
         _server_started_with = inherited
     return "forkserver"
+
+
+def server_pid() -> int | None:
+    """The process id of the server this process's ranks are forked from, if it runs."""
+    return multiprocessing.forkserver._forkserver._forkserver_pid if _server_started_with else None
 
 
 def launch_variables() -> dict[str, str]:
@@ -85,7 +109,13 @@ def in_launch_environment(
 def _inherited() -> tuple:
     """What a process started now inherits from this one that a rank would see: the
     environment, but for the launch's own variables, and where its output goes."""
-    environment = tuple(sorted((k, v) for k, v in os.environ.items() if k not in LAUNCH_VARIABLES))
+    environment = tuple(
+        sorted(
+            (k, v)
+            for k, v in os.environ.items()
+            if k not in LAUNCH_VARIABLES and not k.startswith(AGENT_PREFIX)
+        )
+    )
     streams = []
     for fd in (1, 2):
         try:

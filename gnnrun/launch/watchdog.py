@@ -229,14 +229,22 @@ KILL_GRACE_S = 5.0  # ranks that have not ended this long after an abort are sto
 
 
 def local_workers() -> list[int]:
-    """The ranks this process's elastic agent started (its spawned children)."""
+    """The ranks this process's elastic agent started: the forkserver's children
+    (gnnrun.launch.forkserver), or this process's spawned ones."""
+    from gnnrun.launch.forkserver import server_pid
+
+    server = server_pid()
     pids = []
-    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
-        with contextlib.suppress(OSError):
-            for pid in children.read_text().split():
-                with contextlib.suppress(OSError):
-                    if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                        pids.append(int(pid))
+    for parent in (os.getpid(), server):
+        if parent is None:
+            continue
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for pid in children.read_text().split():
+                    with contextlib.suppress(OSError):
+                        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+                        if parent == server or b"spawn_main" in command:
+                            pids.append(int(pid))
     return pids
 
 

@@ -43,3 +43,12 @@ def check_config(
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = to_objects(compose("config", overrides=overrides_by_rank[rank]))
     check_same_config(cfg, jobs[rank] if jobs else "train")
+
+
+def environment_and_parent(rank: int, world: int, names: list[str]) -> tuple[dict, int]:
+    """The rank's values of the variables `names` (None where unset), and its parent's pid."""
+    return {name: os.environ.get(name) for name in names}, os.getppid()
+
+
+def say(rank: int, world: int, text: str) -> None:
+    print(f"{text} from rank {rank}", flush=True)

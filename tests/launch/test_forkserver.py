@@ -1,0 +1,85 @@
+"""Ranks forked from a server that has imported torch: what they inherit is what the
+launcher has at each launch (gnnrun.launch.forkserver)."""
+
+from __future__ import annotations
+
+import multiprocessing.forkserver
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
+from gnnrun.errors import GnnrunError
+from gnnrun.launch import forkserver
+from gnnrun.testing import run_on_ranks
+
+sys.path.insert(0, str(Path(__file__).parent))
+import rank_fns  # noqa: E402
+
+NAMES = ["GNNRUN_TEST_SETTING", ATTEMPT_ENV, RUN_ID_ENV]
+
+
+def _server() -> int | None:
+    return multiprocessing.forkserver._forkserver._forkserver_pid
+
+
+def test_ranks_are_forked_from_one_server_while_the_environment_stays(monkeypatch):
+    monkeypatch.setenv("GNNRUN_TEST_SETTING", "first")
+    first = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
+    server = _server()
+    assert server is not None and [parent for _, parent in first] == [server, server]
+    again = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
+    assert _server() == server and [parent for _, parent in again] == [server, server]
+    # Each launch's own variables reach its ranks, not the server's of an earlier launch.
+    (seen, _), (seen_again, _) = first[0], again[0]
+    assert seen["GNNRUN_TEST_SETTING"] == "first" and seen[ATTEMPT_ENV] == "0"
+    assert seen[RUN_ID_ENV] and seen_again[RUN_ID_ENV] not in (None, seen[RUN_ID_ENV])
+
+
+def test_a_variable_changed_between_launches_reaches_the_ranks(monkeypatch):
+    monkeypatch.setenv("GNNRUN_TEST_SETTING", "before")
+    run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
+    before = _server()
+    monkeypatch.setenv("GNNRUN_TEST_SETTING", "after")
+    after = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
+    assert [seen["GNNRUN_TEST_SETTING"] for seen, _ in after] == ["after", "after"]
+    assert _server() != before  # the server was started again, with the new environment
+    monkeypatch.delenv("GNNRUN_TEST_SETTING")
+    gone = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
+    assert [seen["GNNRUN_TEST_SETTING"] for seen, _ in gone] == [None, None]
+
+
+def test_a_ranks_output_goes_where_the_launchers_goes_now(tmp_path):
+    run_on_ranks(rank_fns.say, 2, "before")  # the server starts with the output of now
+    log = tmp_path / "output.txt"
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(log, "w") as file:
+        os.dup2(file.fileno(), 1)
+        try:
+            run_on_ranks(rank_fns.say, 2, "after")
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+    assert sorted(log.read_text().splitlines()) == ["after from rank 0", "after from rank 1"]
+
+
+def test_spawn_on_request_and_a_wrong_choice_named(monkeypatch):
+    monkeypatch.setenv(forkserver.START_METHOD_ENV, "spawn")
+    assert forkserver.start_method() == "spawn"
+    ranks = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
+    assert [parent for _, parent in ranks] != [_server()] * 2
+    monkeypatch.setenv(forkserver.START_METHOD_ENV, "fork")
+    with pytest.raises(GnnrunError, match="GNNRUN_START_METHOD=fork: the ranks start as"):
+        forkserver.start_method()
+
+
+def test_a_server_started_elsewhere_is_replaced_by_one_with_gnnruns_imports():
+    multiprocessing.forkserver.set_forkserver_preload([])
+    multiprocessing.forkserver._forkserver.ensure_running()
+    forkserver._server_started_with = None  # as in a process that has not launched yet
+    assert forkserver.start_method() == "forkserver"
+    assert multiprocessing.forkserver._forkserver._preload_modules == forkserver.PRELOAD
+    assert os.environ.get("GNNRUN_RANK_STARTING") is None  # set only while it starts
