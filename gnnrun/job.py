@@ -183,7 +183,7 @@ def train(cfg: DictConfig) -> None:
     from gnnrun.attempt import current_attempt
     from gnnrun.config import to_objects
     from gnnrun.io import check_folder_path
-    from gnnrun.launch import sweep
+    from gnnrun.launch import forkserver, sweep
     from gnnrun.launch.elastic import run_ranks
     from gnnrun.launch.rank import own_process_threads
     from gnnrun.launch.slurm import run_slurm_rank
@@ -278,6 +278,7 @@ def train(cfg: DictConfig) -> None:
         )
         return
     else:
+        forkserver.start_ahead()
         prepare()
         summary = run_ranks(config, run_dir)
     print_table(summary_table(summary))
@@ -323,6 +324,7 @@ def run_inference(config, kind: str, run_dir: Path) -> dict | None:
     on a host or SLURM task that only ran ranks: node 0's, task 0's, writes the output)."""
     from gnnrun.algorithms.checks import check_gpu_ranks
     from gnnrun.infer.run import finish_inference, infer_on_rank, plan_inference
+    from gnnrun.launch import forkserver
     from gnnrun.launch.elastic import leads, run_rank_job
     from gnnrun.launch.slurm import run_slurm_inference
 
@@ -340,6 +342,8 @@ def run_inference(config, kind: str, run_dir: Path) -> dict | None:
             run_rank_job(config, "infer", None)
         else:
             _check_rendezvous(config)
+            if config.cluster.nprocs > 1:
+                forkserver.start_ahead()
             plan = _prepare_inference(config, kind, run_dir, held)
             if config.cluster.name == "local" and config.cluster.nprocs == 1:
                 figures = [infer_on_rank(config, plan)]

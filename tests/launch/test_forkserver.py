@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing.forkserver
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -83,3 +84,26 @@ def test_a_server_started_elsewhere_is_replaced_by_one_with_gnnruns_imports():
     assert forkserver.start_method() == "forkserver"
     assert multiprocessing.forkserver._forkserver._preload_modules == forkserver.PRELOAD
     assert os.environ.get("GNNRUN_RANK_STARTING") is None  # set only while it starts
+
+
+def test_the_servers_imports_leave_cuda_alone_and_start_no_thread_of_gnnruns():
+    """A rank forked from a process that has touched CUDA cannot use it: none of the
+    server's imports may ask torch.cuda anything (here each question raises)."""
+    script = f"""
+import threading, torch, torch.cuda
+def refuse(name):
+    def touched(*args, **kwargs):
+        raise AssertionError(f"torch.cuda.{{name}} asked at import")
+    return touched
+for name in ("is_available", "device_count", "init", "_lazy_init", "set_device",
+             "current_device", "get_device_properties"):
+    setattr(torch.cuda, name, refuse(name))
+for module in {forkserver.PRELOAD[1:]!r}:
+    __import__(module)
+assert threading.active_count() == 1, threading.enumerate()
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
