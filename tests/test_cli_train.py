@@ -258,17 +258,26 @@ def test_a_signal_stops_a_local_sweep_without_failing_its_point(tmp_path):
 
 @pytest.mark.faults
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes in /proc")
-def test_ctrl_c_while_ranks_start_prints_one_line(tmp_path):
-    """Ranks spend seconds importing torch; Ctrl-C then must not print their tracebacks."""
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_ctrl_c_while_ranks_start_prints_one_line(tmp_path, start_method):
+    """Starting ranks spend seconds importing torch: the forkserver's server, or each
+    spawned rank (gnnrun.launch.forkserver). Ctrl-C then must not print a traceback."""
     gnnrun = Path(sys.executable).with_name("gnnrun")
     command = [str(gnnrun), "train", "dataset=synthetic-tiny", "cluster.nprocs=2"]
     process = subprocess.Popen(
-        command, stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+        env={**os.environ, "GNNRUN_START_METHOD": start_method},
     )
+    # What imports: the server (beside the resource tracker), or the two ranks.
+    starting = 2 if start_method == "forkserver" else 3
     try:
         deadline = time.monotonic() + 120
-        while len(descendants(process.pid)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the two ranks and the resource tracker
+        while len(descendants(process.pid)) < starting and time.monotonic() < deadline:
+            time.sleep(0.05)
         # Into their imports (torch's take seconds). The interpreter's own first tenth
         # of a second, before gnnrun is imported, is not covered.
         time.sleep(0.5)

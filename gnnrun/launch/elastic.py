@@ -35,7 +35,6 @@ import re
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import threading
 import uuid
@@ -244,7 +243,6 @@ def _launch_once(
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {sig: signal.getsignal(sig) for sig in _AGENT_SIGNALS} if main_thread else {}
     os.environ[RANK_STARTING_ENV] = "1"  # inherited by the ranks only while they start
-    _start_resource_tracker_quietly()
     if group.nnodes > 1:  # else silent until every host has come, or the timeout
         from gnnrun.progress import console
 
@@ -327,34 +325,6 @@ _SECONDARY = (
 
 # A rank's error as another rank relays it (gnnrun.launch.watchdog: "rank 1 on node 0 ...").
 _RELAYED = re.compile(r"rank \d+ on node \d+ ")
-
-
-def _start_resource_tracker_quietly() -> None:
-    """Start multiprocessing's resource tracker (the launch's queues and the ranks use
-    it) with its stderr on /dev/null, unless it runs already.
-
-    It unlinks the semaphores of a launcher that died without doing so (SIGKILL), and
-    then warns "There appear to be N leaked semaphore objects to clean up at shutdown"
-    on the terminal: nothing for the user to do, since it has cleaned them up."""
-    from multiprocessing import resource_tracker
-
-    if getattr(resource_tracker._resource_tracker, "_fd", None) is not None:
-        return
-    if os.environ.get("GNNRUN_DEBUG") == "1":
-        resource_tracker.ensure_running()
-        return
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    saved = os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 2)  # the tracker inherits this process's stderr as it starts
-        resource_tracker.ensure_running()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
 
 
 @contextlib.contextmanager

@@ -22,9 +22,11 @@ GNNRUN_START_METHOD=spawn starts every rank afresh, as before.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,16 +37,18 @@ from gnnrun.errors import GnnrunError
 START_METHOD_ENV = "GNNRUN_START_METHOD"
 
 # What the server imports before it forks: what every rank would import before its
-# first step. The launcher's main module (a rank imports it first, as a spawned one
-# does: the gnnrun command's imports hydra); torch; torch._dynamo, which torch.optim
-# imports at its first step (1.3 s of a rank's 3 s of imports); gnnrun's rank jobs and
-# what they build (their registries import every algorithm, model, task and dataset),
-# and what loads the native kernels.
+# first step. gnnrun first: with GNNRUN_RANK_STARTING set, it makes the server, and the
+# ranks it forks, leave quietly on Ctrl-C while they start (gnnrun/__init__). torch;
+# torch._dynamo, which torch.optim imports at its first step (1.3 s of a rank's 3 s of
+# imports); gnnrun.cli, which a rank imports as the gnnrun command's main module does;
+# gnnrun's rank jobs and what they build (their registries import every algorithm,
+# model, task and dataset), and what loads the native kernels.
 PRELOAD = [
-    "__main__",
+    "gnnrun",
     "torch",
     "torch._dynamo",
     "torch.utils.cpp_extension",
+    "gnnrun.cli",
     "gnnrun.launch.worker",
     "gnnrun.algorithms",
     "gnnrun.train.trainer",
@@ -69,6 +73,7 @@ def start_method() -> str:
     "spawn" when GNNRUN_START_METHOD=spawn asks for it or multiprocessing cannot restart a
     forkserver (not on Linux, say)."""
     global _server_started_with
+    start_resource_tracker_quietly()  # before the server, which would start it otherwise
     server = multiprocessing.forkserver._forkserver
     chosen = os.environ.get(START_METHOD_ENV, "forkserver")
     if chosen not in ("forkserver", "spawn"):
@@ -149,3 +154,31 @@ def _inherited() -> tuple:
         else:
             streams.append((stat.st_dev, stat.st_ino))
     return environment, tuple(streams)
+
+
+def start_resource_tracker_quietly() -> None:
+    """Start multiprocessing's resource tracker (the launch's queues and the ranks use
+    it) with its stderr on /dev/null, unless it runs already.
+
+    It unlinks the semaphores of a launcher that died without doing so (SIGKILL), and
+    then warns "There appear to be N leaked semaphore objects to clean up at shutdown"
+    on the terminal: nothing for the user to do, since it has cleaned them up."""
+    from multiprocessing import resource_tracker
+
+    if getattr(resource_tracker._resource_tracker, "_fd", None) is not None:
+        return
+    if os.environ.get("GNNRUN_DEBUG") == "1":
+        resource_tracker.ensure_running()
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)  # the tracker inherits this process's stderr as it starts
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)

@@ -64,7 +64,8 @@ def test_a_ranks_output_goes_where_the_launchers_goes_now(tmp_path):
         finally:
             os.dup2(saved, 1)
             os.close(saved)
-    assert sorted(log.read_text().splitlines()) == ["after from rank 0", "after from rank 1"]
+    lines = log.read_text().splitlines()
+    assert {"after from rank 0", "after from rank 1"} <= set(lines), lines
 
 
 def test_spawn_on_request_and_a_wrong_choice_named(monkeypatch):
@@ -100,7 +101,7 @@ def refuse(name):
 for name in ("is_available", "device_count", "init", "_lazy_init", "set_device",
              "current_device", "get_device_properties"):
     setattr(torch.cuda, name, refuse(name))
-for module in {forkserver.PRELOAD[1:]!r}:
+for module in {forkserver.PRELOAD!r}:
     __import__(module)
 assert len(os.listdir("/proc/self/task")) == threads, "a thread started at import"
 print("ok")
