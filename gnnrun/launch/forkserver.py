@@ -42,12 +42,13 @@ START_METHOD_ENV = "GNNRUN_START_METHOD"
 # torch._dynamo, which torch.optim imports at its first step (1.3 s of a rank's 3 s of
 # imports); gnnrun.cli, which a rank imports as the gnnrun command's main module does;
 # gnnrun's rank jobs and what they build (their registries import every algorithm,
-# model, task and dataset), and what loads the native kernels.
+# model, task and dataset). Not torch.utils.cpp_extension (the native kernels' builds): on
+# a CUDA build it asks torch.cuda.is_available(), and a rank forked from a process
+# that has asked cannot use the GPU.
 PRELOAD = [
     "gnnrun",
     "torch",
     "torch._dynamo",
-    "torch.utils.cpp_extension",
     "gnnrun.cli",
     "gnnrun.launch.worker",
     "gnnrun.algorithms",

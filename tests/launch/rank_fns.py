@@ -51,4 +51,6 @@ def environment_and_parent(rank: int, world: int, names: list[str]) -> tuple[dic
 
 
 def say(rank: int, world: int, text: str) -> None:
-    print(f"{text} from rank {rank}", flush=True)
+    # One write of the whole line: print's two (text, then newline) interleave with the
+    # other rank's.
+    os.write(1, f"{text} from rank {rank}\n".encode())

@@ -96,11 +96,14 @@ import os, numpy, torch, torch.cuda
 threads = len(os.listdir("/proc/self/task"))  # with numpy's BLAS threads, which survive a fork
 def refuse(name):
     def touched(*args, **kwargs):
-        raise AssertionError(f"torch.cuda.{{name}} asked at import")
+        raise AssertionError(f"{{name}} asked at import")
     return touched
 for name in ("is_available", "device_count", "init", "_lazy_init", "set_device",
              "current_device", "get_device_properties"):
     setattr(torch.cuda, name, refuse(name))
+for name in ("_cuda_getDeviceCount", "_cuda_init"):  # what they call, on a CUDA build
+    if hasattr(torch._C, name):
+        setattr(torch._C, name, refuse(name))
 for module in {forkserver.PRELOAD!r}:
     __import__(module)
 assert len(os.listdir("/proc/self/task")) == threads, "a thread started at import"
