@@ -1,12 +1,13 @@
 """How the launcher starts its ranks: forked from a server that has imported torch.
 
-A rank started afresh (multiprocessing's "spawn") spends its first 1.5-2 s
-importing torch and gnnrun, every rank at once on the machine's cores. The
-forkserver imports them once, in a server process of its own, and forks each
-rank from it: two ranks on two cores, each only meeting its peers, started and
-finished in 1.9 s spawned, and in 0.23 s forked once the server ran (1.4 s with
-the server's own start). A sweep's points, a restart's attempts and every
-command of a test suite start from the same server.
+A rank started afresh (multiprocessing's "spawn") spends its first 2-3 s
+importing torch, torch._dynamo and gnnrun, every rank at once on the machine's
+cores. The forkserver imports them once, in a server process of its own, and
+forks each rank from it: on two cores, two ranks that only meet their peers
+took 1.93 s spawned and 0.25 s forked once the server ran, four 3.7 s and
+0.29 s (benchmarks/2026-11-29-rank-start.md). A sweep's points, a restart's
+attempts and every command of one Python process start from the same server;
+`gnnrun train` starts it while it prepares the dataset and partition.
 
 The server holds no state of the launcher (it is a fresh interpreter: no
 threads, no CUDA context, which a forked rank could not use), but it has the
