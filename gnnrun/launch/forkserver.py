@@ -18,6 +18,10 @@ whose output is captured on its own), and the variables gnnrun sets anew for
 each launch (`LAUNCH_VARIABLES`) travel with the rank's arguments instead
 (`in_launch_environment`); a rank then sees what a spawned one would.
 
+A forked rank leaves through os._exit once its job has returned and its output
+is flushed (multiprocessing's way for forked children): exit handlers a rank
+registers (atexit) do not run, as they would in a spawned one.
+
 GNNRUN_START_METHOD=spawn starts every rank afresh, as before.
 """
 
