@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
 from gnnrun.errors import GnnrunError
+from gnnrun.launch.forkserver import server_pid
 
 BEAT_S = 1.0  # heartbeat period
 WINDOW_S = 3.0  # a counter that did not move in this long belongs to a lost rank
@@ -231,8 +232,6 @@ KILL_GRACE_S = 5.0  # ranks that have not ended this long after an abort are sto
 def local_workers() -> list[int]:
     """The ranks this process's elastic agent started: the forkserver's children
     (gnnrun.launch.forkserver), or this process's spawned ones."""
-    from gnnrun.launch.forkserver import server_pid
-
     server = server_pid()
     pids = []
     for parent in (os.getpid(), server):

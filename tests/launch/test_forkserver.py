@@ -22,17 +22,13 @@ import rank_fns  # noqa: E402
 NAMES = ["GNNRUN_TEST_SETTING", ATTEMPT_ENV, RUN_ID_ENV]
 
 
-def _server() -> int | None:
-    return multiprocessing.forkserver._forkserver._forkserver_pid
-
-
 def test_ranks_are_forked_from_one_server_while_the_environment_stays(monkeypatch):
     monkeypatch.setenv("GNNRUN_TEST_SETTING", "first")
     first = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
-    server = _server()
+    server = forkserver.server_pid()
     assert server is not None and [parent for _, parent in first] == [server, server]
     again = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
-    assert _server() == server and [parent for _, parent in again] == [server, server]
+    assert forkserver.server_pid() == server and [parent for _, parent in again] == [server, server]
     # Each launch's own variables reach its ranks, not the server's of an earlier launch.
     (seen, _), (seen_again, _) = first[0], again[0]
     assert seen["GNNRUN_TEST_SETTING"] == "first" and seen[ATTEMPT_ENV] == "0"
@@ -42,11 +38,13 @@ def test_ranks_are_forked_from_one_server_while_the_environment_stays(monkeypatc
 def test_a_variable_changed_between_launches_reaches_the_ranks(monkeypatch):
     monkeypatch.setenv("GNNRUN_TEST_SETTING", "before")
     run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
-    before = _server()
+    before = forkserver.server_pid()
     monkeypatch.setenv("GNNRUN_TEST_SETTING", "after")
     after = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
     assert [seen["GNNRUN_TEST_SETTING"] for seen, _ in after] == ["after", "after"]
-    assert _server() != before  # the server was started again, with the new environment
+    assert (
+        forkserver.server_pid() != before
+    )  # the server was started again, with the new environment
     monkeypatch.delenv("GNNRUN_TEST_SETTING")
     gone = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
     assert [seen["GNNRUN_TEST_SETTING"] for seen, _ in gone] == [None, None]
@@ -72,7 +70,7 @@ def test_spawn_on_request_and_a_wrong_choice_named(monkeypatch):
     monkeypatch.setenv(forkserver.START_METHOD_ENV, "spawn")
     assert forkserver.start_method() == "spawn"
     ranks = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
-    assert [parent for _, parent in ranks] != [_server()] * 2
+    assert [parent for _, parent in ranks] == [os.getpid()] * 2  # this process's children
     monkeypatch.setenv(forkserver.START_METHOD_ENV, "fork")
     with pytest.raises(GnnrunError, match="GNNRUN_START_METHOD=fork: the ranks start as"):
         forkserver.start_method()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gnnrun.errors import GnnrunError
+from gnnrun.launch.forkserver import server_pid
 from gnnrun.launch.rank import choose_backend, rank_cpus
 from gnnrun.testing import run_on_ranks
 
@@ -34,7 +34,7 @@ def child_processes() -> list[int]:
         frontier = {pid for pid, parent in parents.items() if parent in frontier}
         found += [int(pid) for pid in frontier if b"resource_tracker" not in commands[pid]]
     # Its forks share its command line: it is known by its process id.
-    return sorted(set(found) - {multiprocessing.forkserver._forkserver._forkserver_pid})
+    return sorted(set(found) - {server_pid()})
 
 
 @pytest.mark.parametrize(
