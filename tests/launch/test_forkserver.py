@@ -3,6 +3,7 @@ launcher has at each launch (gnnrun.launch.forkserver)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing.forkserver
 import os
 import subprocess
@@ -14,10 +15,13 @@ import pytest
 from gnnrun.attempt import ATTEMPT_ENV, RUN_ID_ENV
 from gnnrun.errors import GnnrunError
 from gnnrun.launch import forkserver
+from gnnrun.launch.elastic import run_ranks
 from gnnrun.testing import run_on_ranks
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "algorithms"))
 import rank_fns  # noqa: E402
+from conftest import prepared  # noqa: E402
 
 NAMES = ["GNNRUN_TEST_SETTING", ATTEMPT_ENV, RUN_ID_ENV]
 
@@ -111,3 +115,23 @@ print("ok")
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_ranks_forked_train_exactly_as_spawned_ones(tmp_path, monkeypatch):
+    """Nothing a rank takes over from the server (its random number generators, what its
+    imports cached) changes a run: the same losses, bit for bit."""
+    losses = {}
+    for method in ("spawn", "forkserver"):
+        monkeypatch.setenv(forkserver.START_METHOD_ENV, method)
+        run_dir = tmp_path / method
+        run_dir.mkdir()
+        cfg = prepared(
+            "dataset=synthetic-tiny",
+            "algorithm=minibatch",
+            "train.epochs=2",
+            f"train.checkpoint_dir={tmp_path / 'checkpoints' / method}",
+        )
+        run_ranks(cfg, run_dir)
+        lines = (run_dir / "metrics.rank0.jsonl").read_text().splitlines()
+        losses[method] = [json.loads(line)["loss"] for line in lines if '"loss"' in line]
+    assert len(losses["spawn"]) == 2 and losses["forkserver"] == losses["spawn"]
