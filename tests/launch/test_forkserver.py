@@ -46,9 +46,8 @@ def test_a_variable_changed_between_launches_reaches_the_ranks(monkeypatch):
     monkeypatch.setenv("GNNRUN_TEST_SETTING", "after")
     after = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
     assert [seen["GNNRUN_TEST_SETTING"] for seen, _ in after] == ["after", "after"]
-    assert (
-        forkserver.server_pid() != before
-    )  # the server was started again, with the new environment
+    # The server was started again, with the new environment.
+    assert forkserver.server_pid() != before
     monkeypatch.delenv("GNNRUN_TEST_SETTING")
     gone = run_on_ranks(rank_fns.environment_and_parent, 2, NAMES)
     assert [seen["GNNRUN_TEST_SETTING"] for seen, _ in gone] == [None, None]
